@@ -1,0 +1,1 @@
+//! lsfs-fuse

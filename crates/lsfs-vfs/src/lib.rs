@@ -1,0 +1,257 @@
+//! The interface between a file-system engine and its front ends.
+//!
+//! `lsfs-core` implements [`Vfs`]; `lsfs-fuse` serves any [`Vfs`] through the
+//! kernel; the model-based tests drive the engine and the in-memory
+//! [`model::MemFs`] through the same calls and compare them after every step.
+//!
+//! Conventions (they mirror the FUSE low-level protocol, so the adapter is thin):
+//! - Inodes are named by number; [`ROOT_INO`] is the root directory.
+//! - Every call that returns an [`Attr`] for a *new reference* (lookup, create,
+//!   mknod, mkdir, symlink, link) adds one to that inode's lookup count;
+//!   [`Vfs::forget`] takes it away. An inode whose link count is 0 keeps its
+//!   data while its lookup count or open count is above 0.
+//! - Permission checks are the caller's (the kernel does them with the
+//!   `default_permissions` mount option); the engine checks only what the
+//!   kernel cannot: names, types, emptiness, sizes and space.
+//! - Errors are POSIX errno values.
+
+pub mod model;
+
+use std::fmt;
+
+/// Inode number.
+pub type Ino = u64;
+/// The root directory's inode number.
+pub const ROOT_INO: Ino = 1;
+/// Longest name component, in bytes.
+pub const NAME_MAX_BYTES: usize = 255;
+/// Longest symlink target, in bytes.
+pub const SYMLINK_MAX_BYTES: usize = 4095;
+
+/// `rename` flag: fail with EEXIST if the target exists.
+pub const RENAME_NOREPLACE: u32 = 1;
+/// `rename` flag: swap source and target atomically; both must exist.
+pub const RENAME_EXCHANGE: u32 = 2;
+/// `setxattr` flag: fail with EEXIST if the attribute exists.
+pub const XATTR_CREATE: i32 = 1;
+/// `setxattr` flag: fail with ENODATA if the attribute does not exist.
+pub const XATTR_REPLACE: i32 = 2;
+
+/// A POSIX error number (`libc::ENOENT`, ...).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Errno(pub i32);
+
+impl Errno {
+    pub const NOENT: Errno = Errno(libc::ENOENT);
+    pub const EXIST: Errno = Errno(libc::EEXIST);
+    pub const NOTDIR: Errno = Errno(libc::ENOTDIR);
+    pub const ISDIR: Errno = Errno(libc::EISDIR);
+    pub const NOTEMPTY: Errno = Errno(libc::ENOTEMPTY);
+    pub const INVAL: Errno = Errno(libc::EINVAL);
+    pub const NAMETOOLONG: Errno = Errno(libc::ENAMETOOLONG);
+    pub const NOSPC: Errno = Errno(libc::ENOSPC);
+    pub const IO: Errno = Errno(libc::EIO);
+    pub const ROFS: Errno = Errno(libc::EROFS);
+    pub const PERM: Errno = Errno(libc::EPERM);
+    pub const ACCES: Errno = Errno(libc::EACCES);
+    pub const NODATA: Errno = Errno(libc::ENODATA);
+    pub const RANGE: Errno = Errno(libc::ERANGE);
+    pub const FBIG: Errno = Errno(libc::EFBIG);
+    pub const MLINK: Errno = Errno(libc::EMLINK);
+    pub const XDEV: Errno = Errno(libc::EXDEV);
+    pub const BUSY: Errno = Errno(libc::EBUSY);
+    pub const NOSYS: Errno = Errno(libc::ENOSYS);
+    pub const OPNOTSUPP: Errno = Errno(libc::EOPNOTSUPP);
+    pub const E2BIG: Errno = Errno(libc::E2BIG);
+    pub const BADF: Errno = Errno(libc::EBADF);
+    pub const LOOP: Errno = Errno(libc::ELOOP);
+}
+
+impl fmt::Debug for Errno {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = std::io::Error::from_raw_os_error(self.0);
+        write!(f, "Errno({}: {})", self.0, s)
+    }
+}
+
+impl fmt::Display for Errno {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", std::io::Error::from_raw_os_error(self.0))
+    }
+}
+
+impl std::error::Error for Errno {}
+
+pub type VfsResult<T> = Result<T, Errno>;
+
+/// Seconds and nanoseconds since the Unix epoch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Timespec {
+    pub sec: i64,
+    pub nsec: u32,
+}
+
+impl Timespec {
+    pub fn now() -> Timespec {
+        let d = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Timespec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FileKind {
+    File,
+    Dir,
+    Symlink,
+    Fifo,
+    Socket,
+    CharDev,
+    BlockDev,
+}
+
+impl FileKind {
+    /// The `S_IFMT` bits of this kind.
+    pub fn mode_bits(self) -> u32 {
+        match self {
+            FileKind::File => libc::S_IFREG,
+            FileKind::Dir => libc::S_IFDIR,
+            FileKind::Symlink => libc::S_IFLNK,
+            FileKind::Fifo => libc::S_IFIFO,
+            FileKind::Socket => libc::S_IFSOCK,
+            FileKind::CharDev => libc::S_IFCHR,
+            FileKind::BlockDev => libc::S_IFBLK,
+        }
+    }
+
+    /// The kind named by the `S_IFMT` bits of `mode`, if any.
+    pub fn from_mode(mode: u32) -> Option<FileKind> {
+        Some(match mode & libc::S_IFMT {
+            libc::S_IFREG => FileKind::File,
+            libc::S_IFDIR => FileKind::Dir,
+            libc::S_IFLNK => FileKind::Symlink,
+            libc::S_IFIFO => FileKind::Fifo,
+            libc::S_IFSOCK => FileKind::Socket,
+            libc::S_IFCHR => FileKind::CharDev,
+            libc::S_IFBLK => FileKind::BlockDev,
+            _ => return None,
+        })
+    }
+}
+
+/// What `stat` shows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: Ino,
+    pub size: u64,
+    /// Allocated space in 512-byte units.
+    pub blocks: u64,
+    pub atime: Timespec,
+    pub mtime: Timespec,
+    pub ctime: Timespec,
+    pub crtime: Timespec,
+    pub kind: FileKind,
+    /// Permission bits, including setuid, setgid and sticky (`mode & 0o7777`).
+    pub perm: u16,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u32,
+    pub blksize: u32,
+}
+
+/// A time to set with `setattr`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeSet {
+    Now,
+    At(Timespec),
+}
+
+/// The fields `setattr` changes; `None` leaves a field alone.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    /// Permission bits (`& 0o7777` is applied).
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    /// Truncate or extend.
+    pub size: Option<u64>,
+    pub atime: Option<TimeSet>,
+    pub mtime: Option<TimeSet>,
+    pub ctime: Option<Timespec>,
+}
+
+/// Who is asking: new inodes take their owner from here.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ctx {
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: u32,
+    /// The caller's umask, already applied by the kernel when 0.
+    pub umask: u32,
+}
+
+/// One directory entry as `readdir` returns it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    pub ino: Ino,
+    /// The cookie to pass to the next `readdir` to continue after this entry.
+    /// Cookies stay valid while other entries are added and removed.
+    pub offset: u64,
+    pub kind: FileKind,
+    pub name: Vec<u8>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StatFs {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+    pub frsize: u32,
+}
+
+/// A POSIX file system, addressed by inode number.
+pub trait Vfs: Send {
+    fn lookup(&mut self, parent: Ino, name: &[u8]) -> VfsResult<Attr>;
+    /// Drop `nlookup` references taken by lookup-like calls.
+    fn forget(&mut self, ino: Ino, nlookup: u64);
+    fn getattr(&mut self, ino: Ino) -> VfsResult<Attr>;
+    fn setattr(&mut self, ino: Ino, set: &SetAttr) -> VfsResult<Attr>;
+    fn readlink(&mut self, ino: Ino) -> VfsResult<Vec<u8>>;
+    /// Create a regular file, fifo, socket or device node. `mode` includes the
+    /// `S_IFMT` type bits.
+    fn mknod(&mut self, parent: Ino, name: &[u8], mode: u32, rdev: u32, ctx: &Ctx) -> VfsResult<Attr>;
+    fn mkdir(&mut self, parent: Ino, name: &[u8], mode: u32, ctx: &Ctx) -> VfsResult<Attr>;
+    fn unlink(&mut self, parent: Ino, name: &[u8]) -> VfsResult<()>;
+    fn rmdir(&mut self, parent: Ino, name: &[u8]) -> VfsResult<()>;
+    fn symlink(&mut self, parent: Ino, name: &[u8], target: &[u8], ctx: &Ctx) -> VfsResult<Attr>;
+    /// `flags` is 0, [`RENAME_NOREPLACE`] or [`RENAME_EXCHANGE`].
+    fn rename(&mut self, parent: Ino, name: &[u8], newparent: Ino, newname: &[u8], flags: u32) -> VfsResult<()>;
+    fn link(&mut self, ino: Ino, newparent: Ino, newname: &[u8]) -> VfsResult<Attr>;
+    /// Count an open file handle (directories included); see [`Vfs::release`].
+    fn open(&mut self, ino: Ino, flags: i32) -> VfsResult<()>;
+    fn release(&mut self, ino: Ino);
+    fn read(&mut self, ino: Ino, offset: u64, size: u32) -> VfsResult<Vec<u8>>;
+    fn write(&mut self, ino: Ino, offset: u64, data: &[u8]) -> VfsResult<u32>;
+    /// Durable when it returns. `datasync` skips metadata that reading does not need.
+    fn fsync(&mut self, ino: Ino, datasync: bool) -> VfsResult<()>;
+    /// Entries after cookie `offset` (0 starts at the beginning), "." and ".."
+    /// included, at most `max_entries`.
+    fn readdir(&mut self, ino: Ino, offset: u64, max_entries: usize) -> VfsResult<Vec<DirEntry>>;
+    fn statfs(&mut self) -> VfsResult<StatFs>;
+    fn setxattr(&mut self, ino: Ino, name: &[u8], value: &[u8], flags: i32) -> VfsResult<()>;
+    fn getxattr(&mut self, ino: Ino, name: &[u8]) -> VfsResult<Vec<u8>>;
+    fn listxattr(&mut self, ino: Ino) -> VfsResult<Vec<Vec<u8>>>;
+    fn removexattr(&mut self, ino: Ino, name: &[u8]) -> VfsResult<()>;
+    /// Only mode 0 (allocate and extend) is supported; others give EOPNOTSUPP.
+    fn fallocate(&mut self, ino: Ino, offset: u64, length: u64, mode: i32) -> VfsResult<()>;
+    /// Make everything durable.
+    fn sync(&mut self) -> VfsResult<()>;
+    /// Whether the file system refuses changes.
+    fn read_only(&self) -> bool;
+}

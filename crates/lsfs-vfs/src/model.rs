@@ -1,0 +1,2 @@
+//! An in-memory reference file system: the model that tests compare lsfs with.
+//! (Being written.)
