@@ -1,0 +1,34 @@
+//! One generic copy-on-write B-tree, used by file block maps, directories,
+//! xattrs and every metadata file.
+//!
+//! Keys are `u64`; values are byte strings of at most [`MAX_VALUE_BYTES`].
+//! Nodes are whole blocks, named by a `u64` pointer that a [`NodeStore`]
+//! resolves: virtual block numbers for files and most metadata files, physical
+//! (or not-yet-placed temporary) addresses for the DAT.
+
+mod node;
+mod tree;
+
+pub use node::{Node, NODE_MAGIC};
+pub use tree::{BTree, NodeVisit};
+
+use crate::error::Result;
+
+/// Largest value a leaf item may hold, so that any two items fit in one node.
+pub const MAX_VALUE_BYTES: usize = 1800;
+
+/// Where a tree's nodes live. The tree never caches nodes itself.
+pub trait NodeStore {
+    /// The node block at `ptr` (exactly one block of bytes).
+    fn read_node(&mut self, ptr: u64) -> Result<Vec<u8>>;
+    /// Make `ptr` writable in the current checkpoint and return the pointer to
+    /// use from now on: `ptr` itself if it is already writable, otherwise a new
+    /// pointer holding a copy (copy-on-write; the old one is released).
+    fn make_writable(&mut self, ptr: u64) -> Result<u64>;
+    /// Replace the contents of `ptr`, which must be writable.
+    fn write_node(&mut self, ptr: u64, block: Vec<u8>) -> Result<()>;
+    /// A new, writable, empty node pointer.
+    fn alloc_node(&mut self) -> Result<u64>;
+    /// Release `ptr` (its node is no longer part of the tree).
+    fn free_node(&mut self, ptr: u64) -> Result<()>;
+}

@@ -1,0 +1,468 @@
+//! One B-tree node block: its decoded form and its on-disk encoding.
+//!
+//! # Node block layout
+//!
+//! A node is exactly one block of `block_bytes` bytes (4096 by default; any
+//! size in [`Node::MIN_BLOCK_BYTES`]`..=`[`Node::MAX_BLOCK_BYTES`] works).
+//! All integers are little-endian.
+//!
+//! Header, 16 bytes:
+//!
+//! | offset | size | field                                                   |
+//! |-------:|-----:|---------------------------------------------------------|
+//! |      0 |    2 | magic, [`NODE_MAGIC`] (`0xB7EE`)                        |
+//! |      2 |    1 | level: 0 = leaf, `n` = parent of level `n - 1` nodes     |
+//! |      3 |    1 | flags, must be 0                                        |
+//! |      4 |    2 | nitems, at least 1 (empty nodes are never stored)       |
+//! |      6 |    2 | reserved, must be 0                                     |
+//! |      8 |    4 | crc32c of the whole block with this field taken as zero |
+//! |     12 |    4 | reserved, must be 0                                     |
+//!
+//! Then `nitems` items, packed, keys strictly increasing:
+//!
+//! * leaf item: key `u64`, value length `u16`, value bytes (at most
+//!   [`Node::max_value_bytes`]`(block_bytes)`);
+//! * internal item (16 bytes): key `u64`, the exact minimum key of the child's
+//!   subtree, then the child pointer `u64` (never 0).
+//!
+//! The rest of the block is zero. Decoding rejects anything else, so every
+//! block that decodes re-encodes to the identical bytes.
+
+use crate::btree::MAX_VALUE_BYTES;
+use crate::error::{Error, Result};
+
+/// First two bytes of every node block.
+pub const NODE_MAGIC: u16 = 0xB7EE;
+
+const CRC_OFFSET: usize = 8;
+
+/// The decoded form of one node block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Node {
+    /// Level 0: `(key, value)` items, keys strictly increasing.
+    Leaf { items: Vec<(u64, Vec<u8>)> },
+    /// Level >= 1: `(minimum key of the child's subtree, child pointer)`.
+    Internal {
+        level: u8,
+        children: Vec<(u64, u64)>,
+    },
+}
+
+impl Node {
+    pub const HEADER_BYTES: usize = 16;
+    /// Leaf item bytes besides the value: key and value length.
+    pub const LEAF_ITEM_OVERHEAD: usize = 10;
+    pub const INTERNAL_ITEM_BYTES: usize = 16;
+    pub const DEFAULT_BLOCK_BYTES: usize = 4096;
+    /// Small enough for tests to build deep trees, big enough that an
+    /// internal node holds several children.
+    pub const MIN_BLOCK_BYTES: usize = 128;
+    /// Value lengths and item counts are `u16`.
+    pub const MAX_BLOCK_BYTES: usize = 65536;
+
+    /// `Ok` if `block_bytes` is a node size this module supports.
+    pub fn check_block_bytes(block_bytes: usize) -> Result<()> {
+        if (Self::MIN_BLOCK_BYTES..=Self::MAX_BLOCK_BYTES).contains(&block_bytes) {
+            Ok(())
+        } else {
+            Err(Error::invalid(format!(
+                "B-tree block size {block_bytes} not in {}..={}",
+                Self::MIN_BLOCK_BYTES,
+                Self::MAX_BLOCK_BYTES
+            )))
+        }
+    }
+
+    /// Largest value a leaf of this block size accepts: [`MAX_VALUE_BYTES`],
+    /// or less for small blocks, so that any two leaf items fit in one node
+    /// (which is what makes a two-way leaf split always succeed).
+    pub fn max_value_bytes(block_bytes: usize) -> usize {
+        let half = block_bytes.saturating_sub(Self::HEADER_BYTES) / 2;
+        MAX_VALUE_BYTES.min(half.saturating_sub(Self::LEAF_ITEM_OVERHEAD))
+    }
+
+    /// Most children an internal node of this block size holds.
+    pub fn max_children(block_bytes: usize) -> usize {
+        block_bytes.saturating_sub(Self::HEADER_BYTES) / Self::INTERNAL_ITEM_BYTES
+    }
+
+    /// Encoded bytes of one leaf item holding `value_len` bytes.
+    pub fn leaf_item_bytes(value_len: usize) -> usize {
+        Self::LEAF_ITEM_OVERHEAD + value_len
+    }
+
+    /// Encoded bytes of this node, header included (without padding).
+    pub fn encoded_bytes(&self) -> usize {
+        Self::HEADER_BYTES
+            + match self {
+                Node::Leaf { items } => items
+                    .iter()
+                    .map(|(_, v)| Self::leaf_item_bytes(v.len()))
+                    .sum(),
+                Node::Internal { children, .. } => children.len() * Self::INTERNAL_ITEM_BYTES,
+            }
+    }
+
+    /// Whether this node encodes into one block of `block_bytes`.
+    pub fn fits(&self, block_bytes: usize) -> bool {
+        self.encoded_bytes() <= block_bytes
+    }
+
+    pub fn level(&self) -> u8 {
+        match self {
+            Node::Leaf { .. } => 0,
+            Node::Internal { level, .. } => *level,
+        }
+    }
+
+    pub fn is_leaf(&self) -> bool {
+        matches!(self, Node::Leaf { .. })
+    }
+
+    /// Number of items (leaf) or children (internal).
+    pub fn len(&self) -> usize {
+        match self {
+            Node::Leaf { items } => items.len(),
+            Node::Internal { children, .. } => children.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The node's smallest key, which is its whole subtree's smallest key.
+    pub fn first_key(&self) -> Option<u64> {
+        self.key_at(0)
+    }
+
+    /// The key of item `i`.
+    pub fn key_at(&self, i: usize) -> Option<u64> {
+        match self {
+            Node::Leaf { items } => items.get(i).map(|(k, _)| *k),
+            Node::Internal { children, .. } => children.get(i).map(|(k, _)| *k),
+        }
+    }
+
+    /// The block for this node, zero-padded to `block_bytes`, crc set.
+    ///
+    /// Panics if the node does not fit or is malformed (an internal node at
+    /// level 0, too many items): writing it would corrupt the image, and the
+    /// tree code never builds such a node.
+    pub fn encode(&self, block_bytes: usize) -> Vec<u8> {
+        assert!(
+            self.fits(block_bytes),
+            "B-tree node does not fit in {block_bytes} bytes"
+        );
+        assert!(
+            self.level() > 0 || self.is_leaf(),
+            "internal B-tree node at level 0"
+        );
+        let nitems = u16::try_from(self.len()).expect("B-tree node item count fits u16");
+        let mut b = Vec::with_capacity(block_bytes);
+        b.extend_from_slice(&NODE_MAGIC.to_le_bytes());
+        b.push(self.level());
+        b.push(0); // flags
+        b.extend_from_slice(&nitems.to_le_bytes());
+        b.resize(Self::HEADER_BYTES, 0); // reserved, crc (set below), reserved
+        match self {
+            Node::Leaf { items } => {
+                for (key, value) in items {
+                    b.extend_from_slice(&key.to_le_bytes());
+                    b.extend_from_slice(&(value.len() as u16).to_le_bytes());
+                    b.extend_from_slice(value);
+                }
+            }
+            Node::Internal { children, .. } => {
+                for (key, ptr) in children {
+                    b.extend_from_slice(&key.to_le_bytes());
+                    b.extend_from_slice(&ptr.to_le_bytes());
+                }
+            }
+        }
+        b.resize(block_bytes, 0);
+        let crc = block_crc(&b);
+        b[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Decodes and fully validates one node block. Never panics: anything
+    /// malformed is an [`Error::Corrupt`] saying what is wrong.
+    pub fn decode(block: &[u8], block_bytes: usize) -> Result<Node> {
+        Self::check_block_bytes(block_bytes)?;
+        if block.len() != block_bytes {
+            return Err(Error::corrupt(format!(
+                "B-tree node block is {} bytes, expected {block_bytes}",
+                block.len()
+            )));
+        }
+        let mut r = Reader { b: block, pos: 0 };
+        let magic = r.u16()?;
+        if magic != NODE_MAGIC {
+            return Err(Error::corrupt(format!(
+                "B-tree node magic {magic:#06x}, expected {NODE_MAGIC:#06x}"
+            )));
+        }
+        let stored = u32::from_le_bytes(block[CRC_OFFSET..CRC_OFFSET + 4].try_into().unwrap());
+        let computed = block_crc(block);
+        if stored != computed {
+            return Err(Error::corrupt(format!(
+                "B-tree node crc {stored:#010x}, computed {computed:#010x}"
+            )));
+        }
+        let level = r.u8()?;
+        let flags = r.u8()?;
+        let nitems = r.u16()? as usize;
+        let reserved = (r.u16()?, r.u32()?, r.u32()?);
+        if flags != 0 || reserved.0 != 0 || reserved.2 != 0 {
+            return Err(Error::corrupt(
+                "B-tree node has nonzero flags or reserved fields",
+            ));
+        }
+        if nitems == 0 {
+            return Err(Error::corrupt("B-tree node has no items"));
+        }
+        let node = if level == 0 {
+            Node::Leaf {
+                items: decode_leaf_items(&mut r, nitems, block_bytes)?,
+            }
+        } else {
+            Node::Internal {
+                level,
+                children: decode_internal_items(&mut r, nitems)?,
+            }
+        };
+        if !is_zero(&block[r.pos..]) {
+            return Err(Error::corrupt(format!(
+                "B-tree node has nonzero bytes after its items at offset {}",
+                r.pos
+            )));
+        }
+        node.check_keys_increase()?;
+        Ok(node)
+    }
+
+    fn check_keys_increase(&self) -> Result<()> {
+        let increasing = match self {
+            Node::Leaf { items } => items.windows(2).position(|w| w[0].0 >= w[1].0),
+            Node::Internal { children, .. } => children.windows(2).position(|w| w[0].0 >= w[1].0),
+        };
+        match increasing {
+            None => Ok(()),
+            Some(i) => Err(Error::corrupt(format!(
+                "B-tree node keys not strictly increasing at item {}",
+                i + 1
+            ))),
+        }
+    }
+}
+
+/// Whether `b` is all zero bytes (eight at a time: padding is most of a
+/// sparsely filled block).
+fn is_zero(b: &[u8]) -> bool {
+    let words = b.chunks_exact(8);
+    let tail = words.remainder();
+    words.fold(0, |acc, w| acc | u64::from_ne_bytes(w.try_into().unwrap())) == 0
+        && tail.iter().all(|&x| x == 0)
+}
+
+fn decode_leaf_items(
+    r: &mut Reader,
+    nitems: usize,
+    block_bytes: usize,
+) -> Result<Vec<(u64, Vec<u8>)>> {
+    let max_value = Node::max_value_bytes(block_bytes);
+    let mut items = Vec::with_capacity(nitems);
+    for i in 0..nitems {
+        let key = r.u64()?;
+        let len = r.u16()? as usize;
+        if len > max_value {
+            return Err(Error::corrupt(format!(
+                "B-tree leaf item {i} value is {len} bytes, limit {max_value}"
+            )));
+        }
+        items.push((key, r.bytes(len)?.to_vec()));
+    }
+    Ok(items)
+}
+
+fn decode_internal_items(r: &mut Reader, nitems: usize) -> Result<Vec<(u64, u64)>> {
+    let mut children = Vec::with_capacity(nitems);
+    for i in 0..nitems {
+        let key = r.u64()?;
+        let ptr = r.u64()?;
+        if ptr == 0 {
+            return Err(Error::corrupt(format!(
+                "B-tree internal item {i} has a null child pointer"
+            )));
+        }
+        children.push((key, ptr));
+    }
+    Ok(children)
+}
+
+/// crc32c of `block` with the crc field taken as zero.
+fn block_crc(block: &[u8]) -> u32 {
+    let crc = crc32c::crc32c(&block[..CRC_OFFSET]);
+    let crc = crc32c::crc32c_append(crc, &[0; 4]);
+    crc32c::crc32c_append(crc, &block[CRC_OFFSET + 4..])
+}
+
+/// Bounds-checked little-endian reads; running off the block is corruption.
+struct Reader<'a> {
+    b: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn bytes(&mut self, n: usize) -> Result<&'a [u8]> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.b.len())
+            .ok_or_else(|| {
+                Error::corrupt(format!(
+                    "B-tree node items run past the block end (offset {} + {n})",
+                    self.pos
+                ))
+            })?;
+        let s = &self.b[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+    fn u8(&mut self) -> Result<u8> {
+        Ok(self.bytes(1)?[0])
+    }
+    fn u16(&mut self) -> Result<u16> {
+        Ok(u16::from_le_bytes(self.bytes(2)?.try_into().unwrap()))
+    }
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.bytes(4)?.try_into().unwrap()))
+    }
+    fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.bytes(8)?.try_into().unwrap()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn leaf(items: &[(u64, usize)]) -> Node {
+        Node::Leaf {
+            items: items.iter().map(|&(k, n)| (k, vec![k as u8; n])).collect(),
+        }
+    }
+
+    #[test]
+    fn roundtrip_leaf_and_internal() {
+        let l = leaf(&[(1, 0), (7, 3), (u64::MAX, 20)]);
+        let b = l.encode(512);
+        assert_eq!(b.len(), 512);
+        assert_eq!(&b[..2], &NODE_MAGIC.to_le_bytes());
+        assert_eq!(Node::decode(&b, 512).unwrap(), l);
+        assert_eq!(l.encoded_bytes(), 16 + 10 + 13 + 30);
+        let n = Node::Internal {
+            level: 3,
+            children: vec![(0, 9), (5, 10)],
+        };
+        assert_eq!(Node::decode(&n.encode(4096), 4096).unwrap(), n);
+    }
+
+    #[test]
+    fn max_value_fits_twice() {
+        for bb in [128, 256, 512, 4096, 65536] {
+            let m = Node::max_value_bytes(bb);
+            assert!(leaf(&[(1, m), (2, m)]).fits(bb), "{bb}");
+        }
+        assert_eq!(Node::max_value_bytes(4096), MAX_VALUE_BYTES);
+    }
+
+    fn corrupt_what(b: &[u8], bb: usize) -> String {
+        match Node::decode(b, bb) {
+            Err(Error::Corrupt { what }) => what,
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn rejects_named_defects() {
+        let good = leaf(&[(1, 4), (2, 4)]).encode(256);
+        assert!(corrupt_what(&good[..255], 256).contains("255 bytes"));
+        let mut b = good.clone();
+        b[0] ^= 1;
+        assert!(corrupt_what(&b, 256).contains("magic"));
+        let mut b = good.clone();
+        b[40] ^= 1;
+        assert!(corrupt_what(&b, 256).contains("crc"));
+        // Structural defects behind a valid crc.
+        let refix = |mut b: Vec<u8>| {
+            let crc = block_crc(&b);
+            b[8..12].copy_from_slice(&crc.to_le_bytes());
+            b
+        };
+        let mut b = good.clone();
+        b[4] = 200; // nitems far too large
+        assert!(corrupt_what(&refix(b), 256).contains("past the block end"));
+        let mut b = good.clone();
+        b[4] = 0;
+        assert!(corrupt_what(&refix(b), 256).contains("no items"));
+        let mut b = good.clone();
+        b[16 + 14] = 1; // second key := 1, equal to the first
+        assert!(corrupt_what(&refix(b), 256).contains("increasing"));
+        let mut b = good.clone();
+        b[255] = 1;
+        assert!(corrupt_what(&refix(b), 256).contains("after its items"));
+        assert!(matches!(
+            Node::decode(&good, 100),
+            Err(Error::InvalidArgument { .. })
+        ));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// Arbitrary bytes never panic, and whatever decodes re-encodes
+        /// identically.
+        #[test]
+        fn random_blocks_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300), fix_header in any::<bool>()) {
+            let mut b = bytes;
+            if fix_header && b.len() >= 16 {
+                b[..2].copy_from_slice(&NODE_MAGIC.to_le_bytes());
+                let crc = block_crc(&b);
+                b[8..12].copy_from_slice(&crc.to_le_bytes());
+            }
+            if let Ok(n) = Node::decode(&b, b.len().max(Node::MIN_BLOCK_BYTES)) {
+                prop_assert_eq!(n.encode(b.len()), b);
+            }
+        }
+
+        /// Truncated, bit-flipped and crc-refreshed mutations of valid blocks
+        /// never panic; a flip without a crc refresh is always caught.
+        #[test]
+        fn mutated_blocks_never_panic(
+            sizes in proptest::collection::vec(0usize..=20, 1..8),
+            level in 0u8..3,
+            flip in 0usize..(256 * 8),
+            cut in 0usize..=256,
+        ) {
+            let node = if level == 0 {
+                let items: Vec<_> = sizes.iter().enumerate().map(|(i, &n)| (i as u64 * 3, n)).collect();
+                leaf(&items)
+            } else {
+                Node::Internal { level, children: sizes.iter().enumerate().map(|(i, &n)| (i as u64, n as u64 + 1)).collect() }
+            };
+            let good = node.encode(256);
+            let mut b = good.clone();
+            b[flip / 8] ^= 1 << (flip % 8);
+            let caught = matches!(Node::decode(&b, 256), Err(Error::Corrupt { .. }));
+            prop_assert!(caught, "bit flip {} not caught", flip);
+            let crc = block_crc(&b);
+            b[8..12].copy_from_slice(&crc.to_le_bytes());
+            let _ = Node::decode(&b, 256);
+            let _ = Node::decode(&good[..cut], 256);
+            let _ = Node::decode(&b[..cut], cut.max(Node::MIN_BLOCK_BYTES));
+        }
+    }
+}

@@ -1,0 +1,638 @@
+//! Stateless copy-on-write B-tree operations over a root pointer.
+//!
+//! Invariants (all checked by [`BTree::check`]):
+//! * root `0` is the empty tree; no stored node is empty;
+//! * keys strictly increase within a node and across the tree;
+//! * an internal item's key is the *exact* minimum key of its child's
+//!   subtree, so `floor` and `get` need a single descent, and a child's
+//!   level is its parent's minus one;
+//! * a root internal node has at least two children.
+//!
+//! Deletions are lazy, as in many production B-trees: underfull nodes are not
+//! merged or rebalanced; only nodes that become empty are freed and unlinked.
+//! The tree stays valid and sorted, just possibly sparser than necessary.
+//!
+//! Every modification first reads and validates the whole root-to-leaf path,
+//! then makes it writable top-down (recording copied pointers in the parent or
+//! `*root`), then writes it bottom-up. Corruption and argument errors are thus
+//! reported before anything changes; a store error during the write phase may
+//! leave the modification half done, which callers treat as fatal (the mount
+//! goes read-only) exactly like any other device error.
+
+use std::collections::HashSet;
+
+use crate::btree::{Node, NodeStore};
+use crate::error::{Error, Result};
+
+/// B-tree operations for one node block size. Holds no tree state: the
+/// caller keeps the root pointer and passes it in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BTree {
+    block_bytes: usize,
+}
+
+/// One node seen by [`BTree::visit`].
+#[derive(Debug)]
+pub struct NodeVisit<'a> {
+    pub ptr: u64,
+    /// The parent's pointer, 0 for the root.
+    pub parent: u64,
+    pub level: u8,
+    /// The decoded node: leaf items or internal children.
+    pub node: &'a Node,
+}
+
+impl NodeVisit<'_> {
+    /// The `(key, value)` items if this is a leaf.
+    pub fn items(&self) -> Option<&[(u64, Vec<u8>)]> {
+        match self.node {
+            Node::Leaf { items } => Some(items),
+            Node::Internal { .. } => None,
+        }
+    }
+}
+
+/// What a parent implies about a child's keys: its exact first key and the
+/// exclusive end of its range (`None` for the root and the right edge).
+type Bounds = (Option<u64>, Option<u64>);
+
+/// One node of a root-to-leaf path, and (internal nodes) the child taken.
+struct Step {
+    ptr: u64,
+    node: Node,
+    idx: usize,
+    /// Whether `node` differs from the block at `ptr`, so must be written.
+    dirty: bool,
+}
+
+impl Default for BTree {
+    fn default() -> Self {
+        BTree {
+            block_bytes: Node::DEFAULT_BLOCK_BYTES,
+        }
+    }
+}
+
+impl BTree {
+    /// Operations on trees whose nodes are `block_bytes` long.
+    pub fn new(block_bytes: usize) -> Result<BTree> {
+        Node::check_block_bytes(block_bytes)?;
+        Ok(BTree { block_bytes })
+    }
+
+    pub fn block_bytes(&self) -> usize {
+        self.block_bytes
+    }
+
+    /// Largest value this tree accepts (see [`Node::max_value_bytes`]).
+    pub fn max_value_bytes(&self) -> usize {
+        Node::max_value_bytes(self.block_bytes)
+    }
+
+    /// The value stored under `key`. Reads exactly one node per level, fewer
+    /// if `key` is below the tree's minimum.
+    pub fn get<S: NodeStore + ?Sized>(
+        &self,
+        store: &mut S,
+        root: u64,
+        key: u64,
+    ) -> Result<Option<Vec<u8>>> {
+        if root == 0 {
+            return Ok(None);
+        }
+        let (mut ptr, mut level) = (root, None);
+        loop {
+            match self.read(store, ptr, level)? {
+                Node::Leaf { mut items } => {
+                    let found = items.binary_search_by_key(&key, |(k, _)| *k).ok();
+                    return Ok(found.map(|i| items.swap_remove(i).1));
+                }
+                Node::Internal { level: l, children } => match child_for(&children, key) {
+                    Some(i) => (ptr, level) = (children[i].1, Some(l - 1)),
+                    None => return Ok(None),
+                },
+            }
+        }
+    }
+
+    /// The item with the greatest key `<= key`. One descent: exact parent
+    /// minimum keys guarantee the chosen child holds the answer.
+    pub fn floor<S: NodeStore + ?Sized>(
+        &self,
+        store: &mut S,
+        root: u64,
+        key: u64,
+    ) -> Result<Option<(u64, Vec<u8>)>> {
+        if root == 0 {
+            return Ok(None);
+        }
+        let (mut ptr, mut level) = (root, None);
+        loop {
+            let node = self.read(store, ptr, level)?;
+            let Some(i) = child_for_node(&node, key) else {
+                // Below the tree's minimum; below a non-root's minimum means
+                // the parent's key lied.
+                return match level {
+                    None => Ok(None),
+                    Some(_) => Err(self.bad_min(ptr)),
+                };
+            };
+            match node {
+                Node::Leaf { mut items } => return Ok(Some(items.swap_remove(i))),
+                Node::Internal { level: l, children } => {
+                    (ptr, level) = (children[i].1, Some(l - 1))
+                }
+            }
+        }
+    }
+
+    /// The item with the smallest key `>= key`. Reads at most
+    /// `2 * height - 1` nodes: when the leaf reached holds only smaller keys,
+    /// the answer is the first item of the nearest subtree to the right.
+    pub fn ceil<S: NodeStore + ?Sized>(
+        &self,
+        store: &mut S,
+        root: u64,
+        key: u64,
+    ) -> Result<Option<(u64, Vec<u8>)>> {
+        if root == 0 {
+            return Ok(None);
+        }
+        let (mut ptr, mut level) = (root, None);
+        let mut right = None; // nearest subtree right of the path: (ptr, level)
+        loop {
+            match self.read(store, ptr, level)? {
+                Node::Leaf { mut items } => {
+                    let i = items.partition_point(|(k, _)| *k < key);
+                    if i < items.len() {
+                        return Ok(Some(items.swap_remove(i)));
+                    }
+                    break;
+                }
+                Node::Internal { level: l, children } => {
+                    let i = child_for(&children, key).unwrap_or(0);
+                    if let Some(&(_, p)) = children.get(i + 1) {
+                        right = Some((p, l - 1));
+                    }
+                    (ptr, level) = (children[i].1, Some(l - 1));
+                }
+            }
+        }
+        match right {
+            Some((ptr, level)) => self.leftmost(store, ptr, level).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Inserts `key` or replaces its value; returns the old value. Storing the
+    /// value already there changes nothing (no node is copied).
+    pub fn insert<S: NodeStore + ?Sized>(
+        &self,
+        store: &mut S,
+        root: &mut u64,
+        key: u64,
+        value: &[u8],
+    ) -> Result<Option<Vec<u8>>> {
+        self.check_value(value)?;
+        if *root == 0 {
+            let leaf = Node::Leaf {
+                items: vec![(key, value.to_vec())],
+            };
+            *root = self.write_new(store, &leaf)?;
+            return Ok(None);
+        }
+        let mut path = self
+            .descend(store, *root, key, true)?
+            .expect("insert descent always reaches a leaf");
+        let leaf = path.last_mut().unwrap();
+        leaf.dirty = true;
+        let Node::Leaf { items } = &mut leaf.node else {
+            unreachable!()
+        };
+        let (old, appending) = match items.binary_search_by_key(&key, |(k, _)| *k) {
+            Ok(i) if items[i].1 == value => return Ok(Some(value.to_vec())),
+            Ok(i) => (
+                Some(std::mem::replace(&mut items[i].1, value.to_vec())),
+                false,
+            ),
+            Err(i) => {
+                items.insert(i, (key, value.to_vec()));
+                (None, i + 1 == items.len() && is_rightmost(&path))
+            }
+        };
+        self.make_writable(store, root, &mut path)?;
+        self.write_path(store, root, path, appending)?;
+        Ok(old)
+    }
+
+    /// Removes `key`; returns its value. Nodes left empty are freed and
+    /// unlinked; a root left with one child collapses into it. Removing an
+    /// absent key changes nothing.
+    pub fn remove<S: NodeStore + ?Sized>(
+        &self,
+        store: &mut S,
+        root: &mut u64,
+        key: u64,
+    ) -> Result<Option<Vec<u8>>> {
+        if *root == 0 {
+            return Ok(None);
+        }
+        let Some(mut path) = self.descend(store, *root, key, false)? else {
+            return Ok(None);
+        };
+        let Node::Leaf { items } = &path.last().unwrap().node else {
+            unreachable!()
+        };
+        let Ok(pos) = items.binary_search_by_key(&key, |(k, _)| *k) else {
+            return Ok(None);
+        };
+        // The bottom nodes with a single item (leaf) or child (internal) on
+        // the path become empty: free their old pointers without copying.
+        let emptied = path.iter().rev().take_while(|s| s.node.len() == 1).count();
+        let survivors = path.len() - emptied;
+        let old = remove_leaf_item(&mut path.last_mut().unwrap().node, pos);
+        for step in path.drain(survivors..) {
+            store.free_node(step.ptr)?;
+        }
+        if survivors == 0 {
+            *root = 0;
+            return Ok(Some(old));
+        }
+        if survivors == 1 && emptied > 0 && path[0].node.len() == 2 {
+            // The root loses one of its two children: the other becomes root.
+            let Node::Internal { children, .. } = &path[0].node else {
+                unreachable!()
+            };
+            store.free_node(path[0].ptr)?;
+            *root = children[1 - path[0].idx].1;
+            self.collapse_root(store, root)?;
+            return Ok(Some(old));
+        }
+        let bottom = path.last_mut().unwrap();
+        bottom.dirty = true;
+        if let (true, Node::Internal { children, .. }) = (emptied > 0, &mut bottom.node) {
+            children.remove(bottom.idx);
+        }
+        self.make_writable(store, root, &mut path)?;
+        self.write_path(store, root, path, false)?;
+        Ok(Some(old))
+    }
+
+    /// Calls `f` on every node, parents before children, left to right.
+    /// Validates each node and the levels, and refuses a node reachable
+    /// twice, so a corrupt image cannot make the walk loop or explode.
+    pub fn visit<S: NodeStore + ?Sized>(
+        &self,
+        store: &mut S,
+        root: u64,
+        f: &mut dyn FnMut(NodeVisit<'_>) -> Result<()>,
+    ) -> Result<()> {
+        self.walk(store, root, &mut |ptr, parent, node, _| {
+            f(NodeVisit {
+                ptr,
+                parent,
+                level: node.level(),
+                node,
+            })
+        })
+    }
+
+    /// Full structural check: every node decodes, levels step down by one,
+    /// keys increase across the whole tree, every parent key is its child's
+    /// exact minimum, a root internal node has two or more children, and no
+    /// node is reachable twice. Errors name the offending pointer.
+    pub fn check<S: NodeStore + ?Sized>(&self, store: &mut S, root: u64) -> Result<()> {
+        self.walk(store, root, &mut |ptr, parent, node, bounds| {
+            let (min, end) = bounds;
+            if parent == 0 && !node.is_leaf() && node.len() < 2 {
+                return Err(Error::corrupt(format!(
+                    "B-tree root {ptr} is internal with one child"
+                )));
+            }
+            let first = node.first_key().unwrap();
+            if min.is_some_and(|m| m != first) {
+                return Err(Error::corrupt(format!(
+                    "B-tree node {ptr}: first key {first} but parent {parent} says {}",
+                    min.unwrap()
+                )));
+            }
+            let last = node.key_at(node.len() - 1).unwrap();
+            if end.is_some_and(|e| last >= e) {
+                return Err(Error::corrupt(format!(
+                    "B-tree node {ptr}: key {last} not below the next key {} of parent {parent}",
+                    end.unwrap()
+                )));
+            }
+            Ok(())
+        })
+    }
+
+    /// Depth-first walk with an explicit stack. For each node, `f` also gets
+    /// the bounds its parent implies: (exact first key, exclusive key end).
+    fn walk<S: NodeStore + ?Sized>(
+        &self,
+        store: &mut S,
+        root: u64,
+        f: &mut dyn FnMut(u64, u64, &Node, Bounds) -> Result<()>,
+    ) -> Result<()> {
+        if root == 0 {
+            return Ok(());
+        }
+        let mut seen = HashSet::new();
+        let mut stack = vec![(root, 0u64, None, (None, None))];
+        while let Some((ptr, parent, level, bounds)) = stack.pop() {
+            if !seen.insert(ptr) {
+                return Err(Error::corrupt(format!(
+                    "B-tree node {ptr} is reachable twice (again from {parent})"
+                )));
+            }
+            let node = self.read(store, ptr, level)?;
+            f(ptr, parent, &node, bounds)?;
+            if let Node::Internal { level, children } = &node {
+                for (i, &(key, child)) in children.iter().enumerate().rev() {
+                    let end = children.get(i + 1).map(|c| c.0).or(bounds.1);
+                    stack.push((child, ptr, Some(level - 1), (Some(key), end)));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads and decodes `ptr`, checking its level if the parent implies one.
+    fn read<S: NodeStore + ?Sized>(
+        &self,
+        store: &mut S,
+        ptr: u64,
+        level: Option<u8>,
+    ) -> Result<Node> {
+        let block = store.read_node(ptr)?;
+        let node = Node::decode(&block, self.block_bytes).map_err(|e| match e {
+            Error::Corrupt { what } => Error::corrupt(format!("B-tree node {ptr}: {what}")),
+            other => other,
+        })?;
+        match level {
+            Some(l) if node.level() != l => Err(Error::corrupt(format!(
+                "B-tree node {ptr} has level {}, its parent implies {l}",
+                node.level()
+            ))),
+            _ => Ok(node),
+        }
+    }
+
+    /// The root-to-leaf path towards `key`. For an insert, keys below a
+    /// node's minimum go to its first child; otherwise such a key is absent
+    /// and the result is `None`.
+    fn descend<S: NodeStore + ?Sized>(
+        &self,
+        store: &mut S,
+        root: u64,
+        key: u64,
+        for_insert: bool,
+    ) -> Result<Option<Vec<Step>>> {
+        let mut path: Vec<Step> = Vec::new();
+        let (mut ptr, mut level) = (root, None);
+        loop {
+            let node = self.read(store, ptr, level)?;
+            let Node::Internal { level: l, children } = &node else {
+                path.push(Step {
+                    ptr,
+                    node,
+                    idx: 0,
+                    dirty: false,
+                });
+                return Ok(Some(path));
+            };
+            let idx = match child_for(children, key) {
+                Some(i) => i,
+                None if for_insert => 0,
+                None => return Ok(None),
+            };
+            let next = (children[idx].1, Some(l - 1));
+            path.push(Step {
+                ptr,
+                node,
+                idx,
+                dirty: false,
+            });
+            (ptr, level) = next;
+        }
+    }
+
+    /// Makes every node of `path` writable, top-down, recording each new
+    /// pointer in the (already writable, in-memory) parent or in `*root`.
+    fn make_writable<S: NodeStore + ?Sized>(
+        &self,
+        store: &mut S,
+        root: &mut u64,
+        path: &mut [Step],
+    ) -> Result<()> {
+        for i in 0..path.len() {
+            let new = store.make_writable(path[i].ptr)?;
+            if new == path[i].ptr {
+                continue;
+            }
+            path[i].ptr = new;
+            match i.checked_sub(1) {
+                None => *root = new,
+                Some(p) => set_child(&mut path[p], |c| c.1 = new),
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the changed nodes of a writable path bottom-up: splits
+    /// overflowing nodes (a new sibling goes into the parent, a root split
+    /// grows a new root) and keeps each parent key equal to its child's
+    /// minimum. Unchanged ancestors are not rewritten.
+    fn write_path<S: NodeStore + ?Sized>(
+        &self,
+        store: &mut S,
+        root: &mut u64,
+        mut path: Vec<Step>,
+        appending: bool,
+    ) -> Result<()> {
+        let mut sibling = None;
+        while let Some(mut step) = path.pop() {
+            if let (Some(s), Node::Internal { children, .. }) = (sibling.take(), &mut step.node) {
+                children.insert(step.idx + 1, s);
+                step.dirty = true;
+            }
+            if !step.dirty {
+                continue;
+            }
+            let right = self.split(&mut step.node, appending);
+            store.write_node(step.ptr, step.node.encode(self.block_bytes))?;
+            if let Some(right) = right {
+                sibling = Some((right.first_key().unwrap(), self.write_new(store, &right)?));
+            }
+            let min = step.node.first_key().unwrap();
+            match path.last_mut() {
+                Some(parent) if parent.node.key_at(parent.idx) != Some(min) => {
+                    set_child(parent, |c| c.0 = min)
+                }
+                Some(_) => {}
+                None => {
+                    if let Some(s) = sibling.take() {
+                        let level = step.node.level() + 1;
+                        let new_root = Node::Internal {
+                            level,
+                            children: vec![(min, step.ptr), s],
+                        };
+                        *root = self.write_new(store, &new_root)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// If `node` is too big, moves its upper part into a returned new right
+    /// sibling. Leaves split by encoded size, internal nodes by count; both
+    /// halves are balanced, except that appends at the tree's right edge
+    /// leave the left node full, so sequential inserts pack nodes densely.
+    fn split(&self, node: &mut Node, appending: bool) -> Option<Node> {
+        if node.fits(self.block_bytes) {
+            return None;
+        }
+        // For internal nodes, fitting is the count limit.
+        let max_children = Node::max_children(self.block_bytes);
+        Some(match node {
+            Node::Leaf { items } => {
+                let at = leaf_split_point(items, self.block_bytes, appending);
+                Node::Leaf {
+                    items: items.split_off(at),
+                }
+            }
+            Node::Internal { level, children } => {
+                let at = if appending {
+                    max_children
+                } else {
+                    children.len() / 2
+                };
+                Node::Internal {
+                    level: *level,
+                    children: children.split_off(at),
+                }
+            }
+        })
+    }
+
+    /// After a removal, a root internal node with one child is replaced by
+    /// that child, repeatedly (lazy deletion can leave one-child nodes).
+    fn collapse_root<S: NodeStore + ?Sized>(&self, store: &mut S, root: &mut u64) -> Result<()> {
+        loop {
+            match self.read(store, *root, None)? {
+                Node::Internal { children, .. } if children.len() == 1 => {
+                    store.free_node(*root)?;
+                    *root = children[0].1;
+                }
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    /// The first item of the subtree at `ptr`.
+    fn leftmost<S: NodeStore + ?Sized>(
+        &self,
+        store: &mut S,
+        mut ptr: u64,
+        mut level: u8,
+    ) -> Result<(u64, Vec<u8>)> {
+        loop {
+            match self.read(store, ptr, Some(level))? {
+                Node::Leaf { mut items } => return Ok(items.swap_remove(0)),
+                Node::Internal { children, .. } => (ptr, level) = (children[0].1, level - 1),
+            }
+        }
+    }
+
+    fn write_new<S: NodeStore + ?Sized>(&self, store: &mut S, node: &Node) -> Result<u64> {
+        let ptr = store.alloc_node()?;
+        store.write_node(ptr, node.encode(self.block_bytes))?;
+        Ok(ptr)
+    }
+
+    fn check_value(&self, value: &[u8]) -> Result<()> {
+        let max = self.max_value_bytes();
+        if value.len() > max {
+            return Err(Error::invalid(format!(
+                "B-tree value of {} bytes, limit {max}",
+                value.len()
+            )));
+        }
+        Ok(())
+    }
+
+    fn bad_min(&self, ptr: u64) -> Error {
+        Error::corrupt(format!(
+            "B-tree node {ptr}: first key above its parent's key for it"
+        ))
+    }
+}
+
+/// Index of the child whose subtree would hold `key`: the last one whose
+/// minimum is `<= key`; `None` if `key` is below them all.
+fn child_for(children: &[(u64, u64)], key: u64) -> Option<usize> {
+    children.partition_point(|(k, _)| *k <= key).checked_sub(1)
+}
+
+/// Like [`child_for`], for leaf items too: the last item with key `<= key`.
+fn child_for_node(node: &Node, key: u64) -> Option<usize> {
+    match node {
+        Node::Leaf { items } => items.partition_point(|(k, _)| *k <= key).checked_sub(1),
+        Node::Internal { children, .. } => child_for(children, key),
+    }
+}
+
+/// Whether every step of `path` took its node's last child.
+fn is_rightmost(path: &[Step]) -> bool {
+    path.iter()
+        .all(|s| s.node.is_leaf() || s.idx + 1 == s.node.len())
+}
+
+/// Changes the item of `parent` for the child on the path, marking it dirty.
+fn set_child(parent: &mut Step, f: impl FnOnce(&mut (u64, u64))) {
+    let Node::Internal { children, .. } = &mut parent.node else {
+        unreachable!("a parent is internal")
+    };
+    f(&mut children[parent.idx]);
+    parent.dirty = true;
+}
+
+fn remove_leaf_item(node: &mut Node, pos: usize) -> Vec<u8> {
+    let Node::Leaf { items } = node else {
+        unreachable!()
+    };
+    items.remove(pos).1
+}
+
+/// Where to split an overflowing leaf: the first index of the right half.
+///
+/// Both halves fit: the items total at most one node plus one item, and no
+/// item exceeds half a node ([`Node::max_value_bytes`]). The largest prefix
+/// that fits then leaves less than half a node plus one item on the right,
+/// and the balanced choice (minimising the larger half) is never worse.
+fn leaf_split_point(items: &[(u64, Vec<u8>)], block_bytes: usize, appending: bool) -> usize {
+    let cap = block_bytes - Node::HEADER_BYTES;
+    let sizes: Vec<usize> = items
+        .iter()
+        .map(|(_, v)| Node::leaf_item_bytes(v.len()))
+        .collect();
+    let total: usize = sizes.iter().sum();
+    let mut best = (usize::MAX, 1);
+    let mut left = 0;
+    for (at, size) in sizes.iter().enumerate().take(items.len() - 1) {
+        left += size;
+        let larger = left.max(total - left);
+        if appending && left <= cap {
+            best = (larger, at + 1); // keep the largest fitting prefix
+        } else if !appending && larger < best.0 {
+            best = (larger, at + 1);
+        }
+    }
+    best.1
+}
+
+#[cfg(test)]
+#[path = "tree_tests.rs"]
+mod tests;
