@@ -1,0 +1,278 @@
+//! The block cache: one bounded cache for every block the engine touches,
+//! with TS-CLOCK replacement (Kang 2017) from `lsfs-policy`.
+//!
+//! Dirty blocks are never evicted: they reach the device only through the
+//! segment constructor, which then marks them clean. Clean blocks are evicted
+//! when the cache is over its capacity. The engine keeps dirty blocks under
+//! half the capacity by writing a checkpoint when it crosses that line, so the
+//! cache holds at most `capacity_blocks` plus the blocks one operation dirties.
+
+use crate::log::record::BlockKind;
+use lsfs_policy::cache::{Replacement, TsClock};
+use std::collections::{HashMap, HashSet};
+
+/// A cache key: virtual blocks and physical (or temporary) addresses share one
+/// `u64` space, told apart by the low bit.
+pub type CacheKey = u64;
+
+pub fn vkey(vblock: u64) -> CacheKey {
+    debug_assert!(vblock < 1 << 62);
+    vblock << 1
+}
+pub fn pkey(addr: u64) -> CacheKey {
+    (addr << 1) | 1
+}
+pub fn key_is_virtual(k: CacheKey) -> bool {
+    k & 1 == 0
+}
+pub fn key_addr(k: CacheKey) -> u64 {
+    k >> 1
+}
+
+/// Who a cached block belongs to: what its summary entry will say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Owner {
+    pub ino: u64,
+    pub offset: u64,
+    pub kind: BlockKind,
+}
+
+struct Entry {
+    data: Box<[u8]>,
+    dirty: bool,
+    owner: Owner,
+}
+
+/// Blocks grouped per "flash block" by TS-CLOCK for write-back order.
+const POLICY_PAGES_PER_BLOCK: u32 = 64;
+
+pub struct BlockCache {
+    map: HashMap<CacheKey, Entry>,
+    policy: Box<dyn Replacement<CacheKey> + Send>,
+    capacity_blocks: usize,
+    dirty: HashSet<CacheKey>,
+    pub hits: u64,
+    pub misses: u64,
+}
+
+fn identity(k: &CacheKey) -> u64 {
+    *k
+}
+
+impl BlockCache {
+    pub fn new(capacity_blocks: usize) -> BlockCache {
+        let capacity_blocks = capacity_blocks.max(64);
+        // The policy tracks up to twice the capacity: dirty blocks may hold
+        // the cache over its capacity until the next checkpoint drains them.
+        let policy = TsClock::new(capacity_blocks * 2, POLICY_PAGES_PER_BLOCK, identity);
+        BlockCache {
+            map: HashMap::new(),
+            policy: Box::new(policy),
+            capacity_blocks,
+            dirty: HashSet::new(),
+            hits: 0,
+            misses: 0,
+        }
+    }
+
+    pub fn capacity_blocks(&self) -> usize {
+        self.capacity_blocks
+    }
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+    pub fn dirty_count(&self) -> usize {
+        self.dirty.len()
+    }
+
+    pub fn get(&mut self, k: CacheKey) -> Option<&[u8]> {
+        match self.map.get(&k) {
+            Some(e) => {
+                self.hits += 1;
+                self.policy.touch(&k, false);
+                Some(&e.data)
+            }
+            None => {
+                self.misses += 1;
+                None
+            }
+        }
+    }
+
+    pub fn contains(&self, k: CacheKey) -> bool {
+        self.map.contains_key(&k)
+    }
+    pub fn is_dirty(&self, k: CacheKey) -> bool {
+        self.dirty.contains(&k)
+    }
+    pub fn owner(&self, k: CacheKey) -> Option<Owner> {
+        self.map.get(&k).map(|e| e.owner)
+    }
+
+    /// Keep a clean copy of a block just read, if there is room for it.
+    pub fn insert_clean(&mut self, k: CacheKey, data: &[u8], owner: Owner) {
+        if self.map.contains_key(&k) {
+            return;
+        }
+        if !self.make_room() {
+            return; // full of dirty blocks: serve the read without caching it
+        }
+        self.policy.insert(k, false);
+        self.map.insert(
+            k,
+            Entry {
+                data: data.into(),
+                dirty: false,
+                owner,
+            },
+        );
+    }
+
+    /// Store `data` as the new dirty contents of `k`.
+    pub fn put_dirty(&mut self, k: CacheKey, data: Vec<u8>, owner: Owner) {
+        if let Some(e) = self.map.get_mut(&k) {
+            e.data = data.into_boxed_slice();
+            e.dirty = true;
+            e.owner = owner;
+            self.policy.touch(&k, true);
+        } else {
+            self.make_room();
+            if self.policy.len() >= self.policy.capacity() {
+                // Only dirty blocks left and over twice the capacity: the
+                // policy cannot track more, so this is a sizing bug.
+                panic!(
+                    "block cache: {} dirty blocks exceed twice the capacity",
+                    self.dirty.len()
+                );
+            }
+            self.policy.insert(k, true);
+            self.map.insert(
+                k,
+                Entry {
+                    data: data.into_boxed_slice(),
+                    dirty: true,
+                    owner,
+                },
+            );
+        }
+        self.dirty.insert(k);
+    }
+
+    pub fn mark_clean(&mut self, k: CacheKey) {
+        if let Some(e) = self.map.get_mut(&k) {
+            e.dirty = false;
+            self.policy.mark_clean(&k);
+        }
+        self.dirty.remove(&k);
+    }
+
+    pub fn remove(&mut self, k: CacheKey) {
+        if self.map.remove(&k).is_some() {
+            self.policy.remove(&k);
+        }
+        self.dirty.remove(&k);
+    }
+
+    /// Move a block to a new key (a temporary address became a physical one).
+    pub fn rekey(&mut self, from: CacheKey, to: CacheKey) {
+        if let Some(e) = self.map.remove(&from) {
+            self.policy.remove(&from);
+            let was_dirty = self.dirty.remove(&from);
+            self.remove(to);
+            self.policy.insert(to, was_dirty);
+            if was_dirty {
+                self.dirty.insert(to);
+            }
+            self.map.insert(to, e);
+        }
+    }
+
+    pub fn dirty_keys(&self) -> Vec<CacheKey> {
+        self.dirty.iter().copied().collect()
+    }
+
+    /// Evict clean blocks until the cache is under its capacity. Returns
+    /// whether there is room for one more block.
+    fn make_room(&mut self) -> bool {
+        while self.map.len() >= self.capacity_blocks {
+            match self.policy.victim(false) {
+                Some(k) => {
+                    let e = self.map.remove(&k);
+                    debug_assert!(
+                        e.as_ref().is_some_and(|e| !e.dirty),
+                        "policy evicted a dirty block"
+                    );
+                }
+                None => return false,
+            }
+        }
+        true
+    }
+
+    /// Check the cache's own invariants (tests and fsck-style self checks).
+    pub fn check(&self) {
+        assert_eq!(
+            self.map.len(),
+            self.policy.len(),
+            "cache and policy disagree on residency"
+        );
+        for k in &self.dirty {
+            assert!(
+                self.map.get(k).is_some_and(|e| e.dirty),
+                "dirty set names a clean or absent block"
+            );
+        }
+        assert_eq!(
+            self.dirty.len(),
+            self.map.values().filter(|e| e.dirty).count()
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn own() -> Owner {
+        Owner {
+            ino: 1,
+            offset: 0,
+            kind: BlockKind::Data,
+        }
+    }
+
+    #[test]
+    fn clean_blocks_are_evicted_and_dirty_blocks_stay() {
+        let mut c = BlockCache::new(64);
+        for i in 0..32 {
+            c.put_dirty(vkey(i), vec![i as u8; 8], own());
+        }
+        for i in 100..1000 {
+            c.insert_clean(vkey(i), &[0; 8], own());
+            c.check();
+            assert!(c.len() <= 64, "cache grew to {}", c.len());
+        }
+        for i in 0..32 {
+            assert_eq!(
+                c.get(vkey(i)).unwrap()[0],
+                i as u8,
+                "dirty block {i} was evicted"
+            );
+        }
+    }
+
+    #[test]
+    fn rekey_keeps_contents_and_state() {
+        let mut c = BlockCache::new(64);
+        c.put_dirty(pkey(1 << 40), vec![7; 8], own());
+        c.rekey(pkey(1 << 40), pkey(5));
+        c.mark_clean(pkey(5));
+        c.check();
+        assert_eq!(c.get(pkey(5)).unwrap()[0], 7);
+        assert!(!c.contains(pkey(1 << 40)));
+        assert_eq!(c.dirty_count(), 0);
+    }
+}

@@ -1,0 +1,79 @@
+//! Layer 1: block devices. Everything above reads and writes whole blocks
+//! through [`BlockDevice`]; only this layer knows about files and syscalls.
+
+mod crash;
+mod file;
+mod memory;
+
+pub use crash::{CrashDevice, CrashLog};
+pub use file::FileDevice;
+pub use memory::MemDevice;
+
+use crate::error::Result;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A device of `size_bytes`, read and written at byte offsets that are
+/// multiples of the block size the caller uses.
+pub trait BlockDevice: Send {
+    fn size_bytes(&self) -> u64;
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<()>;
+    fn write_at(&mut self, offset: u64, buf: &[u8]) -> Result<()>;
+    /// Make every write that returned before this call durable.
+    fn flush(&mut self) -> Result<()>;
+    /// Counters of this device's traffic.
+    fn stats(&self) -> &DeviceStats;
+}
+
+/// Device traffic counters; `flushes` is what the one-flush-per-fsync promise is measured by.
+#[derive(Debug, Default)]
+pub struct DeviceStats {
+    pub reads: AtomicU64,
+    pub read_bytes: AtomicU64,
+    pub writes: AtomicU64,
+    pub write_bytes: AtomicU64,
+    pub flushes: AtomicU64,
+}
+
+impl DeviceStats {
+    pub fn note_read(&self, bytes: usize) {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.read_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+    pub fn note_write(&self, bytes: usize) {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.write_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+    pub fn note_flush(&self) {
+        self.flushes.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn snapshot(&self) -> DeviceCounters {
+        DeviceCounters {
+            reads: self.reads.load(Ordering::Relaxed),
+            read_bytes: self.read_bytes.load(Ordering::Relaxed),
+            writes: self.writes.load(Ordering::Relaxed),
+            write_bytes: self.write_bytes.load(Ordering::Relaxed),
+            flushes: self.flushes.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A copy of [`DeviceStats`] at one moment.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct DeviceCounters {
+    pub reads: u64,
+    pub read_bytes: u64,
+    pub writes: u64,
+    pub write_bytes: u64,
+    pub flushes: u64,
+}
+
+/// Checks that an access lies inside the device, naming it if not.
+pub(crate) fn check_range(size_bytes: u64, offset: u64, len: usize, what: &str) -> Result<()> {
+    match offset.checked_add(len as u64) {
+        Some(end) if end <= size_bytes => Ok(()),
+        _ => Err(crate::error::Error::io(
+            format!("{what} of {len} bytes at offset {offset} is past the device end ({size_bytes} bytes)"),
+            std::io::Error::from_raw_os_error(libc::EIO),
+        )),
+    }
+}

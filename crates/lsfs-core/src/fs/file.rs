@@ -1,0 +1,348 @@
+//! Regular file data: a small file's bytes live in its inode; larger files
+//! map block offsets to *extents* of consecutive virtual blocks (key: first
+//! file block; value: first virtual block and length), inline while the list
+//! is short and in a B-tree after that.
+
+use crate::cache::Owner;
+use crate::error::{Error, Result};
+use crate::fs::inode::{Format, Inode, AREA_BYTES};
+use crate::fs::map;
+use crate::log::record::BlockKind;
+use crate::meta::store::Store;
+use lsfs_vfs::Errno;
+
+pub const BLOCK: u64 = 4096;
+/// Largest file size: 2^44 bytes (16 TiB), far above the 1 TiB required.
+pub const MAX_FILE_BYTES: u64 = 1 << 44;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extent {
+    pub file_block: u64,
+    pub vstart: u64,
+    pub len: u64,
+}
+
+fn decode_ext(k: u64, v: &[u8]) -> Result<Extent> {
+    if v.len() != 12 {
+        return Err(Error::corrupt(format!(
+            "extent at file block {k}: value of {} bytes",
+            v.len()
+        )));
+    }
+    let vstart = u64::from_le_bytes(v[..8].try_into().unwrap());
+    let len = u32::from_le_bytes(v[8..].try_into().unwrap()) as u64;
+    if len == 0 || vstart == 0 {
+        return Err(Error::corrupt(format!(
+            "extent at file block {k} is empty or unmapped"
+        )));
+    }
+    Ok(Extent {
+        file_block: k,
+        vstart,
+        len,
+    })
+}
+
+fn encode_ext(e: &Extent) -> Vec<u8> {
+    let mut v = e.vstart.to_le_bytes().to_vec();
+    v.extend_from_slice(&(e.len as u32).to_le_bytes());
+    v
+}
+
+/// The extent covering file block `b`, if any.
+pub fn extent_at(s: &mut Store, ino: &Inode, b: u64) -> Result<Option<Extent>> {
+    match map::get_floor(s, ino, b)? {
+        Some((k, v)) => {
+            let e = decode_ext(k, &v)?;
+            Ok((b < e.file_block + e.len).then_some(e))
+        }
+        None => Ok(None),
+    }
+}
+
+fn owner(ino: u64, b: u64) -> Owner {
+    Owner {
+        ino,
+        offset: b,
+        kind: BlockKind::Data,
+    }
+}
+
+/// Bytes of `ino` in `[off, off + len)`, clipped to the file size; holes read as zeros.
+pub fn read(s: &mut Store, ino: &Inode, off: u64, len: u64) -> Result<Vec<u8>> {
+    if off >= ino.size {
+        return Ok(Vec::new());
+    }
+    let end = (off + len).min(ino.size);
+    if ino.format == Format::InlineData {
+        let mut out = ino.area.clone();
+        out.resize(ino.size as usize, 0);
+        return Ok(out[off as usize..end as usize].to_vec());
+    }
+    let mut out = Vec::with_capacity((end - off) as usize);
+    let mut pos = off;
+    while pos < end {
+        let b = pos / BLOCK;
+        let in_block = (pos % BLOCK) as usize;
+        let n = ((BLOCK as usize - in_block) as u64).min(end - pos) as usize;
+        match extent_at(s, ino, b)? {
+            Some(e) => {
+                let data = s.vread(e.vstart + (b - e.file_block), owner(ino.ino, b))?;
+                out.extend_from_slice(&data[in_block..in_block + n]);
+            }
+            None => out.resize(out.len() + n, 0),
+        }
+        pos += n as u64;
+    }
+    Ok(out)
+}
+
+/// Map file block `b` to virtual block `v` (or unmap it with `None`),
+/// splitting and merging extents. Returns the virtual block it replaced.
+fn remap(s: &mut Store, ino: &mut Inode, b: u64, v: Option<u64>) -> Result<Option<u64>> {
+    let old = extent_at(s, ino, b)?;
+    let mut replaced = None;
+    if let Some(e) = old {
+        replaced = Some(e.vstart + (b - e.file_block));
+        map::remove(s, ino, e.file_block)?;
+        if b > e.file_block {
+            let left = Extent {
+                file_block: e.file_block,
+                vstart: e.vstart,
+                len: b - e.file_block,
+            };
+            map::insert(s, ino, left.file_block, &encode_ext(&left))?;
+        }
+        if b + 1 < e.file_block + e.len {
+            let d = b + 1 - e.file_block;
+            let right = Extent {
+                file_block: b + 1,
+                vstart: e.vstart + d,
+                len: e.len - d,
+            };
+            map::insert(s, ino, right.file_block, &encode_ext(&right))?;
+        }
+    }
+    if let Some(v) = v {
+        let mut new = Extent {
+            file_block: b,
+            vstart: v,
+            len: 1,
+        };
+        // Merge with the extent ending right before, when contiguous in both spaces.
+        if b > 0 {
+            if let Some(p) = extent_at(s, ino, b - 1)? {
+                if p.file_block + p.len == b && p.vstart + p.len == v && p.len < u32::MAX as u64 {
+                    map::remove(s, ino, p.file_block)?;
+                    new = Extent {
+                        file_block: p.file_block,
+                        vstart: p.vstart,
+                        len: p.len + 1,
+                    };
+                }
+            }
+        }
+        if let Some((k, val)) = map::get_ceil(s, ino, b + 1)? {
+            let n = decode_ext(k, &val)?;
+            if k == b + 1 && n.vstart == v + 1 && new.len + n.len <= u32::MAX as u64 {
+                map::remove(s, ino, k)?;
+                new.len += n.len;
+            }
+        }
+        map::insert(s, ino, new.file_block, &encode_ext(&new))?;
+    }
+    Ok(replaced)
+}
+
+/// Give file block `b` the contents `data` (a whole block).
+fn write_block(s: &mut Store, ino: &mut Inode, b: u64, data: Vec<u8>) -> Result<()> {
+    match extent_at(s, ino, b)? {
+        Some(e) if s.is_fresh(e.vstart + (b - e.file_block)) => {
+            s.vwrite(e.vstart + (b - e.file_block), data, owner(ino.ino, b))
+        }
+        existing => {
+            let nv = s.vnew(data, owner(ino.ino, b))?;
+            let replaced = remap(s, ino, b, Some(nv))?;
+            debug_assert_eq!(replaced, existing.map(|e| e.vstart + (b - e.file_block)));
+            match replaced {
+                Some(old) => s.vkill(old)?,
+                None => ino.blocks += 1,
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Move inline bytes into block 0 so that the file can grow past the inode.
+fn uninline(s: &mut Store, ino: &mut Inode) -> Result<()> {
+    if ino.format != Format::InlineData {
+        return Ok(());
+    }
+    let data = std::mem::take(&mut ino.area);
+    ino.format = Format::InlineMap;
+    ino.area = 0u16.to_le_bytes().to_vec();
+    if data.iter().any(|&x| x != 0) {
+        let mut block = data;
+        block.resize(BLOCK as usize, 0);
+        write_block(s, ino, 0, block)?;
+    }
+    Ok(())
+}
+
+/// Write `data` at `off`, growing the file as needed.
+pub fn write(s: &mut Store, ino: &mut Inode, off: u64, data: &[u8]) -> Result<()> {
+    let end = off
+        .checked_add(data.len() as u64)
+        .filter(|&e| e <= MAX_FILE_BYTES)
+        .ok_or(Error::Errno(Errno::FBIG))?;
+    if data.is_empty() {
+        return Ok(());
+    }
+    if ino.format == Format::InlineData && end <= AREA_BYTES as u64 {
+        let mut area = std::mem::take(&mut ino.area);
+        area.resize((ino.size.max(end)) as usize, 0);
+        area[off as usize..end as usize].copy_from_slice(data);
+        ino.area = area;
+        ino.size = ino.size.max(end);
+        return Ok(());
+    }
+    uninline(s, ino)?;
+    let mut pos = off;
+    let mut src = data;
+    while !src.is_empty() {
+        let b = pos / BLOCK;
+        let in_block = (pos % BLOCK) as usize;
+        let n = (BLOCK as usize - in_block).min(src.len());
+        let block = if n == BLOCK as usize {
+            src[..n].to_vec()
+        } else {
+            let mut cur = match extent_at(s, ino, b)? {
+                Some(e) => s.vread(e.vstart + (b - e.file_block), owner(ino.ino, b))?,
+                None => vec![0; BLOCK as usize],
+            };
+            cur[in_block..in_block + n].copy_from_slice(&src[..n]);
+            cur
+        };
+        write_block(s, ino, b, block)?;
+        pos += n as u64;
+        src = &src[n..];
+    }
+    ino.size = ino.size.max(end);
+    Ok(())
+}
+
+/// Drop every block at or after file block `from`.
+fn drop_blocks_from(s: &mut Store, ino: &mut Inode, from: u64) -> Result<()> {
+    loop {
+        // The last extent that reaches past `from`.
+        let Some((k, v)) = map::get_floor(s, ino, u64::MAX)? else {
+            break;
+        };
+        let e = decode_ext(k, &v)?;
+        if e.file_block + e.len <= from {
+            break;
+        }
+        let cut = from.max(e.file_block);
+        for i in (cut - e.file_block)..e.len {
+            s.vkill(e.vstart + i)?;
+            ino.blocks -= 1;
+        }
+        map::remove(s, ino, k)?;
+        if cut > e.file_block {
+            let left = Extent {
+                file_block: e.file_block,
+                vstart: e.vstart,
+                len: cut - e.file_block,
+            };
+            map::insert(s, ino, k, &encode_ext(&left))?;
+        }
+    }
+    Ok(())
+}
+
+/// Set the file size, dropping blocks past the new end and zeroing the
+/// tail of the last block so that a later extension reads zeros.
+pub fn truncate(s: &mut Store, ino: &mut Inode, size: u64) -> Result<()> {
+    if size > MAX_FILE_BYTES {
+        return Err(Error::Errno(Errno::FBIG));
+    }
+    if ino.format == Format::InlineData {
+        if size <= AREA_BYTES as u64 {
+            ino.area.resize((size.min(ino.size)) as usize, 0);
+            ino.size = size;
+            return Ok(());
+        }
+        uninline(s, ino)?;
+    }
+    if size < ino.size {
+        drop_blocks_from(s, ino, size.div_ceil(BLOCK))?;
+        let tail = (size % BLOCK) as usize;
+        if tail != 0 {
+            let b = size / BLOCK;
+            if let Some(e) = extent_at(s, ino, b)? {
+                let mut cur = s.vread(e.vstart + (b - e.file_block), owner(ino.ino, b))?;
+                if cur[tail..].iter().any(|&x| x != 0) {
+                    cur[tail..].fill(0);
+                    write_block(s, ino, b, cur)?;
+                }
+            }
+        }
+    }
+    ino.size = size;
+    if size == 0 && ino.blocks == 0 && ino.format == Format::InlineMap {
+        ino.format = Format::InlineData;
+        ino.area.clear();
+    }
+    Ok(())
+}
+
+/// Free all data and the map of a file being deleted.
+pub fn destroy(s: &mut Store, ino: &mut Inode) -> Result<()> {
+    if ino.format != Format::InlineData {
+        drop_blocks_from(s, ino, 0)?;
+        if ino.format == Format::BTree {
+            map::destroy_tree(s, ino.map_root, ino.ino)?;
+            ino.map_root = 0;
+        }
+    }
+    ino.format = Format::InlineData;
+    ino.area.clear();
+    ino.size = 0;
+    Ok(())
+}
+
+/// Allocate (zero-fill) every hole in `[off, off + len)` and extend the size:
+/// fallocate mode 0. Blocks already present keep their contents.
+pub fn allocate(s: &mut Store, ino: &mut Inode, off: u64, len: u64) -> Result<()> {
+    let end = off
+        .checked_add(len)
+        .filter(|&e| e <= MAX_FILE_BYTES)
+        .ok_or(Error::Errno(Errno::FBIG))?;
+    if ino.format == Format::InlineData && end <= AREA_BYTES as u64 {
+        if end > ino.size {
+            ino.area.resize(end as usize, 0);
+            ino.size = end;
+        }
+        return Ok(());
+    }
+    uninline(s, ino)?;
+    for b in off / BLOCK..end.div_ceil(BLOCK) {
+        if extent_at(s, ino, b)?.is_none() {
+            write_block(s, ino, b, vec![0; BLOCK as usize])?;
+        }
+    }
+    ino.size = ino.size.max(end);
+    Ok(())
+}
+
+/// File blocks `[from, to)` that hold data, with their virtual blocks (fsck, dsync).
+pub fn mapped_blocks(s: &mut Store, ino: &Inode) -> Result<Vec<(u64, u64)>> {
+    let mut out = Vec::new();
+    let mut key = 0;
+    while let Some((k, v)) = map::get_ceil(s, ino, key)? {
+        let e = decode_ext(k, &v)?;
+        out.extend((0..e.len).map(|i| (e.file_block + i, e.vstart + i)));
+        key = k + 1;
+    }
+    Ok(out)
+}

@@ -1,0 +1,214 @@
+//! The inode: 512 bytes in the IFILE. The last 384 bytes (the *area*) hold,
+//! depending on the format (yFS's three):
+//! - `INLINE_DATA`: a small file's bytes or a symlink's target;
+//! - `INLINE_MAP`: a small sorted map, i.e. a short extent list (files) or a
+//!   small directory;
+//! - `BTREE`: nothing; the map is a B-tree rooted at `map_root`.
+
+use crate::codec::{Reader, Writer};
+use crate::error::{Error, Result};
+use crate::meta::ifile::INODE_BYTES;
+use lsfs_vfs::{Attr, FileKind, Timespec};
+
+pub const AREA_BYTES: usize = 384;
+const AREA_AT: usize = INODE_BYTES - AREA_BYTES;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Format {
+    InlineData = 0,
+    InlineMap = 1,
+    BTree = 2,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Inode {
+    pub ino: u64,
+    pub mode: u32,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    /// 4 KiB blocks mapped by this file (data only).
+    pub blocks: u64,
+    pub atime: Timespec,
+    pub mtime: Timespec,
+    pub ctime: Timespec,
+    pub crtime: Timespec,
+    pub rdev: u32,
+    pub format: Format,
+    pub xattr_root: u64,
+    pub map_root: u64,
+    pub area: Vec<u8>,
+}
+
+impl Inode {
+    pub fn new(ino: u64, mode: u32, uid: u32, gid: u32, now: Timespec) -> Inode {
+        let kind = FileKind::from_mode(mode).unwrap_or(FileKind::File);
+        Inode {
+            ino,
+            mode,
+            nlink: if kind == FileKind::Dir { 2 } else { 1 },
+            uid,
+            gid,
+            size: 0,
+            blocks: 0,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            crtime: now,
+            rdev: 0,
+            format: if kind == FileKind::Dir {
+                Format::InlineMap
+            } else {
+                Format::InlineData
+            },
+            xattr_root: 0,
+            map_root: 0,
+            area: if kind == FileKind::Dir {
+                0u16.to_le_bytes().to_vec()
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    pub fn kind(&self) -> FileKind {
+        FileKind::from_mode(self.mode).unwrap_or(FileKind::File)
+    }
+
+    pub fn attr(&self) -> Attr {
+        Attr {
+            ino: self.ino,
+            size: self.size,
+            blocks: self.blocks * 8 + (self.format == Format::InlineData && self.size > 0) as u64,
+            atime: self.atime,
+            mtime: self.mtime,
+            ctime: self.ctime,
+            crtime: self.crtime,
+            kind: self.kind(),
+            perm: (self.mode & 0o7777) as u16,
+            nlink: self.nlink,
+            uid: self.uid,
+            gid: self.gid,
+            rdev: self.rdev,
+            blksize: 4096,
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        assert!(
+            self.area.len() <= AREA_BYTES,
+            "inode {} area of {} bytes",
+            self.ino,
+            self.area.len()
+        );
+        let mut w = Writer::with_capacity(INODE_BYTES);
+        w.u32(self.mode)
+            .u32(self.nlink)
+            .u32(self.uid)
+            .u32(self.gid)
+            .u64(self.size)
+            .u64(self.blocks)
+            .i64(self.atime.sec)
+            .i64(self.mtime.sec)
+            .i64(self.ctime.sec)
+            .i64(self.crtime.sec)
+            .u32(self.atime.nsec)
+            .u32(self.mtime.nsec)
+            .u32(self.ctime.nsec)
+            .u32(self.crtime.nsec)
+            .u32(self.rdev)
+            .u8(self.format as u8)
+            .bytes(&[0; 3])
+            .u64(self.ino)
+            .u64(self.xattr_root)
+            .u64(self.map_root)
+            .u16(self.area.len() as u16)
+            .pad_to(AREA_AT)
+            .bytes(&self.area)
+            .pad_to(INODE_BYTES);
+        w.finish()
+    }
+
+    pub fn decode(b: &[u8], ino: u64) -> Result<Inode> {
+        let what = format!("inode {ino}");
+        let mut r = Reader::new(b, &what);
+        let mode = r.u32()?;
+        let nlink = r.u32()?;
+        let uid = r.u32()?;
+        let gid = r.u32()?;
+        let size = r.u64()?;
+        let blocks = r.u64()?;
+        let (a, m, c, cr) = (r.i64()?, r.i64()?, r.i64()?, r.i64()?);
+        let (an, mn, cn, crn) = (r.u32()?, r.u32()?, r.u32()?, r.u32()?);
+        let rdev = r.u32()?;
+        let format = match r.u8()? {
+            0 => Format::InlineData,
+            1 => Format::InlineMap,
+            2 => Format::BTree,
+            f => return Err(Error::corrupt(format!("{what}: unknown map format {f}"))),
+        };
+        r.skip(3)?;
+        let stored_ino = r.u64()?;
+        if stored_ino != ino {
+            return Err(Error::corrupt(format!(
+                "{what}: slot holds inode {stored_ino}"
+            )));
+        }
+        let xattr_root = r.u64()?;
+        let map_root = r.u64()?;
+        let area_len = r.u16()? as usize;
+        if area_len > AREA_BYTES || FileKind::from_mode(mode).is_none() {
+            return Err(Error::corrupt(format!(
+                "{what}: bad area length {area_len} or mode {mode:o}"
+            )));
+        }
+        let area = Reader::at(b, AREA_AT, &what).bytes(area_len)?.to_vec();
+        let ts = |sec, nsec: u32| Timespec {
+            sec,
+            nsec: nsec.min(999_999_999),
+        };
+        Ok(Inode {
+            ino,
+            mode,
+            nlink,
+            uid,
+            gid,
+            size,
+            blocks,
+            atime: ts(a, an),
+            mtime: ts(m, mn),
+            ctime: ts(c, cn),
+            crtime: ts(cr, crn),
+            rdev,
+            format,
+            xattr_root,
+            map_root,
+            area,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let mut i = Inode::new(
+            77,
+            libc::S_IFREG | 0o644,
+            1,
+            2,
+            Timespec { sec: 5, nsec: 6 },
+        );
+        i.area = b"hello".to_vec();
+        i.size = 5;
+        assert_eq!(Inode::decode(&i.encode(), 77).unwrap(), i);
+        assert!(
+            Inode::decode(&i.encode(), 78).is_err(),
+            "inode in the wrong slot accepted"
+        );
+    }
+}

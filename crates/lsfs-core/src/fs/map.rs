@@ -1,0 +1,143 @@
+//! A file's sorted map from `u64` keys to small values, stored inline in the
+//! inode area while it fits (`INLINE_MAP`) and as a B-tree otherwise
+//! (`BTREE`). Files keep their extents here, directories their entries.
+
+use crate::btree::NodeStore;
+use crate::codec::{Reader, Writer};
+use crate::error::Result;
+use crate::fs::inode::{Format, Inode, AREA_BYTES};
+use crate::meta::store::{Store, VNodes, VNodesRo};
+
+fn decode_inline(area: &[u8]) -> Result<Vec<(u64, Vec<u8>)>> {
+    let mut r = Reader::new(area, "inline map");
+    if area.is_empty() {
+        return Ok(Vec::new());
+    }
+    let n = r.u16()? as usize;
+    let mut items = Vec::with_capacity(n);
+    for _ in 0..n {
+        let k = r.u64()?;
+        let l = r.u16()? as usize;
+        items.push((k, r.bytes(l)?.to_vec()));
+    }
+    Ok(items)
+}
+
+fn encode_inline(items: &[(u64, Vec<u8>)]) -> Option<Vec<u8>> {
+    let bytes: usize = 2 + items.iter().map(|(_, v)| 10 + v.len()).sum::<usize>();
+    if bytes > AREA_BYTES {
+        return None;
+    }
+    let mut w = Writer::with_capacity(bytes);
+    w.u16(items.len() as u16);
+    for (k, v) in items {
+        w.u64(*k).u16(v.len() as u16).bytes(v);
+    }
+    Some(w.finish())
+}
+
+/// Read access to an inode's map (works for any checkpoint's inode).
+pub fn get_floor(s: &mut Store, ino: &Inode, key: u64) -> Result<Option<(u64, Vec<u8>)>> {
+    match ino.format {
+        Format::BTree => {
+            let tree = s.tree();
+            tree.floor(&mut VNodesRo { s }, ino.map_root, key)
+        }
+        Format::InlineMap => Ok(decode_inline(&ino.area)?
+            .into_iter()
+            .rev()
+            .find(|(k, _)| *k <= key)),
+        Format::InlineData => Ok(None),
+    }
+}
+
+pub fn get_ceil(s: &mut Store, ino: &Inode, key: u64) -> Result<Option<(u64, Vec<u8>)>> {
+    match ino.format {
+        Format::BTree => {
+            let tree = s.tree();
+            tree.ceil(&mut VNodesRo { s }, ino.map_root, key)
+        }
+        Format::InlineMap => Ok(decode_inline(&ino.area)?
+            .into_iter()
+            .find(|(k, _)| *k >= key)),
+        Format::InlineData => Ok(None),
+    }
+}
+
+pub fn get(s: &mut Store, ino: &Inode, key: u64) -> Result<Option<Vec<u8>>> {
+    Ok(get_floor(s, ino, key)?
+        .filter(|(k, _)| *k == key)
+        .map(|(_, v)| v))
+}
+
+/// Insert or replace; converts an inline map to a B-tree when it outgrows the inode.
+pub fn insert(s: &mut Store, ino: &mut Inode, key: u64, value: &[u8]) -> Result<()> {
+    debug_assert!(ino.format != Format::InlineData);
+    if ino.format == Format::InlineMap {
+        let mut items = decode_inline(&ino.area)?;
+        match items.binary_search_by_key(&key, |(k, _)| *k) {
+            Ok(i) => items[i].1 = value.to_vec(),
+            Err(i) => items.insert(i, (key, value.to_vec())),
+        }
+        if let Some(area) = encode_inline(&items) {
+            ino.area = area;
+            return Ok(());
+        }
+        // Outgrown: move every item into a new B-tree.
+        let tree = s.tree();
+        let mut root = 0;
+        let mut st = VNodes { s, ino: ino.ino };
+        for (k, v) in &items {
+            tree.insert(&mut st, &mut root, *k, v)?;
+        }
+        ino.format = Format::BTree;
+        ino.map_root = root;
+        ino.area.clear();
+        return Ok(());
+    }
+    let tree = s.tree();
+    tree.insert(
+        &mut VNodes { s, ino: ino.ino },
+        &mut ino.map_root,
+        key,
+        value,
+    )?;
+    Ok(())
+}
+
+pub fn remove(s: &mut Store, ino: &mut Inode, key: u64) -> Result<Option<Vec<u8>>> {
+    match ino.format {
+        Format::InlineMap => {
+            let mut items = decode_inline(&ino.area)?;
+            let old = items
+                .binary_search_by_key(&key, |(k, _)| *k)
+                .ok()
+                .map(|i| items.remove(i).1);
+            ino.area = encode_inline(&items).expect("a smaller map fits");
+            Ok(old)
+        }
+        Format::BTree => {
+            let tree = s.tree();
+            tree.remove(&mut VNodes { s, ino: ino.ino }, &mut ino.map_root, key)
+        }
+        Format::InlineData => Ok(None),
+    }
+}
+
+/// Free every node of an inode's map tree (its values are the caller's).
+pub fn destroy_tree(s: &mut Store, root: u64, owner_ino: u64) -> Result<()> {
+    if root == 0 {
+        return Ok(());
+    }
+    let tree = s.tree();
+    let mut ptrs = Vec::new();
+    tree.visit(&mut VNodesRo { s }, root, &mut |v| {
+        ptrs.push(v.ptr);
+        Ok(())
+    })?;
+    let mut st = VNodes { s, ino: owner_ino };
+    for p in ptrs {
+        st.free_node(p)?;
+    }
+    Ok(())
+}

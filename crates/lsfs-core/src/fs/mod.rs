@@ -1,0 +1,1110 @@
+//! Layer 4: the file system users see. [`Lsfs`] implements [`Vfs`] on top of
+//! the store: inodes, regular files, directories, symlinks, hard links,
+//! xattrs, checkpoints, snapshots, fsync and recovery's roll-forward.
+
+pub mod dir;
+pub mod file;
+pub mod inode;
+pub mod map;
+pub mod xattr;
+
+use crate::device::BlockDevice;
+use crate::error::{Error, Result};
+use crate::layout::{MAX_INO, ORPHAN_INO, ROOT_INO};
+use crate::log::chain::FoundRecord;
+use crate::log::record::BlockKind;
+use crate::meta::open::MkfsOptions;
+use crate::meta::store::{Store, StoreConfig};
+use inode::{Format, Inode};
+use lsfs_vfs::*;
+use std::collections::HashMap;
+
+/// An inode in memory, with the references the kernel and open files hold.
+struct Cached {
+    inode: Inode,
+    dirty: bool,
+    lookups: u64,
+    opens: u64,
+    /// Its name or size shrank since the last checkpoint: fsync must write a
+    /// checkpoint, because a roll-forward record cannot express it.
+    needs_checkpoint: bool,
+}
+
+/// Inodes kept in memory beyond those referenced or dirty.
+const INODE_CACHE_MAX: usize = 65536;
+
+/// Settings of a mount.
+#[derive(Clone, Debug)]
+pub struct MountConfig {
+    pub store: StoreConfig,
+    /// Seconds between automatic checkpoints.
+    pub checkpoint_interval_secs: u64,
+    /// Mount this checkpoint read-only instead of the live file system.
+    pub checkpoint: Option<u64>,
+}
+
+impl Default for MountConfig {
+    fn default() -> Self {
+        MountConfig {
+            store: StoreConfig::default(),
+            checkpoint_interval_secs: 5,
+            checkpoint: None,
+        }
+    }
+}
+
+pub struct Lsfs {
+    pub store: Store,
+    inodes: HashMap<u64, Cached>,
+    /// The IFILE root inodes are read from: the live one, or a checkpoint's.
+    view: Option<u64>,
+    pub config: MountConfig,
+    last_checkpoint: std::time::Instant,
+    /// Blocks killed since the last checkpoint (snapshotting it then needs no scan).
+    pub replayed_records: usize,
+}
+
+fn e(err: Error) -> Errno {
+    err.errno()
+}
+
+fn check_name(name: &[u8]) -> VfsResult<()> {
+    if name.len() > NAME_MAX_BYTES {
+        return Err(Errno::NAMETOOLONG);
+    }
+    if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
+        return Err(Errno::INVAL);
+    }
+    if name == b"." || name == b".." {
+        return Err(Errno::EXIST);
+    }
+    Ok(())
+}
+
+impl Lsfs {
+    /// Make a new file system on `dev` and return it mounted.
+    pub fn mkfs(
+        dev: Box<dyn BlockDevice>,
+        opts: &MkfsOptions,
+        config: MountConfig,
+    ) -> Result<Lsfs> {
+        let store = Store::create(dev, opts, config.store.clone())?;
+        let mut fs = Lsfs::with_store(store, config, None);
+        let now = Timespec::now();
+        let root = Inode::new(ROOT_INO, libc::S_IFDIR | 0o755, 0, 0, now);
+        let orphans = Inode::new(ORPHAN_INO, libc::S_IFDIR | 0o700, 0, 0, now);
+        for i in [root, orphans] {
+            fs.store.inodes_used += 1;
+            fs.put(i, false);
+        }
+        fs.checkpoint()?;
+        fs.store.settle_superblocks()?;
+        Ok(fs)
+    }
+
+    /// Open the file system on `dev`, recovering it after a crash.
+    pub fn open(dev: Box<dyn BlockDevice>, config: MountConfig) -> Result<Lsfs> {
+        let opened = Store::open(dev, config.store.clone())?;
+        let view = match config.checkpoint {
+            Some(cno) => {
+                let cp = opened.store.cps.entries.get(&cno).ok_or_else(|| {
+                    Error::invalid(format!(
+                        "--checkpoint {cno}: no such checkpoint (existing: {:?})",
+                        opened.store.cps.entries.keys().collect::<Vec<_>>()
+                    ))
+                })?;
+                Some(cp.ifile_root)
+            }
+            None => None,
+        };
+        let mut fs = Lsfs::with_store(opened.store, config, view);
+        fs.replay(&opened.replay)?;
+        fs.replayed_records = opened.replay.len();
+        if fs.view.is_none() && !fs.store.config.read_only {
+            fs.delete_orphans()?;
+            fs.checkpoint()?;
+            fs.store.settle_superblocks()?;
+        }
+        Ok(fs)
+    }
+
+    fn with_store(store: Store, config: MountConfig, view: Option<u64>) -> Lsfs {
+        Lsfs {
+            store,
+            inodes: HashMap::new(),
+            view,
+            config,
+            last_checkpoint: std::time::Instant::now(),
+            replayed_records: 0,
+        }
+    }
+
+    fn ifile_root(&self) -> u64 {
+        self.view.unwrap_or(self.store.ifile_root)
+    }
+
+    fn mutable(&self) -> VfsResult<()> {
+        if self.view.is_some() {
+            return Err(Errno::ROFS);
+        }
+        self.store.writable().map_err(e)
+    }
+
+    // ---- inode cache ----
+
+    fn load(&mut self, ino: u64) -> Result<&mut Cached> {
+        if !self.inodes.contains_key(&ino) {
+            if ino == 0 || ino >= MAX_INO {
+                return Err(Error::Errno(Errno::NOENT));
+            }
+            let root = self.ifile_root();
+            let img = self
+                .store
+                .inode_read(root, ino)?
+                .ok_or(Error::Errno(Errno::NOENT))?;
+            let inode = Inode::decode(&img, ino)?;
+            self.evict_inodes();
+            self.inodes.insert(
+                ino,
+                Cached {
+                    inode,
+                    dirty: false,
+                    lookups: 0,
+                    opens: 0,
+                    needs_checkpoint: false,
+                },
+            );
+        }
+        Ok(self.inodes.get_mut(&ino).expect("just loaded"))
+    }
+
+    fn get(&mut self, ino: u64) -> Result<Inode> {
+        Ok(self.load(ino)?.inode.clone())
+    }
+
+    /// Store a changed inode (written to the IFILE at the next checkpoint).
+    fn put(&mut self, inode: Inode, namespace_change: bool) {
+        let c = self.inodes.entry(inode.ino).or_insert(Cached {
+            inode: inode.clone(),
+            dirty: true,
+            lookups: 0,
+            opens: 0,
+            needs_checkpoint: true,
+        });
+        if inode.size < c.inode.size {
+            c.needs_checkpoint = true;
+        }
+        c.inode = inode;
+        c.dirty = true;
+        c.needs_checkpoint |= namespace_change;
+    }
+
+    fn evict_inodes(&mut self) {
+        if self.inodes.len() < INODE_CACHE_MAX {
+            return;
+        }
+        self.inodes
+            .retain(|_, c| c.dirty || c.lookups > 0 || c.opens > 0);
+    }
+
+    /// Write every dirty inode into the IFILE.
+    fn flush_inodes(&mut self) -> Result<()> {
+        let dirty: Vec<u64> = self
+            .inodes
+            .iter()
+            .filter(|(_, c)| c.dirty)
+            .map(|(&i, _)| i)
+            .collect();
+        for ino in dirty {
+            let img = self.inodes[&ino].inode.encode();
+            self.store.inode_write(ino, Some(&img))?;
+            self.inodes.get_mut(&ino).unwrap().dirty = false;
+        }
+        Ok(())
+    }
+
+    // ---- checkpoints ----
+
+    /// Write a checkpoint now; returns its number.
+    pub fn checkpoint(&mut self) -> Result<u64> {
+        if self.view.is_some() {
+            return Err(Error::Errno(Errno::ROFS));
+        }
+        self.store.writable()?;
+        self.flush_inodes()?;
+        let cno = self.store.checkpoint()?;
+        for c in self.inodes.values_mut() {
+            c.needs_checkpoint = false;
+        }
+        self.last_checkpoint = std::time::Instant::now();
+        Ok(cno)
+    }
+
+    /// Periodic work: a checkpoint when the interval has passed and something changed.
+    pub fn tick(&mut self) -> Result<()> {
+        if self.view.is_some() || self.store.writable().is_err() {
+            return Ok(());
+        }
+        let due = self.last_checkpoint.elapsed().as_secs() >= self.config.checkpoint_interval_secs;
+        let dirty = self.store.has_dirty() || self.inodes.values().any(|c| c.dirty);
+        if due && dirty {
+            self.checkpoint()?;
+        }
+        Ok(())
+    }
+
+    /// After a change: keep dirty blocks under half the cache.
+    fn after_change(&mut self) -> VfsResult<()> {
+        if self.store.cache.dirty_count() * 2 > self.store.cache.capacity_blocks() {
+            self.checkpoint().map_err(e)?;
+        }
+        Ok(())
+    }
+
+    /// Refuse a change that needs `blocks` new blocks when they are not
+    /// there, after trying a checkpoint to free what can be freed.
+    fn reserve(&mut self, blocks: u64) -> VfsResult<()> {
+        let need = blocks + 64;
+        if self.store.free_blocks() >= need {
+            return Ok(());
+        }
+        if self.store.has_dirty() {
+            self.checkpoint().map_err(e)?;
+        }
+        // Freed segments become usable after the checkpoint that freed them.
+        self.checkpoint().map_err(e)?;
+        if self.store.free_blocks() >= need {
+            Ok(())
+        } else {
+            Err(Errno::NOSPC)
+        }
+    }
+
+    /// Unmount: write everything and both superblocks.
+    pub fn unmount(&mut self) -> Result<()> {
+        if self.view.is_none() && self.store.writable().is_ok() {
+            self.checkpoint()?;
+            self.store.settle_superblocks()?;
+        }
+        Ok(())
+    }
+
+    pub fn checkpoints(&self) -> Vec<crate::meta::cpfile::CpEntry> {
+        self.store.cps.entries.values().copied().collect()
+    }
+
+    /// Take a snapshot of the current state: a checkpoint, flagged permanent.
+    pub fn snapshot_create(&mut self) -> Result<u64> {
+        let cno = self.checkpoint()?;
+        self.store.set_snapshot(cno, true)?;
+        self.checkpoint()?;
+        Ok(cno)
+    }
+
+    /// Promote (`true`) or demote (`false`) checkpoint `cno`.
+    pub fn snapshot_set(&mut self, cno: u64, on: bool) -> Result<()> {
+        self.mutable().map_err(Error::Errno)?;
+        self.store.set_snapshot(cno, on)?;
+        self.checkpoint()?;
+        Ok(())
+    }
+
+    /// Delete a plain checkpoint.
+    pub fn checkpoint_delete(&mut self, cno: u64) -> Result<()> {
+        self.mutable().map_err(Error::Errno)?;
+        let entry = *self
+            .store
+            .cps
+            .entries
+            .get(&cno)
+            .ok_or_else(|| Error::invalid(format!("checkpoint {cno} does not exist")))?;
+        if entry.is_snapshot() {
+            return Err(Error::invalid(format!(
+                "checkpoint {cno} is a snapshot: demote it first"
+            )));
+        }
+        if Some(cno) == self.store.cps.latest().map(|c| c.cno) {
+            return Err(Error::invalid(format!(
+                "checkpoint {cno} is the latest one and cannot be deleted"
+            )));
+        }
+        self.store.cps.remove(cno);
+        self.checkpoint()?;
+        Ok(())
+    }
+
+    // ---- recovery ----
+
+    /// Roll forward fsync records written after the last checkpoint.
+    fn replay(&mut self, records: &[FoundRecord]) -> Result<()> {
+        for r in records {
+            for (i, ent) in r.header.entries.iter().enumerate() {
+                let mut b = vec![0; self.store.geo.block_bytes];
+                let at = self.store.geo.byte_offset(r.payload_block(i));
+                self.store.dev.read_at(at, &mut b)?;
+                let mut ino = match self.get(ent.ino) {
+                    Ok(i) => i,
+                    Err(Error::Errno(_)) => continue, // deleted before the checkpoint: nothing to restore
+                    Err(err) => return Err(err),
+                };
+                match ent.kind {
+                    BlockKind::Data => {
+                        let off = ent
+                            .offset
+                            .checked_mul(file::BLOCK)
+                            .ok_or_else(|| Error::corrupt("fsync record offset overflows"))?;
+                        // The inode image that follows sets the real size.
+                        file::write(&mut self.store, &mut ino, off, &b)?;
+                    }
+                    BlockKind::InodeLog => {
+                        let img = Inode::decode(&b[..crate::meta::ifile::INODE_BYTES], ent.ino)?;
+                        if img.format == Format::InlineData {
+                            file::truncate(&mut self.store, &mut ino, 0)?;
+                            file::write(&mut self.store, &mut ino, 0, &img.area)?;
+                        }
+                        file::truncate(&mut self.store, &mut ino, img.size)?;
+                        ino.mode = img.mode;
+                        ino.uid = img.uid;
+                        ino.gid = img.gid;
+                        ino.atime = img.atime;
+                        ino.mtime = img.mtime;
+                        ino.ctime = img.ctime;
+                    }
+                    _ => {}
+                }
+                self.put(ino, false);
+            }
+        }
+        Ok(())
+    }
+
+    /// Delete inodes that were unlinked while open when the system stopped.
+    fn delete_orphans(&mut self) -> Result<()> {
+        let orphans = self.get(ORPHAN_INO)?;
+        let list = dir::list_after(&mut self.store, &orphans, 0, usize::MAX)?;
+        for (_, ent) in list {
+            self.destroy_inode(ent.ino)?;
+        }
+        Ok(())
+    }
+
+    /// Free an inode and everything it holds.
+    fn destroy_inode(&mut self, ino: u64) -> Result<()> {
+        let mut i = self.get(ino)?;
+        if i.kind() == FileKind::Dir {
+            map::destroy_tree(
+                &mut self.store,
+                if i.format == Format::BTree {
+                    i.map_root
+                } else {
+                    0
+                },
+                ino,
+            )?;
+        } else {
+            file::destroy(&mut self.store, &mut i)?;
+        }
+        if i.xattr_root != 0 {
+            map::destroy_tree(&mut self.store, i.xattr_root, ino)?;
+        }
+        let mut orphans = self.get(ORPHAN_INO)?;
+        if dir::remove(&mut self.store, &mut orphans, &ino.to_le_bytes())?.is_some() {
+            self.put(orphans, false);
+        }
+        self.inodes.remove(&ino);
+        self.store.inode_write(ino, None)?;
+        self.store.inodes_used -= 1;
+        Ok(())
+    }
+
+    /// An inode whose last link went: delete now, or park it in the orphan
+    /// directory until the last reference goes.
+    fn drop_link(&mut self, ino: u64) -> Result<()> {
+        let c = self.load(ino)?;
+        if c.inode.nlink > 0 {
+            return Ok(());
+        }
+        if c.lookups == 0 && c.opens == 0 {
+            return self.destroy_inode(ino);
+        }
+        let mut orphans = self.get(ORPHAN_INO)?;
+        let name = ino.to_le_bytes();
+        if dir::lookup(&mut self.store, &orphans, &name)?.is_none() {
+            dir::insert(&mut self.store, &mut orphans, &name, ino, FileKind::File)?;
+            self.put(orphans, false);
+        }
+        Ok(())
+    }
+
+    fn maybe_destroy(&mut self, ino: u64) -> Result<()> {
+        if self.view.is_some() {
+            return Ok(());
+        }
+        if let Some(c) = self.inodes.get(&ino) {
+            if c.inode.nlink == 0 && c.lookups == 0 && c.opens == 0 {
+                self.destroy_inode(ino)?;
+            }
+        }
+        Ok(())
+    }
+
+    // ---- namespace helpers ----
+
+    fn dir_inode(&mut self, ino: u64) -> VfsResult<Inode> {
+        let d = self.get(ino).map_err(e)?;
+        if d.kind() != FileKind::Dir {
+            return Err(Errno::NOTDIR);
+        }
+        Ok(d)
+    }
+
+    fn lookup_entry(&mut self, parent: u64, name: &[u8]) -> VfsResult<Option<dir::Entry>> {
+        if name.len() > NAME_MAX_BYTES {
+            return Err(Errno::NAMETOOLONG);
+        }
+        let d = self.dir_inode(parent)?;
+        dir::lookup(&mut self.store, &d, name).map_err(e)
+    }
+
+    fn new_inode(&mut self, parent: u64, name: &[u8], mode: u32, ctx: &Ctx) -> VfsResult<Inode> {
+        self.mutable()?;
+        check_name(name)?;
+        self.reserve(8)?;
+        let mut d = self.dir_inode(parent)?;
+        if dir::lookup(&mut self.store, &d, name).map_err(e)?.is_some() {
+            return Err(Errno::EXIST);
+        }
+        let ino = self.store.next_ino;
+        if ino >= MAX_INO {
+            return Err(Errno::NOSPC);
+        }
+        self.store.next_ino += 1;
+        self.store.inodes_used += 1;
+        let now = Timespec::now();
+        // BSD group semantics when the parent is setgid, as Linux does.
+        let (gid, mode) = if d.mode & libc::S_ISGID != 0 {
+            let m = if mode & libc::S_IFMT == libc::S_IFDIR {
+                mode | libc::S_ISGID
+            } else {
+                mode
+            };
+            (d.gid, m)
+        } else {
+            (ctx.gid, mode)
+        };
+        let inode = Inode::new(ino, mode, ctx.uid, gid, now);
+        dir::insert(&mut self.store, &mut d, name, ino, inode.kind()).map_err(e)?;
+        if inode.kind() == FileKind::Dir {
+            d.nlink += 1;
+        }
+        d.mtime = now;
+        d.ctime = now;
+        self.put(d, true);
+        self.put(inode.clone(), true);
+        let c = self.inodes.get_mut(&ino).expect("just put");
+        c.lookups += 1;
+        Ok(inode)
+    }
+
+    fn touch_ctime(&mut self, ino: u64) -> Result<()> {
+        let mut i = self.get(ino)?;
+        i.ctime = Timespec::now();
+        self.put(i, true);
+        Ok(())
+    }
+
+    /// Whether `anc` is `ino` or one of its ancestors.
+    fn is_ancestor(&mut self, anc: u64, mut ino: u64) -> VfsResult<bool> {
+        for _ in 0..4096 {
+            if ino == anc {
+                return Ok(true);
+            }
+            if ino == ROOT_INO {
+                return Ok(false);
+            }
+            let d = self.dir_inode(ino)?;
+            ino = match dir::lookup(&mut self.store, &d, b"..").map_err(e)? {
+                Some(p) => p.ino,
+                None => return Ok(false),
+            };
+        }
+        Err(Errno::LOOP)
+    }
+}
+
+// Directories record their parent as a ".." entry (never listed by readdir,
+// which synthesises "." and ".."), so rename can check for cycles and
+// readdir can report the parent's inode.
+impl Lsfs {
+    fn set_dotdot(&mut self, dir_ino: u64, parent: u64) -> VfsResult<()> {
+        let mut d = self.dir_inode(dir_ino)?;
+        let _ = dir::remove(&mut self.store, &mut d, b"..").map_err(e)?;
+        dir::insert(&mut self.store, &mut d, b"..", parent, FileKind::Dir).map_err(e)?;
+        d.size = d.size.saturating_sub(1);
+        self.put(d, true);
+        Ok(())
+    }
+
+    fn parent_of(&mut self, d: &Inode) -> VfsResult<u64> {
+        if d.ino == ROOT_INO {
+            return Ok(ROOT_INO);
+        }
+        Ok(dir::lookup(&mut self.store, d, b"..")
+            .map_err(e)?
+            .map(|p| p.ino)
+            .unwrap_or(ROOT_INO))
+    }
+}
+
+impl Vfs for Lsfs {
+    fn lookup(&mut self, parent: Ino, name: &[u8]) -> VfsResult<Attr> {
+        if name == b".." {
+            let d = self.dir_inode(parent)?;
+            let p = self.parent_of(&d)?;
+            let c = self.load(p).map_err(e)?;
+            c.lookups += 1;
+            return Ok(c.inode.attr());
+        }
+        if name == b"." {
+            let c = self.load(parent).map_err(e)?;
+            c.lookups += 1;
+            return Ok(c.inode.attr());
+        }
+        let ent = self.lookup_entry(parent, name)?.ok_or(Errno::NOENT)?;
+        let c = self.load(ent.ino).map_err(e)?;
+        c.lookups += 1;
+        Ok(c.inode.attr())
+    }
+
+    fn forget(&mut self, ino: Ino, nlookup: u64) {
+        if let Some(c) = self.inodes.get_mut(&ino) {
+            c.lookups = c.lookups.saturating_sub(nlookup);
+        }
+        if let Err(err) = self.maybe_destroy(ino) {
+            tracing::warn!("deleting inode {ino} after its last reference: {err}");
+        }
+    }
+
+    fn getattr(&mut self, ino: Ino) -> VfsResult<Attr> {
+        Ok(self.load(ino).map_err(e)?.inode.attr())
+    }
+
+    fn setattr(&mut self, ino: Ino, set: &SetAttr) -> VfsResult<Attr> {
+        self.mutable()?;
+        let mut i = self.get(ino).map_err(e)?;
+        let now = Timespec::now();
+        if let Some(size) = set.size {
+            if i.kind() == FileKind::Dir {
+                return Err(Errno::ISDIR);
+            }
+            if i.kind() != FileKind::File {
+                return Err(Errno::INVAL);
+            }
+            if size > i.size {
+                self.reserve(1)?;
+            }
+            file::truncate(&mut self.store, &mut i, size).map_err(e)?;
+            i.mtime = now;
+            i.ctime = now;
+        }
+        if let Some(mode) = set.mode {
+            i.mode = (i.mode & libc::S_IFMT) | (mode & 0o7777);
+            i.ctime = now;
+        }
+        if set.uid.is_some() || set.gid.is_some() {
+            if let Some(u) = set.uid {
+                i.uid = u;
+            }
+            if let Some(g) = set.gid {
+                i.gid = g;
+            }
+            i.ctime = now;
+        }
+        let resolve = |t: TimeSet| match t {
+            TimeSet::Now => now,
+            TimeSet::At(ts) => ts,
+        };
+        if let Some(t) = set.atime {
+            i.atime = resolve(t);
+            i.ctime = now;
+        }
+        if let Some(t) = set.mtime {
+            i.mtime = resolve(t);
+            i.ctime = now;
+        }
+        if let Some(c) = set.ctime {
+            i.ctime = c;
+        }
+        let attr = i.attr();
+        self.put(i, false);
+        self.after_change()?;
+        Ok(attr)
+    }
+
+    fn readlink(&mut self, ino: Ino) -> VfsResult<Vec<u8>> {
+        let i = self.get(ino).map_err(e)?;
+        if i.kind() != FileKind::Symlink {
+            return Err(Errno::INVAL);
+        }
+        file::read(&mut self.store, &i, 0, i.size).map_err(e)
+    }
+
+    fn mknod(
+        &mut self,
+        parent: Ino,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+        ctx: &Ctx,
+    ) -> VfsResult<Attr> {
+        let kind = FileKind::from_mode(mode).ok_or(Errno::INVAL)?;
+        if kind == FileKind::Dir || kind == FileKind::Symlink {
+            return Err(Errno::INVAL);
+        }
+        let mut i = self.new_inode(parent, name, mode, ctx)?;
+        i.rdev = rdev;
+        let attr = i.attr();
+        self.put(i, true);
+        self.after_change()?;
+        Ok(attr)
+    }
+
+    fn mkdir(&mut self, parent: Ino, name: &[u8], mode: u32, ctx: &Ctx) -> VfsResult<Attr> {
+        let i = self.new_inode(parent, name, libc::S_IFDIR | (mode & 0o7777), ctx)?;
+        self.set_dotdot(i.ino, parent)?;
+        let attr = self.get(i.ino).map_err(e)?.attr();
+        self.after_change()?;
+        Ok(attr)
+    }
+
+    fn unlink(&mut self, parent: Ino, name: &[u8]) -> VfsResult<()> {
+        self.mutable()?;
+        check_name(name).map_err(|x| if x == Errno::EXIST { Errno::ISDIR } else { x })?;
+        let mut d = self.dir_inode(parent)?;
+        let ent = dir::lookup(&mut self.store, &d, name)
+            .map_err(e)?
+            .ok_or(Errno::NOENT)?;
+        if ent.kind == FileKind::Dir {
+            return Err(Errno::ISDIR);
+        }
+        dir::remove(&mut self.store, &mut d, name).map_err(e)?;
+        let now = Timespec::now();
+        d.mtime = now;
+        d.ctime = now;
+        self.put(d, true);
+        let mut i = self.get(ent.ino).map_err(e)?;
+        i.nlink = i.nlink.saturating_sub(1);
+        i.ctime = now;
+        self.put(i, true);
+        self.drop_link(ent.ino).map_err(e)?;
+        self.after_change()
+    }
+
+    fn rmdir(&mut self, parent: Ino, name: &[u8]) -> VfsResult<()> {
+        self.mutable()?;
+        if name == b"." {
+            return Err(Errno::INVAL);
+        }
+        if name == b".." {
+            return Err(Errno::NOTEMPTY);
+        }
+        check_name(name)?;
+        let mut d = self.dir_inode(parent)?;
+        let ent = dir::lookup(&mut self.store, &d, name)
+            .map_err(e)?
+            .ok_or(Errno::NOENT)?;
+        if ent.kind != FileKind::Dir {
+            return Err(Errno::NOTDIR);
+        }
+        let mut victim = self.get(ent.ino).map_err(e)?;
+        if victim.size > 0 {
+            return Err(Errno::NOTEMPTY);
+        }
+        let _ = dir::remove(&mut self.store, &mut victim, b"..").map_err(e)?;
+        dir::remove(&mut self.store, &mut d, name).map_err(e)?;
+        let now = Timespec::now();
+        d.nlink -= 1;
+        d.mtime = now;
+        d.ctime = now;
+        self.put(d, true);
+        victim.nlink = 0;
+        victim.ctime = now;
+        victim.size = 0;
+        self.put(victim, true);
+        self.drop_link(ent.ino).map_err(e)?;
+        self.after_change()
+    }
+
+    fn symlink(&mut self, parent: Ino, name: &[u8], target: &[u8], ctx: &Ctx) -> VfsResult<Attr> {
+        if target.len() > SYMLINK_MAX_BYTES {
+            return Err(Errno::NAMETOOLONG);
+        }
+        if target.is_empty() {
+            return Err(Errno::NOENT);
+        }
+        let mut i = self.new_inode(parent, name, libc::S_IFLNK | 0o777, ctx)?;
+        file::write(&mut self.store, &mut i, 0, target).map_err(e)?;
+        let attr = i.attr();
+        self.put(i, true);
+        self.after_change()?;
+        Ok(attr)
+    }
+
+    fn rename(
+        &mut self,
+        parent: Ino,
+        name: &[u8],
+        newparent: Ino,
+        newname: &[u8],
+        flags: u32,
+    ) -> VfsResult<()> {
+        self.mutable()?;
+        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0
+            || flags == RENAME_NOREPLACE | RENAME_EXCHANGE
+        {
+            return Err(Errno::INVAL);
+        }
+        if name == b"." || name == b".." || newname == b"." || newname == b".." {
+            return Err(if name == b"." || newname == b"." {
+                Errno::INVAL
+            } else {
+                Errno::BUSY
+            });
+        }
+        check_name(name)?;
+        check_name(newname)?;
+        let src = self.lookup_entry(parent, name)?.ok_or(Errno::NOENT)?;
+        let dst = self.lookup_entry(newparent, newname)?;
+        if flags & RENAME_NOREPLACE != 0 && dst.is_some() {
+            return Err(Errno::EXIST);
+        }
+        if flags & RENAME_EXCHANGE != 0 && dst.is_none() {
+            return Err(Errno::NOENT);
+        }
+        if let Some(d) = &dst {
+            if d.ino == src.ino {
+                return Ok(()); // same inode: POSIX says do nothing
+            }
+        }
+        // No directory may move into its own subtree.
+        if src.kind == FileKind::Dir && self.is_ancestor(src.ino, newparent)? {
+            return Err(Errno::INVAL);
+        }
+        if flags & RENAME_EXCHANGE != 0 {
+            let d = dst.as_ref().expect("checked");
+            if d.kind == FileKind::Dir && self.is_ancestor(d.ino, parent)? {
+                return Err(Errno::INVAL);
+            }
+        }
+        self.reserve(8)?;
+        let now = Timespec::now();
+        if flags & RENAME_EXCHANGE != 0 {
+            let d = dst.expect("checked");
+            let mut pd = self.dir_inode(parent)?;
+            dir::replace(&mut self.store, &mut pd, &src, d.ino, d.kind).map_err(e)?;
+            pd.mtime = now;
+            pd.ctime = now;
+            if parent != newparent && src.kind != d.kind {
+                if src.kind == FileKind::Dir {
+                    pd.nlink -= 1;
+                } else if d.kind == FileKind::Dir {
+                    pd.nlink += 1;
+                }
+            }
+            self.put(pd, true);
+            let mut nd = self.dir_inode(newparent)?;
+            dir::replace(&mut self.store, &mut nd, &d, src.ino, src.kind).map_err(e)?;
+            nd.mtime = now;
+            nd.ctime = now;
+            if parent != newparent && src.kind != d.kind {
+                if src.kind == FileKind::Dir {
+                    nd.nlink += 1;
+                } else if d.kind == FileKind::Dir {
+                    nd.nlink -= 1;
+                }
+            }
+            self.put(nd, true);
+            if src.kind == FileKind::Dir {
+                self.set_dotdot(src.ino, newparent)?;
+            }
+            if d.kind == FileKind::Dir {
+                self.set_dotdot(d.ino, parent)?;
+            }
+            self.touch_ctime(src.ino).map_err(e)?;
+            self.touch_ctime(d.ino).map_err(e)?;
+            return self.after_change();
+        }
+        if let Some(d) = &dst {
+            match (src.kind == FileKind::Dir, d.kind == FileKind::Dir) {
+                (true, false) => return Err(Errno::NOTDIR),
+                (false, true) => return Err(Errno::ISDIR),
+                (true, true) => {
+                    if self.get(d.ino).map_err(e)?.size > 0 {
+                        return Err(Errno::NOTEMPTY);
+                    }
+                }
+                _ => {}
+            }
+        }
+        // Remove the source entry.
+        let mut pd = self.dir_inode(parent)?;
+        dir::remove(&mut self.store, &mut pd, name).map_err(e)?;
+        pd.mtime = now;
+        pd.ctime = now;
+        if src.kind == FileKind::Dir {
+            pd.nlink -= 1;
+        }
+        self.put(pd, true);
+        // Point the target name at the source inode.
+        let mut nd = self.dir_inode(newparent)?;
+        match &dst {
+            Some(d) => {
+                dir::replace(&mut self.store, &mut nd, d, src.ino, src.kind).map_err(e)?;
+                if d.kind == FileKind::Dir {
+                    nd.nlink -= 1;
+                }
+            }
+            None => dir::insert(&mut self.store, &mut nd, newname, src.ino, src.kind).map_err(e)?,
+        }
+        if src.kind == FileKind::Dir {
+            nd.nlink += 1;
+        }
+        nd.mtime = now;
+        nd.ctime = now;
+        self.put(nd, true);
+        if src.kind == FileKind::Dir && parent != newparent {
+            self.set_dotdot(src.ino, newparent)?;
+        }
+        self.touch_ctime(src.ino).map_err(e)?;
+        if let Some(d) = dst {
+            let mut v = self.get(d.ino).map_err(e)?;
+            if v.kind() == FileKind::Dir {
+                let _ = dir::remove(&mut self.store, &mut v, b"..").map_err(e)?;
+                v.nlink = 0;
+                v.size = 0;
+            } else {
+                v.nlink -= 1;
+            }
+            v.ctime = now;
+            self.put(v, true);
+            self.drop_link(d.ino).map_err(e)?;
+        }
+        self.after_change()
+    }
+
+    fn link(&mut self, ino: Ino, newparent: Ino, newname: &[u8]) -> VfsResult<Attr> {
+        self.mutable()?;
+        check_name(newname)?;
+        let mut i = self.get(ino).map_err(e)?;
+        if i.kind() == FileKind::Dir {
+            return Err(Errno::PERM);
+        }
+        if i.nlink >= 65000 {
+            return Err(Errno::MLINK);
+        }
+        let mut d = self.dir_inode(newparent)?;
+        if dir::lookup(&mut self.store, &d, newname)
+            .map_err(e)?
+            .is_some()
+        {
+            return Err(Errno::EXIST);
+        }
+        self.reserve(4)?;
+        dir::insert(&mut self.store, &mut d, newname, ino, i.kind()).map_err(e)?;
+        let now = Timespec::now();
+        d.mtime = now;
+        d.ctime = now;
+        self.put(d, true);
+        i.nlink += 1;
+        i.ctime = now;
+        let attr = i.attr();
+        self.put(i, true);
+        self.inodes.get_mut(&ino).expect("put").lookups += 1;
+        self.after_change()?;
+        Ok(attr)
+    }
+
+    fn open(&mut self, ino: Ino, _flags: i32) -> VfsResult<()> {
+        self.load(ino).map_err(e)?.opens += 1;
+        Ok(())
+    }
+
+    fn release(&mut self, ino: Ino) {
+        if let Some(c) = self.inodes.get_mut(&ino) {
+            c.opens = c.opens.saturating_sub(1);
+        }
+        if let Err(err) = self.maybe_destroy(ino) {
+            tracing::warn!("deleting inode {ino} after its last close: {err}");
+        }
+    }
+
+    fn read(&mut self, ino: Ino, offset: u64, size: u32) -> VfsResult<Vec<u8>> {
+        let i = self.get(ino).map_err(e)?;
+        if i.kind() == FileKind::Dir {
+            return Err(Errno::ISDIR);
+        }
+        file::read(&mut self.store, &i, offset, size as u64).map_err(e)
+    }
+
+    fn write(&mut self, ino: Ino, offset: u64, data: &[u8]) -> VfsResult<u32> {
+        self.mutable()?;
+        let mut i = self.get(ino).map_err(e)?;
+        if i.kind() == FileKind::Dir {
+            return Err(Errno::ISDIR);
+        }
+        self.reserve(data.len() as u64 / file::BLOCK + 2)?;
+        file::write(&mut self.store, &mut i, offset, data).map_err(e)?;
+        let now = Timespec::now();
+        i.mtime = now;
+        i.ctime = now;
+        self.put(i, false);
+        self.after_change()?;
+        Ok(data.len() as u32)
+    }
+
+    fn fsync(&mut self, ino: Ino, _datasync: bool) -> VfsResult<()> {
+        if self.view.is_some() {
+            return Ok(());
+        }
+        self.mutable()?;
+        let c = self.load(ino).map_err(e)?;
+        let (needs_cp, kind) = (c.needs_checkpoint, c.inode.kind());
+        if needs_cp || kind != FileKind::File {
+            self.checkpoint().map_err(e)?;
+            return Ok(());
+        }
+        let img = self.get(ino).map_err(e)?.encode();
+        self.store.dsync(ino, &img).map_err(e)
+    }
+
+    fn readdir(&mut self, ino: Ino, offset: u64, max_entries: usize) -> VfsResult<Vec<DirEntry>> {
+        let d = self.dir_inode(ino)?;
+        let mut out = Vec::new();
+        if offset < dir::COOKIE_DOT && out.len() < max_entries {
+            out.push(DirEntry {
+                ino,
+                offset: dir::COOKIE_DOT,
+                kind: FileKind::Dir,
+                name: b".".to_vec(),
+            });
+        }
+        if offset < dir::COOKIE_DOTDOT && out.len() < max_entries {
+            let p = self.parent_of(&d)?;
+            out.push(DirEntry {
+                ino: p,
+                offset: dir::COOKIE_DOTDOT,
+                kind: FileKind::Dir,
+                name: b"..".to_vec(),
+            });
+        }
+        let want = max_entries.saturating_sub(out.len());
+        let mut cookie = offset;
+        while out.len() < max_entries {
+            let batch = dir::list_after(&mut self.store, &d, cookie, want + 1).map_err(e)?;
+            if batch.is_empty() {
+                break;
+            }
+            for (c, ent) in batch {
+                cookie = c;
+                if ent.name == b".." {
+                    continue;
+                }
+                if out.len() < max_entries {
+                    out.push(DirEntry {
+                        ino: ent.ino,
+                        offset: c,
+                        kind: ent.kind,
+                        name: ent.name,
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn statfs(&mut self) -> VfsResult<StatFs> {
+        let s = &self.store;
+        let total = s.geo.total_segment_blocks();
+        let used_segs = (0..s.segs.nsegments())
+            .filter(|&x| !s.segs.is_free(x))
+            .count() as u64;
+        let reserve = s.reserve_segments() * s.geo.segment_blocks as u64;
+        let free = total.saturating_sub(used_segs * s.geo.segment_blocks as u64);
+        let bfree = free.max(
+            total
+                .saturating_sub(s.blocks_used)
+                .min(free + s.geo.segment_blocks as u64),
+        );
+        Ok(StatFs {
+            blocks: total,
+            bfree,
+            bavail: bfree.saturating_sub(reserve),
+            files: MAX_INO,
+            ffree: MAX_INO - s.next_ino,
+            bsize: 4096,
+            namelen: NAME_MAX_BYTES as u32,
+            frsize: 4096,
+        })
+    }
+
+    fn setxattr(&mut self, ino: Ino, name: &[u8], value: &[u8], flags: i32) -> VfsResult<()> {
+        self.mutable()?;
+        self.reserve(4)?;
+        let mut i = self.get(ino).map_err(e)?;
+        xattr::set(&mut self.store, &mut i, name, value, flags).map_err(e)?;
+        i.ctime = Timespec::now();
+        self.put(i, false);
+        self.after_change()
+    }
+
+    fn getxattr(&mut self, ino: Ino, name: &[u8]) -> VfsResult<Vec<u8>> {
+        let i = self.get(ino).map_err(e)?;
+        xattr::get(&mut self.store, &i, name)
+            .map_err(e)?
+            .ok_or(Errno::NODATA)
+    }
+
+    fn listxattr(&mut self, ino: Ino) -> VfsResult<Vec<Vec<u8>>> {
+        let i = self.get(ino).map_err(e)?;
+        xattr::list(&mut self.store, &i).map_err(e)
+    }
+
+    fn removexattr(&mut self, ino: Ino, name: &[u8]) -> VfsResult<()> {
+        self.mutable()?;
+        let mut i = self.get(ino).map_err(e)?;
+        xattr::remove(&mut self.store, &mut i, name).map_err(e)?;
+        i.ctime = Timespec::now();
+        self.put(i, false);
+        self.after_change()
+    }
+
+    fn fallocate(&mut self, ino: Ino, offset: u64, length: u64, mode: i32) -> VfsResult<()> {
+        self.mutable()?;
+        if mode != 0 {
+            return Err(Errno::OPNOTSUPP);
+        }
+        if length == 0 {
+            return Err(Errno::INVAL);
+        }
+        let mut i = self.get(ino).map_err(e)?;
+        if i.kind() != FileKind::File {
+            return Err(Errno(libc::ENODEV));
+        }
+        self.reserve(length / file::BLOCK + 2)?;
+        file::allocate(&mut self.store, &mut i, offset, length).map_err(e)?;
+        i.ctime = Timespec::now();
+        self.put(i, false);
+        self.after_change()
+    }
+
+    fn sync(&mut self) -> VfsResult<()> {
+        if self.view.is_some() {
+            return Ok(());
+        }
+        self.checkpoint().map(|_| ()).map_err(e)
+    }
+
+    fn read_only(&self) -> bool {
+        self.view.is_some() || self.store.config.read_only || self.store.failed.is_some()
+    }
+}

@@ -1,0 +1,128 @@
+//! Reading the log back: the records of one segment, and the chain of
+//! records that recovery follows from a checkpoint.
+
+use crate::device::BlockDevice;
+use crate::error::Result;
+use crate::layout::Geometry;
+use crate::log::record::{RecordHeader, MAX_RECORD_PAYLOAD};
+
+/// A record found on the device.
+#[derive(Clone, Debug)]
+pub struct FoundRecord {
+    /// Physical block where the record starts.
+    pub block: u64,
+    pub header: RecordHeader,
+}
+
+impl FoundRecord {
+    /// Physical block of payload entry `i`.
+    pub fn payload_block(&self, i: usize) -> u64 {
+        self.block + self.header.nsum_blocks as u64 + i as u64
+    }
+    pub fn end_block(&self) -> u64 {
+        self.block + self.header.nblocks as u64
+    }
+}
+
+/// Read and verify the record starting at `block` whose sequence number must
+/// be `seq` (any, if `None`) and which must end inside its segment.
+/// `Ok(None)` means no valid record is there: the end of the log.
+pub fn read_record(
+    dev: &mut dyn BlockDevice,
+    geo: &Geometry,
+    fs_id: u64,
+    block: u64,
+    seq: Option<u64>,
+) -> Result<Option<FoundRecord>> {
+    let Some(seg) = geo.segment_of(block) else {
+        return Ok(None);
+    };
+    let seg_end = geo.segment_start(seg) + geo.segment_blocks as u64;
+    if block + 2 > seg_end {
+        return Ok(None);
+    }
+    let mut first = vec![0; geo.block_bytes];
+    dev.read_at(geo.byte_offset(block), &mut first)?;
+    let Some((_, found_seq, nblocks, nsum)) = RecordHeader::peek(&first, fs_id) else {
+        return Ok(None);
+    };
+    if seq.is_some_and(|s| s != found_seq)
+        || nblocks < 2
+        || nsum >= nblocks
+        || nblocks as usize > MAX_RECORD_PAYLOAD + 16
+        || block + nblocks as u64 > seg_end
+    {
+        return Ok(None);
+    }
+    let mut buf = vec![0; nblocks as usize * geo.block_bytes];
+    dev.read_at(geo.byte_offset(block), &mut buf)?;
+    match RecordHeader::decode(&buf, &format!("block {block}")) {
+        Ok(header) if header.segno == seg => Ok(Some(FoundRecord { block, header })),
+        // A torn or stale record is the end of the log, not an error.
+        _ => Ok(None),
+    }
+}
+
+/// The records of segment `seg` in order, stopping at the first block that is
+/// not a valid record with a higher sequence number than the one before (so
+/// records left from an earlier use of the segment are not listed).
+pub fn segment_records(
+    dev: &mut dyn BlockDevice,
+    geo: &Geometry,
+    fs_id: u64,
+    seg: u64,
+) -> Result<Vec<FoundRecord>> {
+    let start = geo.segment_start(seg);
+    let end = start + geo.segment_blocks as u64;
+    let mut out: Vec<FoundRecord> = Vec::new();
+    let mut block = start;
+    while block + 2 <= end {
+        let Some(r) = read_record(dev, geo, fs_id, block, None)? else {
+            break;
+        };
+        if out.last().is_some_and(|p| p.header.seq >= r.header.seq) {
+            break;
+        }
+        block = r.end_block();
+        out.push(r);
+    }
+    Ok(out)
+}
+
+/// Follow the log from the record `from` onwards: each next record has the
+/// next sequence number and starts right after the previous one, or at the
+/// start of the segment the previous record named as next. Returns the
+/// records after `from`, in order, up to the first gap.
+pub fn follow_chain(
+    dev: &mut dyn BlockDevice,
+    geo: &Geometry,
+    fs_id: u64,
+    from: &FoundRecord,
+) -> Result<Vec<FoundRecord>> {
+    let mut out = Vec::new();
+    let mut prev = from.clone();
+    // Bounded by the device: a chain longer than the log area would loop.
+    let max_records = geo.total_segment_blocks() / 2;
+    while (out.len() as u64) < max_records {
+        let seq = prev.header.seq + 1;
+        let next = match read_record(dev, geo, fs_id, prev.end_block(), Some(seq))? {
+            Some(r) => Some(r),
+            None if prev.header.next_seg < geo.nsegments => read_record(
+                dev,
+                geo,
+                fs_id,
+                geo.segment_start(prev.header.next_seg),
+                Some(seq),
+            )?,
+            None => None,
+        };
+        match next {
+            Some(r) => {
+                out.push(r.clone());
+                prev = r;
+            }
+            None => break,
+        }
+    }
+    Ok(out)
+}

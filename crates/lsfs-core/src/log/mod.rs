@@ -1,0 +1,7 @@
+//! Layer 2: the log. Record and superblock formats, the super root, and
+//! reading records back (segment walks and the recovery chain).
+
+pub mod chain;
+pub mod record;
+pub mod super_root;
+pub mod superblock;

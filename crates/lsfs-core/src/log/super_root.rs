@@ -1,0 +1,87 @@
+//! The super root: the last block of the record that ends a checkpoint. It
+//! holds the roots of the metadata files, so reading it (and the DAT it
+//! points at) reopens the whole file system as of that checkpoint.
+
+use crate::codec::{crc_with_hole, Reader, Writer};
+use crate::error::{Error, Result};
+use crate::layout::BLOCK_BYTES;
+
+pub const SR_MAGIC: u32 = 0x5452_534C; // "LSRT"
+const CRC_AT: usize = BLOCK_BYTES - 4;
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SuperRoot {
+    pub cno: u64,
+    pub created_secs: u64,
+    /// Next virtual block number to hand out (they are never reused).
+    pub next_vblock: u64,
+    /// Next inode number to hand out (they are never reused).
+    pub next_ino: u64,
+    /// Root of the DAT's block map (physical block, 0 = empty).
+    pub dat_root: u64,
+    /// Roots of the other metadata files' block maps (virtual blocks).
+    pub ifile_root: u64,
+    pub cpfile_root: u64,
+    pub sufile_root: u64,
+    /// Copied from the geometry, checked on mount.
+    pub nsegments: u64,
+    /// Counters users see in statfs, kept exact by deltas.
+    pub inodes_used: u64,
+    pub blocks_used: u64,
+}
+
+impl SuperRoot {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::with_capacity(BLOCK_BYTES);
+        w.u32(SR_MAGIC)
+            .u32(1)
+            .u64(self.cno)
+            .u64(self.created_secs)
+            .u64(self.next_vblock)
+            .u64(self.next_ino)
+            .u64(self.dat_root)
+            .u64(self.ifile_root)
+            .u64(self.cpfile_root)
+            .u64(self.sufile_root)
+            .u64(self.nsegments)
+            .u64(self.inodes_used)
+            .u64(self.blocks_used)
+            .pad_to(BLOCK_BYTES);
+        let mut b = w.finish();
+        let crc = crc_with_hole(&b, CRC_AT);
+        b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8], where_: &str) -> Result<SuperRoot> {
+        let what = format!("super root at {where_}");
+        let mut r = Reader::new(b, &what);
+        if r.u32()? != SR_MAGIC {
+            return Err(Error::corrupt(format!("{what}: bad magic")));
+        }
+        let v = r.u32()?;
+        if v != 1 {
+            return Err(Error::unsupported(format!("{what}: version {v}")));
+        }
+        if b.len() != BLOCK_BYTES {
+            return Err(Error::corrupt(format!("{what}: {} bytes", b.len())));
+        }
+        let stored = u32::from_le_bytes(b[CRC_AT..].try_into().unwrap());
+        if stored != crc_with_hole(b, CRC_AT) {
+            return Err(Error::corrupt(format!("{what}: checksum mismatch")));
+        }
+        Ok(SuperRoot {
+            cno: r.u64()?,
+            created_secs: r.u64()?,
+            next_vblock: r.u64()?,
+            next_ino: r.u64()?,
+            dat_root: r.u64()?,
+            ifile_root: r.u64()?,
+            cpfile_root: r.u64()?,
+            sufile_root: r.u64()?,
+            nsegments: r.u64()?,
+            inodes_used: r.u64()?,
+            blocks_used: r.u64()?,
+        })
+    }
+}

@@ -1,0 +1,186 @@
+//! The superblock: one copy in the first block of the device, one in the
+//! last. They are written alternately, each with a sequence number and a
+//! CRC, so a torn write of one leaves the other. It points at the newest
+//! checkpoint known durable when it was written; recovery rolls forward from
+//! there.
+
+use crate::codec::{crc_with_hole, Reader, Writer};
+use crate::error::{Error, Result};
+use crate::layout::{Geometry, BLOCK_BYTES};
+
+pub const SB_MAGIC: &[u8; 8] = b"LSFS\0SB1";
+/// Format version this build writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+/// Incompatible feature bits this build understands (none yet).
+pub const FEATURES_INCOMPAT_KNOWN: u32 = 0;
+/// Read-only-compatible feature bits this build understands (none yet).
+pub const FEATURES_RO_COMPAT_KNOWN: u32 = 0;
+const CRC_AT: usize = BLOCK_BYTES - 4;
+pub const LABEL_BYTES: usize = 64;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Superblock {
+    pub version: u32,
+    pub features_compat: u32,
+    pub features_incompat: u32,
+    pub features_ro_compat: u32,
+    pub block_bytes: u32,
+    pub segment_blocks: u32,
+    pub nsegments: u64,
+    pub first_segment_block: u64,
+    pub device_blocks: u64,
+    /// Random at mkfs; every record carries it, so records of an earlier
+    /// file system on the same device are never mistaken for ours.
+    pub fs_id: u64,
+    pub created_secs: u64,
+    pub label: String,
+    /// Incremented at every superblock write; the higher valid copy wins.
+    pub sb_seq: u64,
+    /// The checkpoint recovery starts from.
+    pub cp_cno: u64,
+    /// First block of the log record whose last block is that checkpoint's super root.
+    pub cp_record_block: u64,
+    /// That record's sequence number.
+    pub cp_record_seq: u64,
+    pub written_secs: u64,
+}
+
+impl Superblock {
+    pub fn geometry(&self) -> Geometry {
+        Geometry {
+            block_bytes: self.block_bytes as usize,
+            segment_blocks: self.segment_blocks,
+            nsegments: self.nsegments,
+            first_segment_block: self.first_segment_block,
+            device_blocks: self.device_blocks,
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::with_capacity(BLOCK_BYTES);
+        let mut label = self.label.as_bytes().to_vec();
+        label.resize(LABEL_BYTES, 0);
+        w.bytes(SB_MAGIC)
+            .u32(self.version)
+            .u32(self.features_compat)
+            .u32(self.features_incompat)
+            .u32(self.features_ro_compat)
+            .u32(self.block_bytes)
+            .u32(self.segment_blocks)
+            .u64(self.nsegments)
+            .u64(self.first_segment_block)
+            .u64(self.device_blocks)
+            .u64(self.fs_id)
+            .u64(self.created_secs)
+            .bytes(&label)
+            .u64(self.sb_seq)
+            .u64(self.cp_cno)
+            .u64(self.cp_record_block)
+            .u64(self.cp_record_seq)
+            .u64(self.written_secs)
+            .pad_to(BLOCK_BYTES);
+        let mut b = w.finish();
+        let crc = crc_with_hole(&b, CRC_AT);
+        b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Decode the superblock copy read from `where_`, checking magic, CRC,
+    /// version, features and geometry against the device size.
+    pub fn decode(b: &[u8], where_: &str, device_bytes: u64) -> Result<Superblock> {
+        let what = format!("superblock at {where_}");
+        let mut r = Reader::new(b, &what);
+        let magic = r.bytes(8)?;
+        if magic != SB_MAGIC {
+            return Err(Error::unsupported(format!(
+                "{what}: no lsfs magic (found {:02x?}); this is not an lsfs image",
+                magic
+            )));
+        }
+        if b.len() < BLOCK_BYTES {
+            return Err(Error::corrupt(format!(
+                "{what}: truncated to {} bytes",
+                b.len()
+            )));
+        }
+        let stored = u32::from_le_bytes(b[CRC_AT..CRC_AT + 4].try_into().unwrap());
+        let crc = crc_with_hole(&b[..BLOCK_BYTES], CRC_AT);
+        if stored != crc {
+            return Err(Error::corrupt(format!(
+                "{what}: checksum mismatch (stored {stored:#010x}, computed {crc:#010x})"
+            )));
+        }
+        let version = r.u32()?;
+        if version != FORMAT_VERSION {
+            return Err(Error::unsupported(format!(
+                "{what}: format version {version}; this build reads version {FORMAT_VERSION} only"
+            )));
+        }
+        let features_compat = r.u32()?;
+        let features_incompat = r.u32()?;
+        let features_ro_compat = r.u32()?;
+        if features_incompat & !FEATURES_INCOMPAT_KNOWN != 0 {
+            return Err(Error::unsupported(format!(
+                "{what}: unknown incompatible feature flags {:#x}",
+                features_incompat & !FEATURES_INCOMPAT_KNOWN
+            )));
+        }
+        let sb = Superblock {
+            version,
+            features_compat,
+            features_incompat,
+            features_ro_compat,
+            block_bytes: r.u32()?,
+            segment_blocks: r.u32()?,
+            nsegments: r.u64()?,
+            first_segment_block: r.u64()?,
+            device_blocks: r.u64()?,
+            fs_id: r.u64()?,
+            created_secs: r.u64()?,
+            label: {
+                let l = r.bytes(LABEL_BYTES)?;
+                let end = l.iter().position(|&c| c == 0).unwrap_or(LABEL_BYTES);
+                String::from_utf8_lossy(&l[..end]).into_owned()
+            },
+            sb_seq: r.u64()?,
+            cp_cno: r.u64()?,
+            cp_record_block: r.u64()?,
+            cp_record_seq: r.u64()?,
+            written_secs: r.u64()?,
+        };
+        sb.validate(&what, device_bytes)?;
+        Ok(sb)
+    }
+
+    fn validate(&self, what: &str, device_bytes: u64) -> Result<()> {
+        if self.block_bytes as usize != BLOCK_BYTES {
+            return Err(Error::unsupported(format!(
+                "{what}: block size {} (only {BLOCK_BYTES} is supported)",
+                self.block_bytes
+            )));
+        }
+        let device_blocks = device_bytes / BLOCK_BYTES as u64;
+        if self.device_blocks > device_blocks {
+            return Err(Error::corrupt(format!(
+                "{what}: image was made for {} blocks but the device has only {} (truncated image?)",
+                self.device_blocks, device_blocks
+            )));
+        }
+        let g = Geometry::for_device(self.device_blocks * BLOCK_BYTES as u64, self.segment_blocks)
+            .map_err(|e| Error::corrupt(format!("{what}: bad geometry: {e}")))?;
+        if g.nsegments != self.nsegments || self.first_segment_block != 1 {
+            return Err(Error::corrupt(format!(
+                "{what}: {} segments from block {} do not fit {} blocks",
+                self.nsegments, self.first_segment_block, self.device_blocks
+            )));
+        }
+        let seg_end = g.first_segment_block + g.total_segment_blocks();
+        if self.cp_record_block < g.first_segment_block || self.cp_record_block >= seg_end {
+            return Err(Error::corrupt(format!(
+                "{what}: checkpoint record block {} is outside the log",
+                self.cp_record_block
+            )));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,699 @@
+//! The segment constructor: the only way dirty blocks reach the device.
+//!
+//! A checkpoint is built in three steps:
+//! 1. *Close the dirty set.* Make the CPFILE and SUFILE blocks that will change
+//!    fresh, and make the DAT block of every dirty virtual block writable.
+//!    Each step can dirty more (copy-on-write kills old blocks, which changes
+//!    segment counters), so it repeats until nothing new appears. The segments
+//!    the records will occupy are planned inside the loop, so their SUFILE
+//!    blocks are in the set too.
+//! 2. *Place.* Every dirty block gets a physical address, in order: file data
+//!    and nodes, metadata files, then the DAT in post-order (children before
+//!    parents), and the super root last. Filling in addresses now changes only
+//!    the contents of blocks that are already dirty, never the set.
+//! 3. *Write* the records (one device write each), then one flush.
+//!
+//! An fsync of a file whose name is already durable writes one record with
+//! the file's dirty data blocks and an image of its inode, then one flush;
+//! recovery rolls it forward.
+
+use crate::btree::Node;
+use crate::cache::{key_addr, key_is_virtual, pkey, vkey, CacheKey, Owner};
+use crate::error::{Error, Result};
+use crate::layout::{CPFILE_INO, DAT_INO, IFILE_INO, SUFILE_INO};
+use crate::log::record::{
+    summary_blocks, BlockKind, RecordHeader, SummaryEntry, FLAG_CP_BEGIN, FLAG_DSYNC,
+    FLAG_SUPER_ROOT, MAX_RECORD_PAYLOAD,
+};
+use crate::log::super_root::SuperRoot;
+use crate::meta::cpfile::{CpEntry, CP_VALID};
+use crate::meta::dat_entry::DAT_PER_BLOCK;
+use crate::meta::store::{decode_u64, is_temp, Store};
+use crate::meta::sufile::SU_PER_BLOCK;
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// One record to write: where, and how many payload blocks.
+#[derive(Clone, Debug)]
+struct PlannedRecord {
+    seg: u64,
+    off: u32,
+    npayload: usize,
+    /// The segment the log continues in when this one is full.
+    next_seg: u64,
+}
+
+/// A payload block to place.
+#[derive(Clone, Copy, Debug)]
+enum Item {
+    Virtual(u64),
+    Dat(u64),
+    SuperRoot,
+    InodeLog,
+}
+
+/// Where the records of a construction go, and the segments it newly opens.
+struct Plan {
+    records: Vec<PlannedRecord>,
+    new_segments: Vec<u64>,
+}
+
+impl Store {
+    /// Split `npayload` blocks into records from the current write position,
+    /// moving to new segments as needed. Does not change anything.
+    fn plan(&self, mut npayload: usize) -> Result<Plan> {
+        let seg_blocks = self.geo.segment_blocks;
+        let (mut seg, mut off, mut next) = (self.cur_seg, self.cur_off, self.next_seg);
+        let mut records = Vec::new();
+        let mut new_segments = Vec::new();
+        let mut taken: HashSet<u64> = HashSet::new();
+        while npayload > 0 {
+            let avail = (seg_blocks - off) as usize;
+            let mut p = npayload
+                .min(MAX_RECORD_PAYLOAD)
+                .min(avail.saturating_sub(1));
+            while p > 0 && summary_blocks(p) + p > avail {
+                p -= 1;
+            }
+            if p == 0 {
+                // Move on: the next segment is already reserved; reserve its successor.
+                seg = next;
+                off = 0;
+                let mut after = seg;
+                let mut found = None;
+                for _ in 0..self.geo.nsegments {
+                    let Some(cand) = self.segs.find_free(after) else {
+                        break;
+                    };
+                    if cand != seg && !taken.contains(&cand) {
+                        found = Some(cand);
+                        break;
+                    }
+                    after = cand;
+                }
+                next = found.ok_or(Error::Errno(lsfs_vfs::Errno::NOSPC))?;
+                taken.insert(next);
+                new_segments.push(next);
+                continue;
+            }
+            records.push(PlannedRecord {
+                seg,
+                off,
+                npayload: p,
+                next_seg: next,
+            });
+            off += (summary_blocks(p) + p) as u32;
+            npayload -= p;
+        }
+        Ok(Plan {
+            records,
+            new_segments,
+        })
+    }
+
+    /// Move the writer past a plan's records and keep the segments it opened.
+    fn commit_plan(&mut self, plan: &Plan) {
+        for &s in &plan.new_segments {
+            self.segs.reserved.insert(s);
+        }
+        if let Some(last) = plan.records.last() {
+            if last.seg != self.cur_seg {
+                self.segs.reserved.remove(&self.cur_seg);
+            }
+            // Segments passed through entirely are no longer reserved: their nblocks say they are used.
+            for r in &plan.records {
+                if r.seg != last.seg {
+                    self.segs.reserved.remove(&r.seg);
+                }
+            }
+            self.cur_seg = last.seg;
+            self.cur_off = last.off + (summary_blocks(last.npayload) + last.npayload) as u32;
+            self.next_seg = last.next_seg;
+        }
+        self.segs.reserved.insert(self.cur_seg);
+        self.segs.reserved.insert(self.next_seg);
+    }
+
+    /// Write a checkpoint of everything dirty; returns its number.
+    pub fn checkpoint(&mut self) -> Result<u64> {
+        self.writable()?;
+        let r = self.checkpoint_inner();
+        if let Err(e @ Error::Io { .. }) = &r {
+            self.fail(e);
+        }
+        r
+    }
+
+    fn checkpoint_inner(&mut self) -> Result<u64> {
+        let now = self.now();
+        self.reclaim_prepare(now)?;
+        let cno = self.cur_cno;
+        self.cps.insert(self.cp_entry(cno, now));
+
+        // Step 1: close the dirty set.
+        let mut cp_fresh: BTreeMap<u64, Option<u64>> = BTreeMap::new();
+        for idx in std::mem::take(&mut self.cps.dirty_blocks) {
+            let mut root = self.cpfile_root;
+            let v = if self.cps.encode_block(idx).is_some() {
+                Some(self.mfile_fresh(CPFILE_INO, &mut root, idx)?)
+            } else {
+                self.mfile_punch(CPFILE_INO, &mut root, idx)?;
+                None
+            };
+            self.cpfile_root = root;
+            cp_fresh.insert(idx, v);
+        }
+        let mut su_fresh: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut dat_touched: HashSet<u64> = HashSet::new();
+        let plan = loop {
+            let mut changed = false;
+            let pending: Vec<u64> = self
+                .segs
+                .dirty_blocks
+                .iter()
+                .copied()
+                .filter(|i| !su_fresh.contains_key(i))
+                .collect();
+            for idx in pending {
+                let mut root = self.sufile_root;
+                let v = self.mfile_fresh(SUFILE_INO, &mut root, idx)?;
+                self.sufile_root = root;
+                su_fresh.insert(idx, v);
+                changed = true;
+            }
+            for k in self.cache.dirty_keys() {
+                if key_is_virtual(k) && dat_touched.insert(key_addr(k) / DAT_PER_BLOCK) {
+                    self.dat_touch(key_addr(k))?;
+                    changed = true;
+                }
+            }
+            let plan = self.plan(self.cache.dirty_count() + 1)?;
+            let segs = plan
+                .records
+                .iter()
+                .map(|r| r.seg)
+                .chain(plan.new_segments.iter().copied());
+            for s in segs {
+                if !su_fresh.contains_key(&(s / SU_PER_BLOCK)) {
+                    self.segs.dirty_blocks.insert(s / SU_PER_BLOCK);
+                    changed = true;
+                }
+            }
+            if !changed {
+                break plan;
+            }
+        };
+        // Nothing below may dirty a block that is not dirty yet.
+        let frozen_dirty = self.cache.dirty_count();
+
+        // Step 2: place.
+        let mut items: Vec<Item> = self.virtual_order();
+        let dat_order = self.dat_postorder()?;
+        items.extend(dat_order.iter().map(|&(t, _, _)| Item::Dat(t)));
+        items.push(Item::SuperRoot);
+        assert_eq!(
+            items.len(),
+            frozen_dirty + 1,
+            "dirty blocks that are neither virtual nor placed DAT blocks"
+        );
+        let places = self.place(&plan, items.len());
+        let mut dat_addr: HashMap<u64, u64> = HashMap::new();
+        for (item, &pos) in items.iter().zip(&places) {
+            match *item {
+                Item::Virtual(v) => {
+                    let mut e = self.dat_get(v)?;
+                    debug_assert_eq!(e.pblock, 0, "dirty virtual block {v} already placed");
+                    e.pblock = pos;
+                    self.dat_set(v, e)?;
+                }
+                Item::Dat(t) => {
+                    dat_addr.insert(t, pos);
+                }
+                Item::SuperRoot | Item::InodeLog => {}
+            }
+            if !matches!(item, Item::SuperRoot) {
+                let seg = self.geo.segment_of(pos).expect("planned inside the log");
+                self.segs.add_live(seg, now);
+            }
+        }
+        self.rewrite_dat_pointers(&dat_order, &dat_addr)?;
+        if is_temp(self.dat_root) {
+            self.dat_root = dat_addr[&self.dat_root];
+        }
+        for r in &plan.records {
+            self.segs
+                .add_written(r.seg, (summary_blocks(r.npayload) + r.npayload) as u32, now);
+        }
+        // Fill the SUFILE and CPFILE blocks, which are dirty already.
+        for idx in self.segs.dirty_blocks.clone() {
+            let v = *su_fresh
+                .get(&idx)
+                .unwrap_or_else(|| panic!("SUFILE block {idx} changed after the dirty set closed"));
+            let b = self.segs.encode_block(idx);
+            self.vwrite(
+                v,
+                b,
+                Owner {
+                    ino: SUFILE_INO,
+                    offset: idx,
+                    kind: BlockKind::Data,
+                },
+            )?;
+        }
+        self.cps.insert(self.cp_entry(cno, now));
+        self.cps.dirty_blocks.clear();
+        for (&idx, v) in &cp_fresh {
+            if let (Some(v), Some(b)) = (v, self.cps.encode_block(idx)) {
+                self.vwrite(
+                    *v,
+                    b,
+                    Owner {
+                        ino: CPFILE_INO,
+                        offset: idx,
+                        kind: BlockKind::Data,
+                    },
+                )?;
+            }
+        }
+        assert_eq!(
+            self.cache.dirty_count(),
+            frozen_dirty,
+            "placing blocks dirtied new ones"
+        );
+        let sr = SuperRoot {
+            cno,
+            created_secs: now,
+            next_vblock: self.next_vblock,
+            next_ino: self.next_ino,
+            dat_root: self.dat_root,
+            ifile_root: self.ifile_root,
+            cpfile_root: self.cpfile_root,
+            sufile_root: self.sufile_root,
+            nsegments: self.geo.nsegments,
+            inodes_used: self.inodes_used,
+            blocks_used: self.blocks_used,
+        }
+        .encode();
+
+        // Step 3: write.
+        let last = self.write_records(&plan, &items, cno, FLAG_CP_BEGIN, Some(&sr), None)?;
+        self.dev.flush()?;
+        self.commit_plan(&plan);
+        for item in &items {
+            match *item {
+                Item::Virtual(v) => self.cache.mark_clean(vkey(v)),
+                Item::Dat(t) => {
+                    let p = dat_addr[&t];
+                    self.cache.rekey(pkey(t), pkey(p));
+                    self.cache.mark_clean(pkey(p));
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(
+            self.cache.dirty_count(),
+            0,
+            "dirty blocks left after a checkpoint"
+        );
+        self.segs.dirty_blocks.clear();
+        self.segs.pending_free.clear();
+        self.cur_cno += 1;
+        self.fresh_floor = self.next_vblock;
+        self.stats.checkpoints_written += 1;
+        self.write_superblock(cno, last.0, last.1)?;
+        Ok(cno)
+    }
+
+    fn cp_entry(&self, cno: u64, now: u64) -> CpEntry {
+        let flags = self
+            .cps
+            .entries
+            .get(&cno)
+            .map(|e| e.flags)
+            .unwrap_or(CP_VALID);
+        CpEntry {
+            cno,
+            flags,
+            created_secs: now,
+            ifile_root: self.ifile_root,
+            inodes_used: self.inodes_used,
+            blocks_used: self.blocks_used,
+            next_ino: self.next_ino,
+        }
+    }
+
+    /// Dirty virtual blocks in write order: user data by (inode, offset), then
+    /// tree nodes, then the IFILE, CPFILE and SUFILE.
+    fn virtual_order(&self) -> Vec<Item> {
+        let mut v: Vec<(u8, u64, u64, u64)> = self
+            .cache
+            .dirty_keys()
+            .into_iter()
+            .filter(|&k| key_is_virtual(k))
+            .map(|k| {
+                let o = self.cache.owner(k).expect("dirty block has an owner");
+                let rank = match (o.ino, o.kind) {
+                    (IFILE_INO, _) => 3,
+                    (CPFILE_INO, _) => 4,
+                    (SUFILE_INO, _) => 5,
+                    (_, BlockKind::Node) => 2,
+                    _ => 1,
+                };
+                (rank, o.ino, o.offset, key_addr(k))
+            })
+            .collect();
+        v.sort_unstable();
+        v.into_iter()
+            .map(|(_, _, _, vb)| Item::Virtual(vb))
+            .collect()
+    }
+
+    /// The DAT's temporary blocks in post-order: (temp, owner offset, kind).
+    fn dat_postorder(&mut self) -> Result<Vec<(u64, u64, BlockKind)>> {
+        let mut out = Vec::new();
+        if is_temp(self.dat_root) {
+            self.dat_postorder_from(self.dat_root, &mut out, 0)?;
+        }
+        Ok(out)
+    }
+
+    fn dat_postorder_from(
+        &mut self,
+        t: u64,
+        out: &mut Vec<(u64, u64, BlockKind)>,
+        depth: usize,
+    ) -> Result<()> {
+        assert!(depth < 16, "DAT tree deeper than 16 levels");
+        let node = self.temp_node(t)?;
+        match &node {
+            Node::Leaf { items } => {
+                for (idx, val) in items {
+                    let a = decode_u64(val, "DAT block map")?;
+                    if is_temp(a) {
+                        out.push((a, *idx, BlockKind::DatBlock));
+                    }
+                }
+            }
+            Node::Internal { children, .. } => {
+                for &(_, c) in children {
+                    if is_temp(c) {
+                        self.dat_postorder_from(c, out, depth + 1)?;
+                    }
+                }
+            }
+        }
+        out.push((t, 0, BlockKind::DatNode));
+        Ok(())
+    }
+
+    fn temp_node(&mut self, t: u64) -> Result<Node> {
+        let b = self.cache.get(pkey(t)).ok_or_else(|| {
+            Error::corrupt(format!(
+                "DAT node {t:#x} missing from the cache (engine bug)"
+            ))
+        })?;
+        Node::decode(b, self.geo.block_bytes)
+    }
+
+    /// Replace temporary addresses inside the DAT's dirty nodes by the places given.
+    fn rewrite_dat_pointers(
+        &mut self,
+        order: &[(u64, u64, BlockKind)],
+        addr: &HashMap<u64, u64>,
+    ) -> Result<()> {
+        for &(t, _, kind) in order {
+            if kind != BlockKind::DatNode {
+                continue;
+            }
+            let mut node = self.temp_node(t)?;
+            match &mut node {
+                Node::Leaf { items } => {
+                    for (_, val) in items.iter_mut() {
+                        let a = decode_u64(val, "DAT block map")?;
+                        if is_temp(a) {
+                            *val = addr[&a].to_le_bytes().to_vec();
+                        }
+                    }
+                }
+                Node::Internal { children, .. } => {
+                    for (_, c) in children.iter_mut() {
+                        if is_temp(*c) {
+                            *c = addr[c];
+                        }
+                    }
+                }
+            }
+            let owner = self.cache.owner(pkey(t)).expect("DAT node cached");
+            self.cache
+                .put_dirty(pkey(t), node.encode(self.geo.block_bytes), owner);
+        }
+        Ok(())
+    }
+
+    /// Physical blocks for `n` payload blocks following `plan`.
+    fn place(&self, plan: &Plan, n: usize) -> Vec<u64> {
+        let mut out = Vec::with_capacity(n);
+        for r in &plan.records {
+            let first =
+                self.geo.segment_start(r.seg) + r.off as u64 + summary_blocks(r.npayload) as u64;
+            out.extend((0..r.npayload as u64).map(|i| first + i));
+        }
+        assert_eq!(
+            out.len(),
+            n,
+            "plan holds {} blocks, {} to place",
+            out.len(),
+            n
+        );
+        out
+    }
+
+    /// Encode and write the planned records. Returns (first block, seq) of the last record.
+    fn write_records(
+        &mut self,
+        plan: &Plan,
+        items: &[Item],
+        cno: u64,
+        first_flags: u32,
+        super_root: Option<&[u8]>,
+        inode_log: Option<(u64, &[u8])>,
+    ) -> Result<(u64, u64)> {
+        let now = self.now();
+        let mut it = items.iter();
+        let mut last = (0, 0);
+        let nrec = plan.records.len();
+        for (ri, r) in plan.records.iter().enumerate() {
+            let mut entries = Vec::with_capacity(r.npayload);
+            let mut payload: Vec<Vec<u8>> = Vec::with_capacity(r.npayload);
+            for _ in 0..r.npayload {
+                let item = *it.next().expect("plan and items agree");
+                let (e, data) = self.payload_of(item, cno, super_root, inode_log)?;
+                entries.push(e);
+                payload.push(data);
+            }
+            let mut flags = if ri == 0 {
+                first_flags
+            } else {
+                first_flags & FLAG_DSYNC
+            };
+            if ri + 1 == nrec && super_root.is_some() {
+                flags |= FLAG_SUPER_ROOT;
+            }
+            self.seq += 1;
+            let nsum = summary_blocks(r.npayload) as u32;
+            let h = RecordHeader {
+                flags,
+                fs_id: self.sb.fs_id,
+                seq: self.seq,
+                cno,
+                segno: r.seg,
+                nblocks: nsum + r.npayload as u32,
+                nsum_blocks: nsum,
+                next_seg: r.next_seg,
+                created_secs: now,
+                entries,
+            };
+            let refs: Vec<&[u8]> = payload.iter().map(|p| &p[..]).collect();
+            let buf = h.encode(&refs);
+            let block = self.geo.segment_start(r.seg) + r.off as u64;
+            self.dev.write_at(self.geo.byte_offset(block), &buf)?;
+            self.segs.last_seq[r.seg as usize] = self.seq;
+            self.stats.records_written += 1;
+            self.stats.blocks_written += h.nblocks as u64;
+            self.stats.payload_blocks_written += r.npayload as u64;
+            last = (block, self.seq);
+        }
+        Ok(last)
+    }
+
+    fn payload_of(
+        &mut self,
+        item: Item,
+        cno: u64,
+        sr: Option<&[u8]>,
+        inode_log: Option<(u64, &[u8])>,
+    ) -> Result<(SummaryEntry, Vec<u8>)> {
+        Ok(match item {
+            Item::Virtual(v) => {
+                let o = self.cache.owner(vkey(v)).expect("dirty block cached");
+                let data = self
+                    .cache
+                    .get(vkey(v))
+                    .expect("dirty block cached")
+                    .to_vec();
+                (
+                    SummaryEntry {
+                        ino: o.ino,
+                        offset: o.offset,
+                        vblock: v,
+                        cno,
+                        kind: o.kind,
+                    },
+                    data,
+                )
+            }
+            Item::Dat(t) => {
+                let o = self.cache.owner(pkey(t)).expect("DAT block cached");
+                let data = self.cache.get(pkey(t)).expect("DAT block cached").to_vec();
+                (
+                    SummaryEntry {
+                        ino: DAT_INO,
+                        offset: o.offset,
+                        vblock: 0,
+                        cno,
+                        kind: o.kind,
+                    },
+                    data,
+                )
+            }
+            Item::SuperRoot => (
+                SummaryEntry {
+                    ino: 0,
+                    offset: 0,
+                    vblock: 0,
+                    cno,
+                    kind: BlockKind::SuperRoot,
+                },
+                sr.expect("super root given").to_vec(),
+            ),
+            Item::InodeLog => {
+                let (ino, img) = inode_log.expect("inode image given");
+                let mut b = img.to_vec();
+                b.resize(self.geo.block_bytes, 0);
+                (
+                    SummaryEntry {
+                        ino,
+                        offset: 0,
+                        vblock: 0,
+                        cno,
+                        kind: BlockKind::InodeLog,
+                    },
+                    b,
+                )
+            }
+        })
+    }
+
+    /// Write the superblock copy due next, pointing at checkpoint `cno`
+    /// (record at `block` with sequence `seq`). It becomes durable with the
+    /// next flush; until then the other copy still leads to a valid chain.
+    pub(crate) fn write_superblock(&mut self, cno: u64, block: u64, seq: u64) -> Result<()> {
+        self.sb.sb_seq += 1;
+        self.sb.cp_cno = cno;
+        self.sb.cp_record_block = block;
+        self.sb.cp_record_seq = seq;
+        self.sb.written_secs = self.now();
+        let slot = (self.sb.sb_seq % 2) as usize;
+        let at = if slot == 0 {
+            0
+        } else {
+            self.geo.second_superblock()
+        };
+        let b = self.sb.encode();
+        self.dev.write_at(self.geo.byte_offset(at), &b)?;
+        self.sb_slot_seq[slot] = seq;
+        Ok(())
+    }
+
+    /// Write both superblock copies for the newest checkpoint and flush:
+    /// used at mkfs, after recovery and at unmount.
+    pub fn settle_superblocks(&mut self) -> Result<()> {
+        let (cno, block, seq) = (
+            self.sb.cp_cno,
+            self.sb.cp_record_block,
+            self.sb.cp_record_seq,
+        );
+        self.write_superblock(cno, block, seq)?;
+        self.dev.flush()?;
+        self.write_superblock(cno, block, seq)?;
+        self.dev.flush()
+    }
+
+    /// fsync of `ino` whose name is durable: one record with its dirty data
+    /// blocks and its inode image, then one flush.
+    pub fn dsync(&mut self, ino: u64, inode_image: &[u8]) -> Result<()> {
+        self.writable()?;
+        let r = self.dsync_inner(ino, inode_image);
+        if let Err(e @ Error::Io { .. }) = &r {
+            self.fail(e);
+        }
+        r
+    }
+
+    fn dsync_inner(&mut self, ino: u64, inode_image: &[u8]) -> Result<()> {
+        let now = self.now();
+        let mut blocks: Vec<(u64, u64)> = self
+            .cache
+            .dirty_keys()
+            .into_iter()
+            .filter(|&k| key_is_virtual(k))
+            .filter_map(|k| {
+                let o = self.cache.owner(k)?;
+                (o.ino == ino && o.kind == BlockKind::Data).then_some((o.offset, key_addr(k)))
+            })
+            .collect();
+        blocks.sort_unstable();
+        let mut items: Vec<Item> = blocks.iter().map(|&(_, v)| Item::Virtual(v)).collect();
+        items.push(Item::InodeLog);
+        let plan = self.plan(items.len())?;
+        let places = self.place(&plan, items.len());
+        for (item, &pos) in items.iter().zip(&places) {
+            if let Item::Virtual(v) = *item {
+                let mut e = self.dat_get(v)?;
+                e.pblock = pos;
+                self.dat_set(v, e)?;
+                self.segs.add_live(
+                    self.geo.segment_of(pos).expect("planned inside the log"),
+                    now,
+                );
+            }
+        }
+        for r in &plan.records {
+            self.segs
+                .add_written(r.seg, (summary_blocks(r.npayload) + r.npayload) as u32, now);
+        }
+        let cno = self.cur_cno;
+        self.write_records(
+            &plan,
+            &items,
+            cno,
+            FLAG_DSYNC,
+            None,
+            Some((ino, inode_image)),
+        )?;
+        self.dev.flush()?;
+        self.commit_plan(&plan);
+        for &(_, v) in &blocks {
+            self.cache.mark_clean(vkey(v));
+        }
+        self.stats.dsync_records_written += 1;
+        Ok(())
+    }
+
+    /// Keys of dirty blocks, for tests and checks.
+    pub fn dirty_keys(&self) -> Vec<CacheKey> {
+        self.cache.dirty_keys()
+    }
+}
+
+#[allow(dead_code)]
+const _: () = assert!(IFILE_INO != CPFILE_INO);

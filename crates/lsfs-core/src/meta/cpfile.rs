@@ -1,0 +1,136 @@
+//! The CPFILE: one entry per checkpoint that still exists. Checkpoints are
+//! taken every few seconds, and plain ones older than the protection period
+//! are deleted, so the table of live entries stays small and is kept in
+//! memory; entry `cno` lives in CPFILE block `cno / CP_PER_BLOCK`.
+
+use crate::codec::{Reader, Writer};
+use crate::error::{Error, Result};
+use crate::layout::BLOCK_BYTES;
+use std::collections::{BTreeMap, BTreeSet};
+
+pub const CP_ENTRY_BYTES: usize = 64;
+pub const CP_PER_BLOCK: u64 = (BLOCK_BYTES / CP_ENTRY_BYTES) as u64;
+
+pub const CP_VALID: u32 = 1;
+pub const CP_SNAPSHOT: u32 = 2;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CpEntry {
+    pub cno: u64,
+    pub flags: u32,
+    pub created_secs: u64,
+    /// Root of the IFILE as of this checkpoint (virtual block).
+    pub ifile_root: u64,
+    pub inodes_used: u64,
+    pub blocks_used: u64,
+    pub next_ino: u64,
+}
+
+impl CpEntry {
+    pub fn is_snapshot(&self) -> bool {
+        self.flags & CP_SNAPSHOT != 0
+    }
+    fn encode(&self, w: &mut Writer) {
+        w.u64(self.cno)
+            .u32(self.flags)
+            .u32(0)
+            .u64(self.created_secs)
+            .u64(self.ifile_root)
+            .u64(self.inodes_used)
+            .u64(self.blocks_used)
+            .u64(self.next_ino)
+            .u64(0);
+    }
+    fn decode(r: &mut Reader) -> Result<CpEntry> {
+        let cno = r.u64()?;
+        let flags = r.u32()?;
+        r.skip(4)?;
+        let e = CpEntry {
+            cno,
+            flags,
+            created_secs: r.u64()?,
+            ifile_root: r.u64()?,
+            inodes_used: r.u64()?,
+            blocks_used: r.u64()?,
+            next_ino: r.u64()?,
+        };
+        r.skip(8)?;
+        Ok(e)
+    }
+}
+
+#[derive(Default)]
+pub struct CpTable {
+    pub entries: BTreeMap<u64, CpEntry>,
+    pub dirty_blocks: BTreeSet<u64>,
+}
+
+impl CpTable {
+    pub fn insert(&mut self, e: CpEntry) {
+        self.dirty_blocks.insert(e.cno / CP_PER_BLOCK);
+        self.entries.insert(e.cno, e);
+    }
+    pub fn remove(&mut self, cno: u64) -> Option<CpEntry> {
+        self.dirty_blocks.insert(cno / CP_PER_BLOCK);
+        self.entries.remove(&cno)
+    }
+    pub fn set_snapshot(&mut self, cno: u64, on: bool) -> Result<()> {
+        let e = self.entries.get_mut(&cno).ok_or_else(|| {
+            Error::invalid(format!(
+                "checkpoint {cno} does not exist (list them with `lsfs checkpoint list`)"
+            ))
+        })?;
+        if on {
+            e.flags |= CP_SNAPSHOT;
+        } else {
+            e.flags &= !CP_SNAPSHOT;
+        }
+        self.dirty_blocks.insert(cno / CP_PER_BLOCK);
+        Ok(())
+    }
+    pub fn snapshots(&self) -> Vec<u64> {
+        self.entries
+            .values()
+            .filter(|e| e.is_snapshot())
+            .map(|e| e.cno)
+            .collect()
+    }
+    pub fn latest(&self) -> Option<&CpEntry> {
+        self.entries.values().next_back()
+    }
+    pub fn encode_block(&self, idx: u64) -> Option<Vec<u8>> {
+        let first = idx * CP_PER_BLOCK;
+        let mut any = false;
+        let mut w = Writer::with_capacity(BLOCK_BYTES);
+        for cno in first..first + CP_PER_BLOCK {
+            match self.entries.get(&cno) {
+                Some(e) => {
+                    any = true;
+                    e.encode(&mut w)
+                }
+                None => {
+                    w.pad_to(w.buf.len() + CP_ENTRY_BYTES);
+                }
+            }
+        }
+        w.pad_to(BLOCK_BYTES);
+        any.then(|| w.finish())
+    }
+    pub fn decode_block(&mut self, idx: u64, b: &[u8]) -> Result<()> {
+        let mut r = Reader::new(b, "CPFILE block");
+        let first = idx * CP_PER_BLOCK;
+        for slot in 0..CP_PER_BLOCK {
+            let e = CpEntry::decode(&mut r)?;
+            if e.flags & CP_VALID != 0 {
+                if e.cno != first + slot {
+                    return Err(Error::corrupt(format!(
+                        "CPFILE block {idx}: slot {slot} holds checkpoint {}",
+                        e.cno
+                    )));
+                }
+                self.entries.insert(e.cno, e);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,43 @@
+//! One DAT entry: where a virtual block lives and which checkpoints see it.
+
+use crate::codec::{Reader, Writer};
+use crate::error::Result;
+use crate::layout::BLOCK_BYTES;
+
+pub const DAT_ENTRY_BYTES: usize = 32;
+pub const DAT_PER_BLOCK: u64 = (BLOCK_BYTES / DAT_ENTRY_BYTES) as u64;
+/// `end` of a block the current file system still uses.
+pub const CNO_MAX: u64 = u64::MAX;
+
+/// A virtual block is visible in checkpoints `start <= c < end`. An all-zero
+/// entry is unused.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DatEntry {
+    /// Physical block, or 0 while the block has not been written yet.
+    pub pblock: u64,
+    pub start: u64,
+    pub end: u64,
+}
+
+impl DatEntry {
+    pub fn is_free(&self) -> bool {
+        *self == DatEntry::default()
+    }
+    pub fn is_current(&self) -> bool {
+        self.end == CNO_MAX && self.start != 0
+    }
+    pub fn read(block: &[u8], slot: usize) -> Result<DatEntry> {
+        let mut r = Reader::at(block, slot * DAT_ENTRY_BYTES, "DAT entry");
+        let e = DatEntry {
+            pblock: r.u64()?,
+            start: r.u64()?,
+            end: r.u64()?,
+        };
+        Ok(e)
+    }
+    pub fn write(&self, block: &mut [u8], slot: usize) {
+        let mut w = Writer::with_capacity(DAT_ENTRY_BYTES);
+        w.u64(self.pblock).u64(self.start).u64(self.end).u64(0);
+        block[slot * DAT_ENTRY_BYTES..(slot + 1) * DAT_ENTRY_BYTES].copy_from_slice(&w.buf);
+    }
+}

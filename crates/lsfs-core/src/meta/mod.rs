@@ -1,0 +1,24 @@
+//! Layer 3: the metadata files and the store that ties them to the log.
+//!
+//! - [`dat_entry`]: the DAT, virtual → physical block numbers with the
+//!   checkpoint range each block is visible in;
+//! - [`sufile`]: per-segment usage counters, exact at every checkpoint;
+//! - [`cpfile`]: the checkpoints and snapshots;
+//! - [`ifile`]: inode slots;
+//! - [`store`]: virtual blocks (allocate, read, copy-on-write, kill), the DAT's
+//!   own physically addressed tree, and the metadata files as block-mapped files;
+//! - [`construct`]: the segment constructor, which writes checkpoints and fsync records;
+//! - [`open`]: mkfs, and opening an image with recovery;
+//! - [`reclaim`]: deleting expired checkpoints and freeing dead segments.
+
+pub mod construct;
+pub mod cpfile;
+pub mod dat_entry;
+pub mod ifile;
+pub mod open;
+pub mod reclaim;
+pub mod snapshot;
+pub mod store;
+pub mod sufile;
+
+pub use store::{Store, StoreConfig};

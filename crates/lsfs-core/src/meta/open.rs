@@ -1,0 +1,334 @@
+//! Creating a store on a blank device (mkfs) and opening an existing one:
+//! pick the newest valid superblock, follow the log from its checkpoint to
+//! the last complete checkpoint, and hand back the fsync records written
+//! after it for the file layer to roll forward.
+
+use crate::btree::BTree;
+use crate::cache::BlockCache;
+use crate::device::BlockDevice;
+use crate::error::{Error, Result};
+use crate::layout::{Geometry, BLOCK_BYTES, FIRST_USER_INO};
+use crate::log::chain::{follow_chain, read_record, FoundRecord};
+use crate::log::record::{BlockKind, FLAG_DSYNC, FLAG_SUPER_ROOT};
+use crate::log::super_root::SuperRoot;
+use crate::log::superblock::{Superblock, FORMAT_VERSION};
+use crate::meta::cpfile::CpTable;
+use crate::meta::store::{
+    decode_u64, wall_secs, Store, StoreConfig, StoreStats, VNodesRo, TEMP_BASE,
+};
+use crate::meta::sufile::SegTable;
+
+/// What mkfs needs to know.
+#[derive(Clone, Debug)]
+pub struct MkfsOptions {
+    pub segment_blocks: u32,
+    pub label: String,
+}
+
+impl Default for MkfsOptions {
+    fn default() -> Self {
+        MkfsOptions {
+            segment_blocks: crate::layout::DEFAULT_SEGMENT_BLOCKS,
+            label: String::new(),
+        }
+    }
+}
+
+/// The result of opening an image.
+pub struct Opened {
+    pub store: Store,
+    /// fsync records after the last complete checkpoint, oldest first.
+    pub replay: Vec<FoundRecord>,
+}
+
+impl Store {
+    /// A new, empty store on `dev` (nothing is written until the first checkpoint).
+    pub fn create(
+        dev: Box<dyn BlockDevice>,
+        opts: &MkfsOptions,
+        config: StoreConfig,
+    ) -> Result<Store> {
+        if opts.label.len() > crate::log::superblock::LABEL_BYTES {
+            return Err(Error::invalid(format!(
+                "label of {} bytes: at most 64",
+                opts.label.len()
+            )));
+        }
+        let geo = Geometry::for_device(dev.size_bytes(), opts.segment_blocks)?;
+        let now = wall_secs();
+        let sb = Superblock {
+            version: FORMAT_VERSION,
+            features_compat: 0,
+            features_incompat: 0,
+            features_ro_compat: 0,
+            block_bytes: BLOCK_BYTES as u32,
+            segment_blocks: geo.segment_blocks,
+            nsegments: geo.nsegments,
+            first_segment_block: geo.first_segment_block,
+            device_blocks: geo.device_blocks,
+            fs_id: rand::random::<u64>() | 1,
+            created_secs: now,
+            label: opts.label.clone(),
+            sb_seq: 0,
+            cp_cno: 0,
+            cp_record_block: 0,
+            cp_record_seq: 0,
+            written_secs: now,
+        };
+        let mut segs = SegTable::new(geo.nsegments, geo.segment_blocks);
+        segs.reserved.insert(0);
+        segs.reserved.insert(1);
+        Ok(Store {
+            dev,
+            geo,
+            sb,
+            sb_slot_seq: [0, 0],
+            cache: BlockCache::new(config.cache_blocks),
+            segs,
+            cps: CpTable::default(),
+            dat_root: 0,
+            next_vblock: 1,
+            fresh_floor: 1,
+            next_temp: TEMP_BASE,
+            ifile_root: 0,
+            cpfile_root: 0,
+            sufile_root: 0,
+            next_ino: FIRST_USER_INO,
+            cur_cno: 1,
+            seq: 0,
+            cur_seg: 0,
+            cur_off: 0,
+            next_seg: 1,
+            inodes_used: 0,
+            blocks_used: 0,
+            config,
+            failed: None,
+            stats: StoreStats::default(),
+            tree: BTree::default(),
+            snapshots: Vec::new(),
+            now_override: None,
+        })
+    }
+
+    /// Open the store on `dev`: newest valid superblock, then the log.
+    pub fn open(mut dev: Box<dyn BlockDevice>, config: StoreConfig) -> Result<Opened> {
+        let size = dev.size_bytes();
+        if size < 2 * BLOCK_BYTES as u64 {
+            return Err(Error::corrupt(format!(
+                "device of {size} bytes is too small to hold an lsfs image"
+            )));
+        }
+        let last_block = size / BLOCK_BYTES as u64 - 1;
+        let mut candidates = Vec::new();
+        let mut problems = Vec::new();
+        for (slot, at) in [(0usize, 0u64), (1, last_block)] {
+            let mut b = vec![0; BLOCK_BYTES];
+            dev.read_at(at * BLOCK_BYTES as u64, &mut b)?;
+            match Superblock::decode(&b, &format!("block {at}"), size) {
+                Ok(sb) => candidates.push((slot, sb)),
+                Err(e) => problems.push(e),
+            }
+        }
+        // A foreign or future image: both copies say so; report the first.
+        if candidates.is_empty() {
+            let first = problems.remove(0);
+            return Err(match first {
+                Error::Unsupported { .. } => first,
+                other => Error::corrupt(format!(
+                    "no valid superblock: {other}; {}",
+                    problems.first().map(|e| e.to_string()).unwrap_or_default()
+                )),
+            });
+        }
+        if let Some(Error::Unsupported { what }) = problems.first() {
+            if !what.contains("no lsfs magic") {
+                return Err(Error::unsupported(what.clone()));
+            }
+        }
+        candidates.sort_by_key(|(_, sb)| std::cmp::Reverse(sb.sb_seq));
+        let mut slot_seq = [0u64; 2];
+        for (slot, sb) in &candidates {
+            slot_seq[*slot] = sb.cp_record_seq;
+        }
+        let mut last_err = None;
+        for (_, sb) in &candidates {
+            let geo = sb.geometry();
+            match read_record(&mut *dev, &geo, sb.fs_id, sb.cp_record_block, Some(sb.cp_record_seq))? {
+                Some(rec) if rec.header.flags & FLAG_SUPER_ROOT != 0 => {
+                    return Store::open_from(dev, sb.clone(), rec, slot_seq, config);
+                }
+                _ => {
+                    last_err = Some(Error::corrupt(format!(
+                        "superblock (copy {}) points at checkpoint {} in block {}, but no valid checkpoint record is there",
+                        sb.sb_seq, sb.cp_cno, sb.cp_record_block
+                    )))
+                }
+            }
+        }
+        Err(last_err.expect("at least one candidate"))
+    }
+
+    fn open_from(
+        mut dev: Box<dyn BlockDevice>,
+        sb: Superblock,
+        start: FoundRecord,
+        slot_seq: [u64; 2],
+        config: StoreConfig,
+    ) -> Result<Opened> {
+        let geo = sb.geometry();
+        let chain = follow_chain(&mut *dev, &geo, sb.fs_id, &start)?;
+        let base_idx = chain
+            .iter()
+            .rposition(|r| r.header.flags & FLAG_SUPER_ROOT != 0);
+        let base = base_idx
+            .map(|i| chain[i].clone())
+            .unwrap_or_else(|| start.clone());
+        let after: &[FoundRecord] = match base_idx {
+            Some(i) => &chain[i + 1..],
+            None => &chain[..],
+        };
+        let sr_pos = base.header.entries.len() - 1;
+        if base.header.entries[sr_pos].kind != BlockKind::SuperRoot {
+            return Err(Error::corrupt(format!(
+                "checkpoint record at block {} does not end with a super root",
+                base.block
+            )));
+        }
+        let sr_block = base.payload_block(sr_pos);
+        let mut b = vec![0; BLOCK_BYTES];
+        dev.read_at(geo.byte_offset(sr_block), &mut b)?;
+        let sr = SuperRoot::decode(&b, &format!("block {sr_block}"))?;
+        if sr.nsegments != geo.nsegments {
+            return Err(Error::corrupt(format!(
+                "super root at block {sr_block} says {} segments, superblock {}",
+                sr.nsegments, geo.nsegments
+            )));
+        }
+        let last = chain.last().unwrap_or(&start).clone();
+        let mut store = Store::create_for_open(dev, geo, sb, &sr, slot_seq, config)?;
+        store.load_sufile()?;
+        store.load_cpfile()?;
+        if !store.cps.entries.contains_key(&sr.cno) {
+            return Err(Error::corrupt(format!(
+                "checkpoint {} is missing from its own CPFILE",
+                sr.cno
+            )));
+        }
+        // Records after the base checkpoint occupy space its SUFILE does not know of.
+        let now = store.now();
+        for r in after {
+            store
+                .segs
+                .add_written(r.header.segno, r.header.nblocks, now);
+        }
+        for r in std::iter::once(&start).chain(chain.iter()) {
+            store.segs.last_seq[r.header.segno as usize] = r.header.seq;
+        }
+        store.seq = last.header.seq;
+        store.cur_seg = last.header.segno;
+        store.cur_off = (last.end_block() - geo.segment_start(last.header.segno)) as u32;
+        store.next_seg = last.header.next_seg;
+        if store.next_seg >= geo.nsegments {
+            return Err(Error::corrupt(format!(
+                "record at block {} names next segment {}",
+                last.block, store.next_seg
+            )));
+        }
+        store.segs.reserved.clear();
+        store.segs.reserved.insert(store.cur_seg);
+        store.segs.reserved.insert(store.next_seg);
+        let replay = after
+            .iter()
+            .filter(|r| r.header.flags & FLAG_DSYNC != 0)
+            .cloned()
+            .collect();
+        Ok(Opened { store, replay })
+    }
+
+    fn create_for_open(
+        dev: Box<dyn BlockDevice>,
+        geo: Geometry,
+        sb: Superblock,
+        sr: &SuperRoot,
+        slot_seq: [u64; 2],
+        config: StoreConfig,
+    ) -> Result<Store> {
+        let mut s = Store::create(
+            dev,
+            &MkfsOptions {
+                segment_blocks: geo.segment_blocks,
+                label: String::new(),
+            },
+            config,
+        )?;
+        s.geo = geo;
+        s.sb = sb;
+        s.sb_slot_seq = slot_seq;
+        s.dat_root = sr.dat_root;
+        s.next_vblock = sr.next_vblock;
+        s.fresh_floor = sr.next_vblock;
+        s.ifile_root = sr.ifile_root;
+        s.cpfile_root = sr.cpfile_root;
+        s.sufile_root = sr.sufile_root;
+        s.next_ino = sr.next_ino;
+        s.cur_cno = sr.cno + 1;
+        s.inodes_used = sr.inodes_used;
+        s.blocks_used = sr.blocks_used;
+        s.segs = SegTable::new(geo.nsegments, geo.segment_blocks);
+        Ok(s)
+    }
+
+    fn load_sufile(&mut self) -> Result<()> {
+        for idx in 0..self.segs.nblocks_sufile() {
+            let v = self
+                .mfile_get(self.sufile_root, idx)?
+                .ok_or_else(|| Error::corrupt(format!("SUFILE block {idx} is missing")))?;
+            let b = self.vread(
+                v,
+                crate::cache::Owner {
+                    ino: crate::layout::SUFILE_INO,
+                    offset: idx,
+                    kind: BlockKind::Data,
+                },
+            )?;
+            self.segs.decode_block(idx, &b)?;
+        }
+        for (s, u) in self.segs.usage.iter().enumerate() {
+            if u.nblocks > self.geo.segment_blocks || u.nlive > u.nblocks || u.nsnapshot > u.nblocks
+            {
+                return Err(Error::corrupt(format!(
+                    "SUFILE entry of segment {s} is impossible: {u:?}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn load_cpfile(&mut self) -> Result<()> {
+        let tree = self.tree;
+        let root = self.cpfile_root;
+        let mut blocks = Vec::new();
+        let mut key = 0u64;
+        while let Some((idx, val)) = tree.ceil(&mut VNodesRo { s: self }, root, key)? {
+            blocks.push((idx, decode_u64(&val, "CPFILE block map")?));
+            key = match idx.checked_add(1) {
+                Some(k) => k,
+                None => break,
+            };
+        }
+        for (idx, v) in blocks {
+            let b = self.vread(
+                v,
+                crate::cache::Owner {
+                    ino: crate::layout::CPFILE_INO,
+                    offset: idx,
+                    kind: BlockKind::Data,
+                },
+            )?;
+            self.cps.decode_block(idx, &b)?;
+        }
+        self.cps.dirty_blocks.clear();
+        self.snapshots = self.cps.snapshots();
+        Ok(())
+    }
+}

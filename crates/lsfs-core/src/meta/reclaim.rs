@@ -1,0 +1,96 @@
+//! Reclaiming space without copying: delete plain checkpoints older than the
+//! protection period, then free every segment whose blocks are all dead and
+//! unprotected. Runs at the start of each checkpoint; the segments it frees
+//! become usable only once that checkpoint is durable, so a crash can never
+//! lead recovery to a checkpoint whose blocks were overwritten.
+//! (The copying cleaner, which makes segments dead, is separate.)
+
+use crate::error::Result;
+use crate::log::chain::segment_records;
+use crate::log::record::BlockKind;
+use crate::meta::dat_entry::{DatEntry, CNO_MAX};
+use crate::meta::store::Store;
+
+/// Segments examined per checkpoint, to bound the work of one pass.
+const SEGMENTS_PER_PASS_MAX: usize = 32;
+
+impl Store {
+    pub(crate) fn reclaim_prepare(&mut self, now: u64) -> Result<()> {
+        let horizon = now.saturating_sub(self.config.protection_secs);
+        let latest = self.cps.latest().map(|e| e.cno);
+        let expired: Vec<u64> = self
+            .cps
+            .entries
+            .values()
+            .filter(|e| !e.is_snapshot() && Some(e.cno) != latest && e.created_secs < horizon)
+            .map(|e| e.cno)
+            .collect();
+        for c in expired {
+            self.cps.remove(c);
+            self.stats.checkpoints_deleted += 1;
+        }
+        // Dead blocks with end > oldest_kept are still seen by a kept checkpoint.
+        let oldest_kept = self
+            .cps
+            .entries
+            .values()
+            .filter(|e| !e.is_snapshot())
+            .map(|e| e.cno)
+            .min()
+            .unwrap_or(self.cur_cno);
+        let chain_from = self.sb_slot_seq.iter().copied().min().unwrap_or(0);
+        let candidates: Vec<u64> = (0..self.segs.nsegments())
+            .filter(|&s| {
+                let u = &self.segs.usage[s as usize];
+                u.nblocks > 0
+                    && u.nlive == 0
+                    && u.nsnapshot == 0
+                    && !self.segs.reserved.contains(&s)
+                    && !self.segs.pending_free.contains(&s)
+                    && self.segs.last_seq[s as usize] < chain_from
+            })
+            .take(SEGMENTS_PER_PASS_MAX)
+            .collect();
+        for seg in candidates {
+            if let Some(dead) = self.dead_vblocks_if_reclaimable(seg, oldest_kept)? {
+                for v in dead {
+                    self.dat_set(v, DatEntry::default())?;
+                }
+                self.segs.mark_freed(seg, now);
+                self.stats.segments_reclaimed += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// If no block of `seg` is needed by the current file system, a snapshot
+    /// or a kept checkpoint, the virtual blocks whose DAT entries point into
+    /// it (to free with it).
+    fn dead_vblocks_if_reclaimable(
+        &mut self,
+        seg: u64,
+        oldest_kept: u64,
+    ) -> Result<Option<Vec<u64>>> {
+        let records = segment_records(&mut *self.dev, &self.geo, self.sb.fs_id, seg)?;
+        let mut dead = Vec::new();
+        for r in &records {
+            for (i, e) in r.header.entries.iter().enumerate() {
+                if !matches!(e.kind, BlockKind::Data | BlockKind::Node) || e.vblock == 0 {
+                    // DAT blocks: nlive == 0 says the current DAT does not use them.
+                    continue;
+                }
+                let d = self.dat_get(e.vblock)?;
+                if d.pblock != r.payload_block(i) {
+                    continue; // a superseded copy
+                }
+                let needed =
+                    d.end == CNO_MAX || d.end > oldest_kept || self.snapshot_in(d.start, d.end);
+                if needed {
+                    return Ok(None);
+                }
+                dead.push(e.vblock);
+            }
+        }
+        Ok(Some(dead))
+    }
+}

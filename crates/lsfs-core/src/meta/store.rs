@@ -1,0 +1,645 @@
+//! The store: virtual blocks on top of the log.
+//!
+//! Every block of a file (and of the IFILE, CPFILE and SUFILE) has a virtual
+//! block number; the DAT maps it to a physical block and records the
+//! checkpoints `[start, end)` that see it. Virtual block numbers are handed
+//! out by a counter, so "allocated in the checkpoint being built" is simply
+//! `vblock >= fresh_floor`: such blocks are modified in place, all others are
+//! copied on write. The DAT itself is addressed physically; its dirty blocks
+//! and nodes get temporary addresses until the segment constructor places them.
+
+use crate::btree::{BTree, NodeStore};
+use crate::cache::{pkey, vkey, BlockCache, Owner};
+use crate::device::BlockDevice;
+use crate::error::{Error, Result};
+use crate::layout::{Geometry, DAT_INO, IFILE_INO};
+use crate::log::record::BlockKind;
+use crate::log::superblock::Superblock;
+use crate::meta::cpfile::CpTable;
+use crate::meta::dat_entry::{DatEntry, CNO_MAX, DAT_PER_BLOCK};
+use crate::meta::ifile::{self, INODE_BYTES};
+use crate::meta::sufile::SegTable;
+
+/// Temporary addresses of not-yet-placed DAT blocks start here; they never
+/// reach the disk.
+pub const TEMP_BASE: u64 = 1 << 61;
+
+pub fn is_temp(addr: u64) -> bool {
+    addr >= TEMP_BASE
+}
+
+/// Settings of an open store.
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    pub cache_blocks: usize,
+    /// Plain checkpoints younger than this are kept (and their blocks protected).
+    pub protection_secs: u64,
+    pub read_only: bool,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            cache_blocks: 16384,
+            protection_secs: 3600,
+            read_only: false,
+        }
+    }
+}
+
+/// Counters about the store's work, exposed by `lsfs stats`.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct StoreStats {
+    pub checkpoints_written: u64,
+    pub dsync_records_written: u64,
+    pub records_written: u64,
+    pub blocks_written: u64,
+    pub payload_blocks_written: u64,
+    pub segments_reclaimed: u64,
+    pub checkpoints_deleted: u64,
+}
+
+pub struct Store {
+    pub dev: Box<dyn BlockDevice>,
+    pub geo: Geometry,
+    pub sb: Superblock,
+    /// `cp_record_seq` of what each superblock slot holds: segments holding
+    /// records from the older of the two on are the recovery chain.
+    pub(crate) sb_slot_seq: [u64; 2],
+    pub cache: BlockCache,
+    pub segs: SegTable,
+    pub cps: CpTable,
+    pub dat_root: u64,
+    pub next_vblock: u64,
+    pub(crate) fresh_floor: u64,
+    pub(crate) next_temp: u64,
+    pub ifile_root: u64,
+    pub cpfile_root: u64,
+    pub sufile_root: u64,
+    pub next_ino: u64,
+    /// The checkpoint being built: one more than the last one written.
+    pub cur_cno: u64,
+    /// Sequence number of the last record written.
+    pub seq: u64,
+    pub cur_seg: u64,
+    pub cur_off: u32,
+    pub next_seg: u64,
+    pub inodes_used: u64,
+    pub blocks_used: u64,
+    pub config: StoreConfig,
+    /// Why the store turned read-only after a device error, if it did.
+    pub failed: Option<String>,
+    pub stats: StoreStats,
+    pub(crate) tree: BTree,
+    /// Sorted snapshot checkpoint numbers (mirrors the CPFILE flags).
+    pub(crate) snapshots: Vec<u64>,
+    /// Clock used for all timestamps the store writes (tests may set it).
+    pub now_override: Option<u64>,
+}
+
+pub fn wall_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// The DAT's block map, whose nodes live at physical or temporary addresses.
+pub(crate) struct DatNodes<'a> {
+    pub dev: &'a mut dyn BlockDevice,
+    pub cache: &'a mut BlockCache,
+    pub segs: &'a mut SegTable,
+    pub geo: Geometry,
+    pub next_temp: &'a mut u64,
+    pub now: u64,
+}
+
+const DAT_NODE_OWNER: Owner = Owner {
+    ino: DAT_INO,
+    offset: 0,
+    kind: BlockKind::DatNode,
+};
+
+impl DatNodes<'_> {
+    fn read_phys(&mut self, addr: u64, owner: Owner) -> Result<Vec<u8>> {
+        if let Some(b) = self.cache.get(pkey(addr)) {
+            return Ok(b.to_vec());
+        }
+        if is_temp(addr) {
+            return Err(Error::corrupt(format!(
+                "DAT temporary block {addr:#x} is not in the cache (engine bug)"
+            )));
+        }
+        check_phys(&self.geo, addr, "DAT")?;
+        let mut b = vec![0; self.geo.block_bytes];
+        self.dev.read_at(self.geo.byte_offset(addr), &mut b)?;
+        self.cache.insert_clean(pkey(addr), &b, owner);
+        Ok(b)
+    }
+
+    fn kill_phys(&mut self, addr: u64) {
+        let seg = self
+            .geo
+            .segment_of(addr)
+            .expect("DAT block outside the log");
+        self.segs.kill_live(seg, false, self.now);
+    }
+
+    fn new_temp(&mut self) -> u64 {
+        let t = *self.next_temp;
+        *self.next_temp += 1;
+        t
+    }
+
+    /// Make a physical DAT block (data or node) writable: give it a temporary address.
+    fn cow(&mut self, addr: u64, owner: Owner) -> Result<u64> {
+        if is_temp(addr) {
+            return Ok(addr);
+        }
+        let data = self.read_phys(addr, owner)?;
+        let t = self.new_temp();
+        self.cache.put_dirty(pkey(t), data, owner);
+        self.cache.remove(pkey(addr));
+        self.kill_phys(addr);
+        Ok(t)
+    }
+}
+
+impl NodeStore for DatNodes<'_> {
+    fn read_node(&mut self, ptr: u64) -> Result<Vec<u8>> {
+        self.read_phys(ptr, DAT_NODE_OWNER)
+    }
+    fn make_writable(&mut self, ptr: u64) -> Result<u64> {
+        self.cow(ptr, DAT_NODE_OWNER)
+    }
+    fn write_node(&mut self, ptr: u64, block: Vec<u8>) -> Result<()> {
+        assert!(is_temp(ptr), "write to a placed DAT node {ptr}");
+        self.cache.put_dirty(pkey(ptr), block, DAT_NODE_OWNER);
+        Ok(())
+    }
+    fn alloc_node(&mut self) -> Result<u64> {
+        Ok(self.new_temp())
+    }
+    fn free_node(&mut self, ptr: u64) -> Result<()> {
+        if !is_temp(ptr) {
+            self.kill_phys(ptr);
+        }
+        self.cache.remove(pkey(ptr));
+        Ok(())
+    }
+}
+
+pub(crate) fn check_phys(geo: &Geometry, addr: u64, what: &str) -> Result<()> {
+    if geo.segment_of(addr).is_none() {
+        return Err(Error::corrupt(format!(
+            "{what} points at block {addr}, outside the log area"
+        )));
+    }
+    Ok(())
+}
+
+/// A file's block map, whose nodes are virtual blocks of that file.
+pub struct VNodes<'a> {
+    pub s: &'a mut Store,
+    pub ino: u64,
+}
+
+impl NodeStore for VNodes<'_> {
+    fn read_node(&mut self, ptr: u64) -> Result<Vec<u8>> {
+        self.s.vread(
+            ptr,
+            Owner {
+                ino: self.ino,
+                offset: 0,
+                kind: BlockKind::Node,
+            },
+        )
+    }
+    fn make_writable(&mut self, ptr: u64) -> Result<u64> {
+        self.s.vcow(
+            ptr,
+            Owner {
+                ino: self.ino,
+                offset: 0,
+                kind: BlockKind::Node,
+            },
+        )
+    }
+    fn write_node(&mut self, ptr: u64, block: Vec<u8>) -> Result<()> {
+        self.s.vwrite(
+            ptr,
+            block,
+            Owner {
+                ino: self.ino,
+                offset: 0,
+                kind: BlockKind::Node,
+            },
+        )
+    }
+    fn alloc_node(&mut self) -> Result<u64> {
+        self.s.valloc()
+    }
+    fn free_node(&mut self, ptr: u64) -> Result<()> {
+        self.s.vkill(ptr)
+    }
+}
+
+/// A read-only view of a file's block map (snapshot views, fsck).
+pub struct VNodesRo<'a> {
+    pub s: &'a mut Store,
+}
+
+impl NodeStore for VNodesRo<'_> {
+    fn read_node(&mut self, ptr: u64) -> Result<Vec<u8>> {
+        self.s.vread(
+            ptr,
+            Owner {
+                ino: 0,
+                offset: 0,
+                kind: BlockKind::Node,
+            },
+        )
+    }
+    fn make_writable(&mut self, _: u64) -> Result<u64> {
+        Err(Error::Errno(lsfs_vfs::Errno::ROFS))
+    }
+    fn write_node(&mut self, _: u64, _: Vec<u8>) -> Result<()> {
+        Err(Error::Errno(lsfs_vfs::Errno::ROFS))
+    }
+    fn alloc_node(&mut self) -> Result<u64> {
+        Err(Error::Errno(lsfs_vfs::Errno::ROFS))
+    }
+    fn free_node(&mut self, _: u64) -> Result<()> {
+        Err(Error::Errno(lsfs_vfs::Errno::ROFS))
+    }
+}
+
+macro_rules! dat_nodes {
+    ($s:ident) => {
+        DatNodes {
+            dev: &mut *$s.dev,
+            cache: &mut $s.cache,
+            segs: &mut $s.segs,
+            geo: $s.geo,
+            next_temp: &mut $s.next_temp,
+            now: $s
+                .now_override
+                .unwrap_or_else($crate::meta::store::wall_secs),
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use dat_nodes;
+
+impl Store {
+    pub fn now(&self) -> u64 {
+        self.now_override.unwrap_or_else(wall_secs)
+    }
+
+    /// The B-tree operations (block size) every tree of this store uses.
+    pub fn tree(&self) -> BTree {
+        self.tree
+    }
+
+    pub fn is_fresh(&self, vblock: u64) -> bool {
+        vblock >= self.fresh_floor
+    }
+
+    pub fn writable(&self) -> Result<()> {
+        if self.config.read_only {
+            return Err(Error::Errno(lsfs_vfs::Errno::ROFS));
+        }
+        if self.failed.is_some() {
+            return Err(Error::Errno(lsfs_vfs::Errno::ROFS));
+        }
+        Ok(())
+    }
+
+    // ---- the DAT ----
+
+    /// The address of DAT block `idx`, if it exists.
+    fn dat_block_addr(&mut self, idx: u64) -> Result<Option<u64>> {
+        let tree = self.tree;
+        let root = self.dat_root;
+        let v = tree.get(&mut dat_nodes!(self), root, idx)?;
+        v.map(|b| decode_u64(&b, "DAT block map")).transpose()
+    }
+
+    pub fn dat_get(&mut self, vblock: u64) -> Result<DatEntry> {
+        let idx = vblock / DAT_PER_BLOCK;
+        let Some(addr) = self.dat_block_addr(idx)? else {
+            return Ok(DatEntry::default());
+        };
+        let owner = Owner {
+            ino: DAT_INO,
+            offset: idx,
+            kind: BlockKind::DatBlock,
+        };
+        let b = dat_nodes!(self).read_phys(addr, owner)?;
+        DatEntry::read(&b, (vblock % DAT_PER_BLOCK) as usize)
+    }
+
+    pub fn dat_set(&mut self, vblock: u64, e: DatEntry) -> Result<()> {
+        let idx = vblock / DAT_PER_BLOCK;
+        let owner = Owner {
+            ino: DAT_INO,
+            offset: idx,
+            kind: BlockKind::DatBlock,
+        };
+        let addr = self.dat_block_addr(idx)?;
+        let tree = self.tree;
+        let mut n = dat_nodes!(self);
+        let (t, mut block) = match addr {
+            Some(a) => {
+                let t = n.cow(a, owner)?;
+                let b = n.read_phys(t, owner)?;
+                (t, b)
+            }
+            None => (n.new_temp(), vec![0; self.geo.block_bytes]),
+        };
+        e.write(&mut block, (vblock % DAT_PER_BLOCK) as usize);
+        let empty = block.iter().all(|&x| x == 0);
+        if empty {
+            // Every entry of this DAT block is free: punch it out of the DAT.
+            n.cache.remove(pkey(t));
+            tree.remove(&mut n, &mut self.dat_root, idx)?;
+        } else {
+            n.cache.put_dirty(pkey(t), block, owner);
+            if Some(t) != addr {
+                tree.insert(&mut n, &mut self.dat_root, idx, &t.to_le_bytes())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Make the DAT block holding `vblock`'s entry writable without changing
+    /// it, so that placing the block later changes no tree (construct).
+    pub(crate) fn dat_touch(&mut self, vblock: u64) -> Result<()> {
+        let e = self.dat_get(vblock)?;
+        if !e.is_free() {
+            self.dat_set(vblock, e)?;
+        }
+        Ok(())
+    }
+
+    /// Whether some snapshot lies in `[start, end)`.
+    pub fn snapshot_in(&self, start: u64, end: u64) -> bool {
+        let i = self.snapshots.partition_point(|&s| s < start);
+        self.snapshots.get(i).is_some_and(|&s| s < end)
+    }
+
+    // ---- virtual blocks ----
+
+    /// Read virtual block `v`.
+    pub fn vread(&mut self, v: u64, owner: Owner) -> Result<Vec<u8>> {
+        if let Some(b) = self.cache.get(vkey(v)) {
+            return Ok(b.to_vec());
+        }
+        let e = self.dat_get(v)?;
+        if e.pblock == 0 {
+            return Err(Error::corrupt(format!(
+                "virtual block {v} (inode {}) has no physical block in the DAT",
+                owner.ino
+            )));
+        }
+        check_phys(
+            &self.geo,
+            e.pblock,
+            &format!("DAT entry of virtual block {v}"),
+        )?;
+        let mut b = vec![0; self.geo.block_bytes];
+        if let Err(err) = self.dev.read_at(self.geo.byte_offset(e.pblock), &mut b) {
+            return Err(err);
+        }
+        self.cache.insert_clean(vkey(v), &b, owner);
+        Ok(b)
+    }
+
+    /// A new virtual block, visible from the checkpoint being built on.
+    pub fn valloc(&mut self) -> Result<u64> {
+        let v = self.next_vblock;
+        self.next_vblock += 1;
+        self.dat_set(
+            v,
+            DatEntry {
+                pblock: 0,
+                start: self.cur_cno,
+                end: CNO_MAX,
+            },
+        )?;
+        self.blocks_used += 1;
+        Ok(v)
+    }
+
+    /// The current file system stops using `v`.
+    pub fn vkill(&mut self, v: u64) -> Result<()> {
+        let e = self.dat_get(v)?;
+        assert!(
+            e.is_current(),
+            "killing virtual block {v} that is not live: {e:?}"
+        );
+        let now = self.now();
+        if self.is_fresh(v) {
+            // No checkpoint ever saw it: it is simply gone.
+            if e.pblock != 0 {
+                let seg = self.geo.segment_of(e.pblock).expect("checked on read");
+                self.segs.kill_live(seg, false, now);
+            }
+            self.dat_set(v, DatEntry::default())?;
+        } else {
+            if e.pblock != 0 {
+                let seg = self.geo.segment_of(e.pblock).expect("checked on read");
+                let protected = self.snapshot_in(e.start, self.cur_cno);
+                self.segs.kill_live(seg, protected, now);
+            }
+            self.dat_set(
+                v,
+                DatEntry {
+                    end: self.cur_cno,
+                    ..e
+                },
+            )?;
+        }
+        self.cache.remove(vkey(v));
+        self.blocks_used = self.blocks_used.saturating_sub(1);
+        Ok(())
+    }
+
+    /// Make `v` writable: itself if fresh, else a fresh copy (and `v` dies).
+    pub fn vcow(&mut self, v: u64, owner: Owner) -> Result<u64> {
+        if self.is_fresh(v) {
+            return Ok(v);
+        }
+        let data = self.vread(v, owner)?;
+        let nv = self.valloc()?;
+        self.vkill(v)?;
+        self.cache.put_dirty(vkey(nv), data, owner);
+        Ok(nv)
+    }
+
+    /// Set the contents of fresh block `v`.
+    pub fn vwrite(&mut self, v: u64, data: Vec<u8>, owner: Owner) -> Result<()> {
+        assert!(
+            self.is_fresh(v),
+            "write to virtual block {v} that a checkpoint already holds"
+        );
+        debug_assert_eq!(data.len(), self.geo.block_bytes);
+        if !self.cache.is_dirty(vkey(v)) {
+            // Written by an fsync record earlier in this checkpoint, or brand
+            // new: a placed copy is superseded now.
+            let e = self.dat_get(v)?;
+            if e.pblock != 0 {
+                let seg = self.geo.segment_of(e.pblock).expect("checked on read");
+                let now = self.now();
+                self.segs.kill_live(seg, false, now);
+                self.dat_set(v, DatEntry { pblock: 0, ..e })?;
+            }
+        }
+        self.cache.put_dirty(vkey(v), data, owner);
+        Ok(())
+    }
+
+    /// A new fresh block holding `data`: allocation plus write, counted as used.
+    pub fn vnew(&mut self, data: Vec<u8>, owner: Owner) -> Result<u64> {
+        let v = self.valloc()?;
+        self.vwrite(v, data, owner)?;
+        Ok(v)
+    }
+
+    // ---- block-mapped metadata files (IFILE, CPFILE, SUFILE) ----
+
+    /// Virtual block of metadata-file block `idx` under `root`.
+    pub fn mfile_get(&mut self, root: u64, idx: u64) -> Result<Option<u64>> {
+        let tree = self.tree;
+        let v = tree.get(&mut VNodesRo { s: self }, root, idx)?;
+        v.map(|b| decode_u64(&b, "metadata file block map"))
+            .transpose()
+    }
+
+    /// Make block `idx` of metadata file `ino` (root in `*root`) fresh and
+    /// return it, creating it (zeroed) if absent.
+    pub fn mfile_fresh(&mut self, ino: u64, root: &mut u64, idx: u64) -> Result<u64> {
+        let owner = Owner {
+            ino,
+            offset: idx,
+            kind: BlockKind::Data,
+        };
+        let tree = self.tree;
+        let cur = self.mfile_get(*root, idx)?;
+        let v = match cur {
+            Some(v) => self.vcow(v, owner)?,
+            None => self.vnew(vec![0; self.geo.block_bytes], owner)?,
+        };
+        if Some(v) != cur {
+            tree.insert(&mut VNodes { s: self, ino }, root, idx, &v.to_le_bytes())?;
+        }
+        Ok(v)
+    }
+
+    /// Drop block `idx` of a metadata file.
+    pub fn mfile_punch(&mut self, ino: u64, root: &mut u64, idx: u64) -> Result<()> {
+        let tree = self.tree;
+        if let Some(b) = tree.remove(&mut VNodes { s: self, ino }, root, idx)? {
+            let v = decode_u64(&b, "metadata file block map")?;
+            self.vkill(v)?;
+        }
+        Ok(())
+    }
+
+    // ---- inodes ----
+
+    /// The 512-byte image of `ino` in the IFILE rooted at `ifile_root`, or
+    /// `None` if the slot is free.
+    pub fn inode_read(&mut self, ifile_root: u64, ino: u64) -> Result<Option<Vec<u8>>> {
+        let Some(v) = self.mfile_get(ifile_root, ifile::block_of(ino))? else {
+            return Ok(None);
+        };
+        let b = self.vread(
+            v,
+            Owner {
+                ino: IFILE_INO,
+                offset: ifile::block_of(ino),
+                kind: BlockKind::Data,
+            },
+        )?;
+        let slot = &b[ifile::slot_range(ino)];
+        Ok((!slot.iter().all(|&x| x == 0)).then(|| slot.to_vec()))
+    }
+
+    /// Store the image of `ino` (or free its slot with `None`).
+    pub fn inode_write(&mut self, ino: u64, image: Option<&[u8]>) -> Result<()> {
+        let idx = ifile::block_of(ino);
+        let owner = Owner {
+            ino: IFILE_INO,
+            offset: idx,
+            kind: BlockKind::Data,
+        };
+        let mut root = self.ifile_root;
+        let r = (|| {
+            let v = self.mfile_fresh(IFILE_INO, &mut root, idx)?;
+            let mut b = self.vread(v, owner)?;
+            match image {
+                Some(img) => {
+                    assert_eq!(img.len(), INODE_BYTES);
+                    b[ifile::slot_range(ino)].copy_from_slice(img);
+                }
+                None => b[ifile::slot_range(ino)].fill(0),
+            }
+            if b.iter().all(|&x| x == 0) {
+                self.ifile_root = root;
+                self.mfile_punch(IFILE_INO, &mut root, idx)
+            } else {
+                self.vwrite(v, b, owner)
+            }
+        })();
+        self.ifile_root = root;
+        r
+    }
+
+    /// Whether anything is waiting to be written.
+    pub fn has_dirty(&self) -> bool {
+        self.cache.dirty_count() > 0
+            || !self.segs.dirty_blocks.is_empty()
+            || !self.cps.dirty_blocks.is_empty()
+    }
+
+    /// Blocks that can still be written before the reserve: free segments
+    /// (minus the reserve the cleaner and checkpoints need) plus what is left
+    /// of the current segment, minus what is dirty and not yet placed.
+    pub fn free_blocks(&self) -> u64 {
+        let seg = self.geo.segment_blocks as u64;
+        let free = self.segs.free_count() + self.segs.pending_free.len() as u64;
+        let reserve = self.reserve_segments();
+        let avail = free.saturating_sub(reserve) * seg + (seg - self.cur_off as u64);
+        avail.saturating_sub(self.cache.dirty_count() as u64 * 2)
+    }
+
+    /// Segments kept back so that checkpoints (and later the cleaner) can
+    /// always be written: 2, plus 1 % of the device.
+    pub fn reserve_segments(&self) -> u64 {
+        2 + self.geo.nsegments / 100
+    }
+
+    /// Turn read-only after a device failure, keeping the reason.
+    pub fn fail(&mut self, err: &Error) {
+        if self.failed.is_none() {
+            tracing::error!("device error, file system is now read-only: {err}");
+            self.failed = Some(err.to_string());
+        }
+    }
+}
+
+pub(crate) fn decode_u64(b: &[u8], what: &str) -> Result<u64> {
+    b.try_into()
+        .map(u64::from_le_bytes)
+        .map_err(|_| Error::corrupt(format!("{what}: value of {} bytes, expected 8", b.len())))
+}
+
+impl Store {
+    /// A copy of the whole device (small test devices only).
+    pub fn dev_bytes_for_test(&mut self) -> Vec<u8> {
+        let mut b = vec![0; self.dev.size_bytes() as usize];
+        self.dev.read_at(0, &mut b).expect("read whole device");
+        b
+    }
+}

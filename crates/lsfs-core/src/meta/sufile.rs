@@ -1,0 +1,193 @@
+//! The SUFILE: one usage entry per segment. The whole table is kept in memory
+//! (32 bytes a segment: 4 MiB for a 1 TiB device) and written back, block by
+//! block, for the entries that changed since the last checkpoint.
+
+use crate::codec::{Reader, Writer};
+use crate::error::Result;
+use crate::layout::BLOCK_BYTES;
+use std::collections::BTreeSet;
+
+pub const SU_ENTRY_BYTES: usize = 32;
+pub const SU_PER_BLOCK: u64 = (BLOCK_BYTES / SU_ENTRY_BYTES) as u64;
+
+/// Segment flags (in memory and on disk).
+pub const SU_ERROR: u32 = 1;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SegUsage {
+    /// Blocks written into the segment (headers, summaries, payload).
+    pub nblocks: u32,
+    /// Payload blocks still live in the current file system.
+    pub nlive: u32,
+    /// Dead blocks that a snapshot still protects.
+    pub nsnapshot: u32,
+    pub flags: u32,
+    /// When a block was last written to the segment (seconds since the epoch).
+    pub lastmod_secs: u64,
+    /// When `nlive` last changed (seconds since the epoch).
+    pub nlive_lastmod_secs: u64,
+}
+
+impl SegUsage {
+    pub fn encode(&self, w: &mut Writer) {
+        w.u32(self.nblocks)
+            .u32(self.nlive)
+            .u32(self.nsnapshot)
+            .u32(self.flags)
+            .u64(self.lastmod_secs)
+            .u64(self.nlive_lastmod_secs);
+    }
+    pub fn decode(r: &mut Reader) -> Result<SegUsage> {
+        Ok(SegUsage {
+            nblocks: r.u32()?,
+            nlive: r.u32()?,
+            nsnapshot: r.u32()?,
+            flags: r.u32()?,
+            lastmod_secs: r.u64()?,
+            nlive_lastmod_secs: r.u64()?,
+        })
+    }
+}
+
+/// The segment usage table and what changed since the last checkpoint.
+pub struct SegTable {
+    pub usage: Vec<SegUsage>,
+    /// SUFILE block indexes whose entries changed.
+    pub dirty_blocks: BTreeSet<u64>,
+    /// Segments freed by the reclaimer, free once the next checkpoint is durable.
+    pub pending_free: BTreeSet<u64>,
+    /// Segments held for the writer (current and next), never handed out.
+    pub reserved: BTreeSet<u64>,
+    /// Highest record sequence number written to each segment since mount
+    /// (0 = before this mount). Segments in the recovery chain are not reclaimed.
+    pub last_seq: Vec<u64>,
+    pub segment_blocks: u32,
+}
+
+impl SegTable {
+    pub fn new(nsegments: u64, segment_blocks: u32) -> SegTable {
+        SegTable {
+            usage: vec![SegUsage::default(); nsegments as usize],
+            dirty_blocks: BTreeSet::new(),
+            pending_free: BTreeSet::new(),
+            reserved: BTreeSet::new(),
+            last_seq: vec![0; nsegments as usize],
+            segment_blocks,
+        }
+    }
+
+    pub fn nsegments(&self) -> u64 {
+        self.usage.len() as u64
+    }
+
+    fn touch(&mut self, seg: u64) {
+        self.dirty_blocks.insert(seg / SU_PER_BLOCK);
+    }
+
+    pub fn add_live(&mut self, seg: u64, now_secs: u64) {
+        let u = &mut self.usage[seg as usize];
+        u.nlive += 1;
+        assert!(
+            u.nlive <= u.nblocks.max(self.segment_blocks),
+            "segment {seg}: nlive {} exceeds its size",
+            u.nlive
+        );
+        u.nlive_lastmod_secs = now_secs;
+        self.touch(seg);
+    }
+
+    /// A live block of `seg` died; if a snapshot still needs it, it moves to `nsnapshot`.
+    pub fn kill_live(&mut self, seg: u64, to_snapshot: bool, now_secs: u64) {
+        let u = &mut self.usage[seg as usize];
+        assert!(
+            u.nlive > 0,
+            "segment {seg}: nlive underflow (accounting bug)"
+        );
+        u.nlive -= 1;
+        if to_snapshot {
+            u.nsnapshot += 1;
+        }
+        u.nlive_lastmod_secs = now_secs;
+        self.touch(seg);
+    }
+
+    pub fn add_snapshot(&mut self, seg: u64, delta: i64) {
+        let u = &mut self.usage[seg as usize];
+        let n = u.nsnapshot as i64 + delta;
+        assert!(
+            n >= 0,
+            "segment {seg}: nsnapshot underflow (accounting bug)"
+        );
+        u.nsnapshot = n as u32;
+        self.touch(seg);
+    }
+
+    pub fn add_written(&mut self, seg: u64, nblocks: u32, now_secs: u64) {
+        let u = &mut self.usage[seg as usize];
+        u.nblocks += nblocks;
+        assert!(
+            u.nblocks <= self.segment_blocks,
+            "segment {seg}: {} blocks written, holds {}",
+            u.nblocks,
+            self.segment_blocks
+        );
+        u.lastmod_secs = now_secs;
+        self.touch(seg);
+    }
+
+    pub fn is_free(&self, seg: u64) -> bool {
+        self.usage[seg as usize].nblocks == 0
+            && !self.reserved.contains(&seg)
+            && !self.pending_free.contains(&seg)
+    }
+
+    pub fn free_count(&self) -> u64 {
+        (0..self.nsegments()).filter(|&s| self.is_free(s)).count() as u64
+    }
+
+    /// The free segment after `after` (wrapping), so the log sweeps the device.
+    pub fn find_free(&self, after: u64) -> Option<u64> {
+        let n = self.nsegments();
+        (1..=n).map(|i| (after + i) % n).find(|&s| self.is_free(s))
+    }
+
+    pub fn mark_freed(&mut self, seg: u64, now_secs: u64) {
+        let u = &mut self.usage[seg as usize];
+        assert!(
+            u.nlive == 0 && u.nsnapshot == 0,
+            "freeing segment {seg} with live blocks"
+        );
+        *u = SegUsage {
+            lastmod_secs: now_secs,
+            nlive_lastmod_secs: now_secs,
+            ..SegUsage::default()
+        };
+        self.pending_free.insert(seg);
+        self.touch(seg);
+    }
+
+    /// Encode SUFILE block `idx`.
+    pub fn encode_block(&self, idx: u64) -> Vec<u8> {
+        let mut w = Writer::with_capacity(BLOCK_BYTES);
+        let first = idx * SU_PER_BLOCK;
+        for s in first..(first + SU_PER_BLOCK).min(self.nsegments()) {
+            self.usage[s as usize].encode(&mut w);
+        }
+        w.pad_to(BLOCK_BYTES);
+        w.finish()
+    }
+
+    /// Load SUFILE block `idx`.
+    pub fn decode_block(&mut self, idx: u64, b: &[u8]) -> Result<()> {
+        let mut r = Reader::new(b, "SUFILE block");
+        let first = idx * SU_PER_BLOCK;
+        for s in first..(first + SU_PER_BLOCK).min(self.nsegments()) {
+            self.usage[s as usize] = SegUsage::decode(&mut r)?;
+        }
+        Ok(())
+    }
+
+    pub fn nblocks_sufile(&self) -> u64 {
+        self.nsegments().div_ceil(SU_PER_BLOCK)
+    }
+}
