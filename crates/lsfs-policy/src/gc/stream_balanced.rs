@@ -13,11 +13,11 @@
 //!
 //! We solve this by marginal allocation (each slice of space goes to the class whose cost it
 //! lowers most; WA is convex in P, so this is optimal up to the slice size) and clean first in
-//! the class with the largest excess C_s − P_s. Hot data thus keeps a generous share and is
+//! the class with the largest excess C_s − P_s, choosing inside that class by cost-benefit. Hot data thus keeps a generous share and is
 //! cleaned at low utilization, while cold data is packed tightly: for 90/10 hot/cold at 80 %
 //! the model optimum is WA ≈ 1.48 against ≈ 2.7 for one undivided log.
 //!
-//! With a single class it reduces to greedy.
+//! With a single class it reduces to cost-benefit.
 
 use super::write_cost_model::{write_amplification_fast, RHO_MAX};
 use super::{SegmentUsage, SelectionPolicy, Temperature};
@@ -140,35 +140,41 @@ impl SelectionPolicy for StreamBalanced {
         "balanced"
     }
 
-    /// Inside a class the policy is greedy.
-    fn score(&self, segment: &SegmentUsage, _now_secs: u64) -> Option<f64> {
-        Some(segment.reclaimable_blocks() as f64)
+    /// Inside a class: cost-benefit, (1 − u) · age / (1 + u). (Greedy inside the class gave
+    /// WA 1.64 instead of 1.53 on 90/10 hot/cold at 80 %: the cold class is not uniform in age.)
+    fn score(&self, segment: &SegmentUsage, now_secs: u64) -> Option<f64> {
+        let u = segment.utilization();
+        Some((1.0 - u) * segment.age_secs(now_secs) as f64 / (1.0 + u))
     }
 
     fn select_victims(
         &mut self,
         segments: &[SegmentUsage],
-        _now_secs: u64,
+        now_secs: u64,
         max_victims: usize,
     ) -> Vec<u64> {
         self.observe_deaths(segments);
         let mut totals = [ClassTotals::default(); Temperature::COUNT];
         // Per class, candidates sorted by live count (greedy order).
-        let mut candidates: [Vec<(u32, u32, u64)>; Temperature::COUNT] = Default::default();
+        let mut candidates: [Vec<(f64, u32, u64)>; Temperature::COUNT] = Default::default();
         for s in segments {
             let t = &mut totals[s.temperature.index()];
             t.live_blocks += s.nlive as f64;
             t.occupied_blocks += s.nblocks as f64;
             if s.reclaimable_blocks() > 0 {
-                candidates[s.temperature.index()].push((s.nlive, s.reclaimable_blocks(), s.segno));
+                // Best first: the highest in-class score sorts lowest.
+                let rank = -self.score(s, now_secs).unwrap_or(0.0);
+                candidates[s.temperature.index()].push((rank, s.reclaimable_blocks(), s.segno));
             }
         }
         for c in candidates.iter_mut() {
             if c.len() > max_victims && max_victims > 0 {
-                c.select_nth_unstable(max_victims - 1);
+                c.select_nth_unstable_by(max_victims - 1, |a, b| {
+                    a.0.total_cmp(&b.0).then(a.2.cmp(&b.2))
+                });
                 c.truncate(max_victims);
             }
-            c.sort_unstable();
+            c.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.2.cmp(&b.2)));
         }
         let space = self.optimal_space(&totals);
         let budget: f64 = space.iter().sum();

@@ -1,0 +1,43 @@
+//! `lsfs sim …`: the simulators' command line. The `lsfs` binary embeds [`SimCommand`] as a
+//! subcommand and calls [`run`]; `lsfs-sim` wraps the same code stand-alone.
+
+mod gc;
+
+use std::error::Error;
+
+pub use gc::GcArgs;
+
+#[derive(clap::Subcommand, Debug)]
+pub enum SimCommand {
+    /// Cleaning simulator: write cost / WA vs utilization per policy (Rosenblum, Rohner).
+    Gc(GcArgs),
+}
+
+pub fn run(cmd: SimCommand) -> Result<(), Box<dyn Error>> {
+    match cmd {
+        SimCommand::Gc(args) => gc::run(args),
+    }
+}
+
+/// Options every simulator shares.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CommonArgs {
+    /// Seed of every random choice; the same seed reproduces the same run.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Print results as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Hide progress bars.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+pub(crate) fn parse_list<T: std::str::FromStr>(s: &str) -> Result<Vec<T>, String>
+where
+    T::Err: std::fmt::Display,
+{
+    s.split(',')
+        .map(|w| w.trim().parse::<T>().map_err(|e| format!("{w:?}: {e}")))
+        .collect()
+}
