@@ -1,1 +1,465 @@
-fn main() {}
+//! `lsfs`: make, mount, check, inspect and control lsfs file systems.
+//! Set the log level with `LSFS_LOG` (e.g. `LSFS_LOG=debug`).
+
+mod config;
+mod control;
+mod size;
+
+use clap::{Args, Parser, Subcommand};
+use config::FileConfig;
+use lsfs_core::device::FileDevice;
+use lsfs_core::fs::{Lsfs, MountConfig};
+use lsfs_core::meta::open::MkfsOptions;
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+#[derive(Parser)]
+#[command(
+    name = "lsfs",
+    version,
+    about = "A log-structured file system with continuous checkpoints and snapshots"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Make an image (if there is none) and mount it in the foreground; Ctrl-C unmounts.
+    Run(RunArgs),
+    /// Make a new file system on an image file or block device.
+    Mkfs(MkfsArgs),
+    /// Mount a file system (foreground unless --background).
+    Mount(MountArgs),
+    /// List, take, promote, demote or delete checkpoints and snapshots.
+    Checkpoint(CpArgs),
+    /// Take a snapshot (a checkpoint that is kept until demoted).
+    Snapshot(SnapArgs),
+    /// Counters of a mounted file system: flushes, records, cache, segments.
+    Stats(StatsArgs),
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// Image file (created if missing).
+    #[arg(long, default_value = "lsfs.img")]
+    image: PathBuf,
+    /// Size of a new image.
+    #[arg(long, default_value = "4G", value_parser = size::parse_size)]
+    size: u64,
+    /// Where to mount it (created if missing).
+    #[arg(long, default_value = "mnt")]
+    mountpoint: PathBuf,
+}
+
+#[derive(Args)]
+struct MkfsArgs {
+    /// Image file or block device.
+    image: PathBuf,
+    /// Create (or resize) the image file to this size.
+    #[arg(long, value_parser = size::parse_size)]
+    size: Option<u64>,
+    /// Segment size: a power of two from 256K to 256M.
+    #[arg(long, default_value = "8M", value_parser = size::parse_size)]
+    segment_size: u64,
+    /// A label of at most 64 bytes.
+    #[arg(long, default_value = "")]
+    label: String,
+    /// Overwrite an existing lsfs image.
+    #[arg(long)]
+    force: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct MountArgs {
+    image: PathBuf,
+    mountpoint: PathBuf,
+    /// Mount this checkpoint or snapshot read-only.
+    #[arg(long)]
+    checkpoint: Option<u64>,
+    /// Mount options: `ro`.
+    #[arg(short = 'o')]
+    options: Option<String>,
+    /// Block cache size (1M..=64G).
+    #[arg(long, value_parser = size::parse_size)]
+    cache_size: Option<u64>,
+    /// A TOML file with mount settings (see docs/CONFIG.md).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Return once mounted, serving from a background process.
+    #[arg(long)]
+    background: bool,
+}
+
+#[derive(Args)]
+struct Target {
+    /// A mounted file system (its mount point).
+    #[arg(long, global = true, conflicts_with = "image")]
+    mount: Option<PathBuf>,
+    /// An unmounted image.
+    #[arg(long, global = true)]
+    image: Option<PathBuf>,
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct CpArgs {
+    #[command(subcommand)]
+    action: CpAction,
+    #[command(flatten)]
+    target: Target,
+}
+
+#[derive(Subcommand)]
+enum CpAction {
+    List,
+    Create,
+    Delete {
+        cno: u64,
+    },
+    /// Make a checkpoint a snapshot.
+    Promote {
+        cno: u64,
+    },
+    /// Make a snapshot a plain checkpoint again.
+    Demote {
+        cno: u64,
+    },
+}
+
+#[derive(Args)]
+struct SnapArgs {
+    #[command(subcommand)]
+    action: SnapAction,
+    #[command(flatten)]
+    target: Target,
+}
+
+#[derive(Subcommand)]
+enum SnapAction {
+    List,
+    Create,
+    Delete { cno: u64 },
+}
+
+#[derive(Args)]
+struct StatsArgs {
+    #[arg(long)]
+    mount: PathBuf,
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("LSFS_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Run(a) => run(a),
+        Cmd::Mkfs(a) => mkfs(a),
+        Cmd::Mount(a) => mount(a),
+        Cmd::Checkpoint(a) => checkpoint_cmd(a),
+        Cmd::Snapshot(a) => snapshot_cmd(a),
+        Cmd::Stats(a) => stats_cmd(a),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("lsfs: {msg}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+fn make_image(
+    image: &Path,
+    size: Option<u64>,
+    segment_size: u64,
+    label: &str,
+) -> Result<(), String> {
+    if segment_size % 4096 != 0 {
+        return Err(format!(
+            "--segment-size {segment_size}: must be a multiple of 4096 bytes"
+        ));
+    }
+    if let Some(size) = size {
+        FileDevice::create_image(image, size).map_err(err)?;
+    }
+    let dev = FileDevice::open(image, true).map_err(err)?;
+    let opts = MkfsOptions {
+        segment_blocks: (segment_size / 4096) as u32,
+        label: label.to_string(),
+    };
+    let mut fs = Lsfs::mkfs(Box::new(dev), &opts, MountConfig::default()).map_err(err)?;
+    fs.unmount().map_err(err)?;
+    Ok(())
+}
+
+fn looks_like_lsfs(image: &Path) -> bool {
+    let mut b = [0u8; 8];
+    std::fs::File::open(image)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+        .is_ok()
+        && &b == lsfs_core::log::superblock::SB_MAGIC
+}
+
+fn mkfs(a: MkfsArgs) -> Result<(), String> {
+    if looks_like_lsfs(&a.image) && !a.force {
+        return Err(format!(
+            "{} already holds an lsfs file system; use --force to overwrite it",
+            a.image.display()
+        ));
+    }
+    if a.size.is_none() && !a.image.exists() {
+        return Err(format!(
+            "{} does not exist: give --size to create it",
+            a.image.display()
+        ));
+    }
+    make_image(&a.image, a.size, a.segment_size, &a.label)?;
+    let dev = FileDevice::open(&a.image, false).map_err(err)?;
+    let size = lsfs_core::device::BlockDevice::size_bytes(&dev);
+    if a.json {
+        println!(
+            "{}",
+            json!({ "image": a.image, "size_bytes": size, "segment_bytes": a.segment_size })
+        );
+    } else {
+        println!(
+            "made lsfs on {} ({} MiB, {} KiB segments)",
+            a.image.display(),
+            size >> 20,
+            a.segment_size >> 10
+        );
+    }
+    Ok(())
+}
+
+fn run(a: RunArgs) -> Result<(), String> {
+    if !a.image.exists() {
+        eprintln!(
+            "lsfs: creating {} ({} MiB, sparse)",
+            a.image.display(),
+            a.size >> 20
+        );
+        make_image(&a.image, Some(a.size), 8 << 20, "lsfs")?;
+    }
+    std::fs::create_dir_all(&a.mountpoint)
+        .map_err(|e| format!("cannot create {}: {e}", a.mountpoint.display()))?;
+    mount(MountArgs {
+        image: a.image,
+        mountpoint: a.mountpoint,
+        checkpoint: None,
+        options: None,
+        cache_size: None,
+        config: None,
+        background: false,
+    })
+}
+
+fn mount(a: MountArgs) -> Result<(), String> {
+    if a.background {
+        return mount_background(&a);
+    }
+    let read_only = a
+        .options
+        .as_deref()
+        .is_some_and(|o| o.split(',').any(|x| x == "ro"));
+    if let Some(o) = &a.options {
+        if let Some(bad) = o.split(',').find(|x| !["ro", "rw", ""].contains(x)) {
+            return Err(format!("-o {o}: unknown option '{bad}' (known: ro, rw)"));
+        }
+    }
+    let file_cfg = match &a.config {
+        Some(p) => FileConfig::load(p)?,
+        None => FileConfig::default(),
+    };
+    let cfg = file_cfg.mount_config(a.cache_size, read_only, a.checkpoint)?;
+    let dev = FileDevice::open(&a.image, !cfg.store.read_only).map_err(err)?;
+    let fs = Lsfs::open(Box::new(dev), cfg)
+        .map_err(|e| format!("cannot mount {}: {e}", a.image.display()))?;
+    if fs.replayed_records > 0 {
+        tracing::info!(
+            "recovery rolled forward {} fsync records",
+            fs.replayed_records
+        );
+    }
+    let read_only = lsfs_vfs::Vfs::read_only(&fs);
+    let fs = Arc::new(Mutex::new(fs));
+    let sock =
+        control::serve(fs.clone(), &a.mountpoint).map_err(|e| format!("control socket: {e}"))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let ticker = {
+        let (fs, stop) = (fs.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(500));
+                if let Err(e) = fs.lock().unwrap_or_else(|p| p.into_inner()).tick() {
+                    tracing::error!("periodic checkpoint failed: {e}");
+                }
+            }
+        })
+    };
+    let opts = lsfs_fuse::MountOptions {
+        fsname: a.image.display().to_string(),
+        read_only,
+        ..Default::default()
+    };
+    eprintln!(
+        "lsfs: {} mounted on {} (Ctrl-C to unmount)",
+        a.image.display(),
+        a.mountpoint.display()
+    );
+    let served = lsfs_fuse::mount_foreground(fs.clone(), &a.mountpoint, &opts);
+    stop.store(true, Ordering::Relaxed);
+    let _ = ticker.join();
+    let _ = std::fs::remove_file(&sock);
+    let closed = fs.lock().unwrap_or_else(|p| p.into_inner()).unmount();
+    served.map_err(err)?;
+    closed.map_err(|e| format!("final checkpoint failed: {e}"))?;
+    eprintln!("lsfs: unmounted {}", a.mountpoint.display());
+    Ok(())
+}
+
+fn mount_background(a: &MountArgs) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(err)?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("mount").arg(&a.image).arg(&a.mountpoint);
+    if let Some(c) = a.checkpoint {
+        cmd.arg("--checkpoint").arg(c.to_string());
+    }
+    if let Some(o) = &a.options {
+        cmd.arg("-o").arg(o);
+    }
+    if let Some(c) = a.cache_size {
+        cmd.arg("--cache-size").arg(c.to_string());
+    }
+    if let Some(c) = &a.config {
+        cmd.arg("--config").arg(c);
+    }
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null());
+    let mut child = cmd.spawn().map_err(err)?;
+    let mnt = std::fs::canonicalize(&a.mountpoint)
+        .map_err(|e| format!("{}: {e}", a.mountpoint.display()))?;
+    for _ in 0..200 {
+        if let Some(status) = child.try_wait().map_err(err)? {
+            return Err(format!("mount failed ({status})"));
+        }
+        let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+        if mounts
+            .lines()
+            .any(|l| l.split(' ').nth(1) == Some(&*mnt.to_string_lossy()) && l.contains("fuse"))
+        {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    Err(format!(
+        "{} did not appear within 10 s",
+        a.mountpoint.display()
+    ))
+}
+
+/// Run a control request on a mounted file system or an unmounted image.
+fn control_request(t: &Target, req: serde_json::Value) -> Result<serde_json::Value, String> {
+    match (&t.mount, &t.image) {
+        (Some(m), _) => control::request(m, &req),
+        (None, Some(img)) => {
+            let dev = FileDevice::open(img, true).map_err(err)?;
+            let mut fs = Lsfs::open(Box::new(dev), MountConfig::default()).map_err(err)?;
+            let r = control::execute(&mut fs, &req);
+            fs.unmount().map_err(err)?;
+            r
+        }
+        (None, None) => Err("give --mount MOUNTPOINT or --image IMAGE".into()),
+    }
+}
+
+fn print_checkpoints(v: &serde_json::Value, json_out: bool, only_snapshots: bool) {
+    if json_out {
+        println!("{v}");
+        return;
+    }
+    println!(
+        "{:>8}  {:<10}  {:>10}  {:>10}  {:>12}",
+        "CNO", "MODE", "CREATED", "INODES", "BLOCKS"
+    );
+    for c in v["checkpoints"].as_array().into_iter().flatten() {
+        let snap = c["flags"].as_u64().unwrap_or(0) & 2 != 0;
+        if only_snapshots && !snap {
+            continue;
+        }
+        println!(
+            "{:>8}  {:<10}  {:>10}  {:>10}  {:>12}",
+            c["cno"],
+            if snap { "snapshot" } else { "checkpoint" },
+            c["created_secs"],
+            c["inodes_used"],
+            c["blocks_used"]
+        );
+    }
+}
+
+fn checkpoint_cmd(a: CpArgs) -> Result<(), String> {
+    let req = match &a.action {
+        CpAction::List => json!({ "cmd": "list" }),
+        CpAction::Create => json!({ "cmd": "checkpoint" }),
+        CpAction::Delete { cno } => json!({ "cmd": "delete", "cno": cno }),
+        CpAction::Promote { cno } => json!({ "cmd": "promote", "cno": cno }),
+        CpAction::Demote { cno } => json!({ "cmd": "demote", "cno": cno }),
+    };
+    let v = control_request(&a.target, req)?;
+    match a.action {
+        CpAction::List => print_checkpoints(&v, a.target.json, false),
+        _ if a.target.json => println!("{v}"),
+        CpAction::Create => println!("checkpoint {}", v["cno"]),
+        _ => println!("done"),
+    }
+    Ok(())
+}
+
+fn snapshot_cmd(a: SnapArgs) -> Result<(), String> {
+    let req = match &a.action {
+        SnapAction::List => json!({ "cmd": "list" }),
+        SnapAction::Create => json!({ "cmd": "snapshot" }),
+        SnapAction::Delete { cno } => json!({ "cmd": "demote", "cno": cno }),
+    };
+    let v = control_request(&a.target, req)?;
+    match a.action {
+        SnapAction::List => print_checkpoints(&v, a.target.json, true),
+        _ if a.target.json => println!("{v}"),
+        SnapAction::Create => println!("snapshot {}", v["cno"]),
+        SnapAction::Delete { .. } => println!("done"),
+    }
+    Ok(())
+}
+
+fn stats_cmd(a: StatsArgs) -> Result<(), String> {
+    let v = control::request(&a.mount, &json!({ "cmd": "stats" }))?;
+    if a.json {
+        println!("{}", v["stats"]);
+    } else {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&v["stats"]).map_err(err)?
+        );
+    }
+    Ok(())
+}

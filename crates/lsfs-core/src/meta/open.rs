@@ -280,9 +280,10 @@ impl Store {
 
     fn load_sufile(&mut self) -> Result<()> {
         for idx in 0..self.segs.nblocks_sufile() {
-            let v = self
-                .mfile_get(self.sufile_root, idx)?
-                .ok_or_else(|| Error::corrupt(format!("SUFILE block {idx} is missing")))?;
+            // A block never written holds only free segments.
+            let Some(v) = self.mfile_get(self.sufile_root, idx)? else {
+                continue;
+            };
             let b = self.vread(
                 v,
                 crate::cache::Owner {

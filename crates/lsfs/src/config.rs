@@ -1,0 +1,97 @@
+//! Mount settings from a TOML file, with documented defaults and validated
+//! ranges. Command-line options override the file.
+
+use lsfs_core::fs::MountConfig;
+use serde::Deserialize;
+
+/// `lsfs.toml`. Every field is optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// Block cache size in bytes (default 64 MiB; 1 MiB..=64 GiB).
+    pub cache_bytes: Option<u64>,
+    /// Seconds between automatic checkpoints (default 5; 1..=3600).
+    pub checkpoint_interval_secs: Option<u64>,
+    /// Seconds plain checkpoints are kept (default 3600; 0..=31536000).
+    pub protection_secs: Option<u64>,
+}
+
+pub const CACHE_BYTES_DEFAULT: u64 = 64 << 20;
+
+fn check(name: &str, v: u64, lo: u64, hi: u64, unit: &str) -> Result<u64, String> {
+    if (lo..=hi).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!(
+            "{name} = {v} {unit} is outside its valid range {lo}..={hi} {unit}"
+        ))
+    }
+}
+
+impl FileConfig {
+    pub fn load(path: &std::path::Path) -> Result<FileConfig, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// The mount configuration, validating every value.
+    pub fn mount_config(
+        &self,
+        cache_override: Option<u64>,
+        read_only: bool,
+        checkpoint: Option<u64>,
+    ) -> Result<MountConfig, String> {
+        let mut c = MountConfig::default();
+        let cache = check(
+            "cache size",
+            cache_override
+                .or(self.cache_bytes)
+                .unwrap_or(CACHE_BYTES_DEFAULT),
+            1 << 20,
+            64 << 30,
+            "bytes",
+        )?;
+        c.store.cache_blocks = (cache / 4096) as usize;
+        c.checkpoint_interval_secs = check(
+            "checkpoint_interval_secs",
+            self.checkpoint_interval_secs.unwrap_or(5),
+            1,
+            3600,
+            "s",
+        )?;
+        c.store.protection_secs = check(
+            "protection_secs",
+            self.protection_secs.unwrap_or(3600),
+            0,
+            31_536_000,
+            "s",
+        )?;
+        c.store.read_only = read_only || checkpoint.is_some();
+        c.checkpoint = checkpoint;
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_are_enforced_and_named() {
+        let f: FileConfig = toml::from_str("checkpoint_interval_secs = 0").unwrap();
+        let err = f.mount_config(None, false, None).unwrap_err();
+        assert!(
+            err.contains("checkpoint_interval_secs") && err.contains("1..=3600"),
+            "{err}"
+        );
+        assert!(
+            toml::from_str::<FileConfig>("bogus = 1").is_err(),
+            "unknown keys must be refused"
+        );
+        let ok: FileConfig = toml::from_str("cache_bytes = 16777216\nprotection_secs = 0").unwrap();
+        let c = ok.mount_config(None, false, None).unwrap();
+        assert_eq!(c.store.cache_blocks, 4096);
+        assert_eq!(c.store.protection_secs, 0);
+    }
+}

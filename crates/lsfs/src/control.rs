@@ -1,0 +1,143 @@
+//! The control channel of a mounted file system: a Unix socket beside the
+//! mount point (`<parent>/.<name>.lsfs.sock`, mode 0600) that only the
+//! mounting user (or root) may use. One JSON request per line, one JSON reply
+//! per line.
+
+use lsfs_core::fs::Lsfs;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::io::AsRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// Where the control socket of the mount at `mountpoint` lives.
+pub fn socket_path(mountpoint: &Path) -> PathBuf {
+    let abs = std::fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
+    let name = abs
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "root".into());
+    abs.parent()
+        .unwrap_or(Path::new("/"))
+        .join(format!(".{name}.lsfs.sock"))
+}
+
+/// Serve requests until the process ends. Returns the socket path.
+pub fn serve(fs: Arc<Mutex<Lsfs>>, mountpoint: &Path) -> std::io::Result<PathBuf> {
+    let path = socket_path(mountpoint);
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    let owner = unsafe { libc::geteuid() };
+    std::thread::Builder::new()
+        .name("lsfs-control".into())
+        .spawn(move || {
+            for conn in listener.incoming().flatten() {
+                if peer_uid(&conn).is_some_and(|u| u == owner || u == 0) {
+                    let _ = handle(&fs, conn);
+                }
+            }
+        })?;
+    Ok(path)
+}
+
+fn peer_uid(s: &UnixStream) -> Option<u32> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: SO_PEERCRED fills a ucred of the given length.
+    let rc = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            &mut cred as *mut _ as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    (rc == 0).then_some(cred.uid)
+}
+
+fn handle(fs: &Arc<Mutex<Lsfs>>, conn: UnixStream) -> std::io::Result<()> {
+    let mut out = conn.try_clone()?;
+    for line in BufReader::new(conn).lines() {
+        let line = line?;
+        let reply = match serde_json::from_str::<Value>(&line) {
+            Ok(req) => {
+                let mut fs = fs.lock().unwrap_or_else(|p| p.into_inner());
+                execute(&mut fs, &req).unwrap_or_else(|e| json!({ "ok": false, "error": e }))
+            }
+            Err(e) => json!({ "ok": false, "error": format!("bad request: {e}") }),
+        };
+        writeln!(out, "{reply}")?;
+    }
+    Ok(())
+}
+
+/// Run one request against a file system (mounted or opened offline).
+pub fn execute(fs: &mut Lsfs, req: &Value) -> Result<Value, String> {
+    let cno = || {
+        req.get("cno")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| "missing \"cno\" (a checkpoint number)".to_string())
+    };
+    let s = |e: lsfs_core::Error| e.to_string();
+    match req.get("cmd").and_then(Value::as_str).unwrap_or("") {
+        "checkpoint" => Ok(json!({ "ok": true, "cno": fs.checkpoint().map_err(s)? })),
+        "snapshot" => Ok(json!({ "ok": true, "cno": fs.snapshot_create().map_err(s)? })),
+        "promote" => fs.snapshot_set(cno()?, true).map(|_| json!({ "ok": true })).map_err(s),
+        "demote" => fs.snapshot_set(cno()?, false).map(|_| json!({ "ok": true })).map_err(s),
+        "delete" => fs.checkpoint_delete(cno()?).map(|_| json!({ "ok": true })).map_err(s),
+        "list" => Ok(json!({ "ok": true, "checkpoints": fs.checkpoints() })),
+        "stats" => Ok(json!({ "ok": true, "stats": stats(fs) })),
+        other => Err(format!("unknown command '{other}' (checkpoint, snapshot, promote, demote, delete, list, stats)")),
+    }
+}
+
+/// What `lsfs stats` shows.
+pub fn stats(fs: &Lsfs) -> Value {
+    let st = &fs.store;
+    json!({
+        "device": st.dev.stats().snapshot(),
+        "store": st.stats,
+        "cache": { "capacity_blocks": st.cache.capacity_blocks(), "resident_blocks": st.cache.len(),
+                   "dirty_blocks": st.cache.dirty_count(), "hits": st.cache.hits, "misses": st.cache.misses },
+        "segments": { "total": st.geo.nsegments, "free": st.segs.free_count(), "segment_blocks": st.geo.segment_blocks },
+        "checkpoint": { "current": st.cur_cno, "count": st.cps.entries.len() },
+        "blocks_used": st.blocks_used,
+        "inodes_used": st.inodes_used,
+        "read_only_reason": st.failed,
+    })
+}
+
+/// Send one request to the mount at `mountpoint`.
+pub fn request(mountpoint: &Path, req: &Value) -> Result<Value, String> {
+    let path = socket_path(mountpoint);
+    let mut s = UnixStream::connect(&path).map_err(|e| {
+        format!(
+            "cannot reach the lsfs mount at {} (control socket {}): {e}",
+            mountpoint.display(),
+            path.display()
+        )
+    })?;
+    writeln!(s, "{req}").map_err(|e| e.to_string())?;
+    let mut line = String::new();
+    BufReader::new(s)
+        .read_line(&mut line)
+        .map_err(|e| e.to_string())?;
+    let v: Value = serde_json::from_str(&line).map_err(|e| format!("bad reply: {e}"))?;
+    if v.get("ok") == Some(&Value::Bool(true)) {
+        Ok(v)
+    } else {
+        Err(v
+            .get("error")
+            .and_then(Value::as_str)
+            .unwrap_or("request failed")
+            .to_string())
+    }
+}
