@@ -14,6 +14,8 @@ pub mod codec;
 pub mod device;
 pub mod error;
 pub mod fs;
+pub mod fsck;
+pub mod inspect;
 pub mod layout;
 pub mod log;
 pub mod meta;

@@ -208,7 +208,7 @@ impl Lsfs {
     }
 
     /// Write every dirty inode into the IFILE.
-    fn flush_inodes(&mut self) -> Result<()> {
+    pub(crate) fn flush_inodes(&mut self) -> Result<()> {
         let dirty: Vec<u64> = self
             .inodes
             .iter()
@@ -259,6 +259,12 @@ impl Lsfs {
             self.checkpoint().map_err(e)?;
         }
         Ok(())
+    }
+
+    /// The largest piece of a write or fallocate done at once: a quarter of
+    /// the cache, so that the blocks it dirties always fit (see after_change).
+    fn chunk_bytes(&self) -> u64 {
+        (self.store.cache.capacity_blocks() as u64 / 4).max(1) * file::BLOCK
     }
 
     /// Refuse a change that needs `blocks` new blocks when they are not
@@ -538,9 +544,12 @@ impl Lsfs {
 impl Lsfs {
     fn set_dotdot(&mut self, dir_ino: u64, parent: u64) -> VfsResult<()> {
         let mut d = self.dir_inode(dir_ino)?;
+        // ".." is not counted in the size (the number of entries rmdir and
+        // fsck look at): keep it as it was, whether ".." existed or not.
+        let size = d.size;
         let _ = dir::remove(&mut self.store, &mut d, b"..").map_err(e)?;
         dir::insert(&mut self.store, &mut d, b"..", parent, FileKind::Dir).map_err(e)?;
-        d.size = d.size.saturating_sub(1);
+        d.size = size;
         self.put(d, true);
         Ok(())
     }
@@ -953,12 +962,32 @@ impl Vfs for Lsfs {
             return Err(Errno::ISDIR);
         }
         self.reserve(data.len() as u64 / file::BLOCK + 2)?;
-        file::write(&mut self.store, &mut i, offset, data).map_err(e)?;
-        let now = Timespec::now();
-        i.mtime = now;
-        i.ctime = now;
-        self.put(i, false);
-        self.after_change()?;
+        if offset
+            .checked_add(data.len() as u64)
+            .is_none_or(|end| end > file::MAX_FILE_BYTES)
+        {
+            return Err(Errno::FBIG);
+        }
+        // In pieces of at most a quarter of the cache, with a checkpoint in
+        // between when needed: one large write must not fill the cache with
+        // more dirty blocks than it can hold.
+        let chunk = self.chunk_bytes();
+        let mut done = 0usize;
+        loop {
+            let pos = offset + done as u64;
+            let n = ((chunk - pos % file::BLOCK) as usize).min(data.len() - done);
+            file::write(&mut self.store, &mut i, pos, &data[done..done + n]).map_err(e)?;
+            let now = Timespec::now();
+            i.mtime = now;
+            i.ctime = now;
+            self.put(i, false);
+            self.after_change()?;
+            done += n;
+            if done >= data.len() {
+                break;
+            }
+            i = self.get(ino).map_err(e)?;
+        }
         Ok(data.len() as u32)
     }
 
@@ -1091,10 +1120,28 @@ impl Vfs for Lsfs {
             return Err(Errno(libc::ENODEV));
         }
         self.reserve(length / file::BLOCK + 2)?;
-        file::allocate(&mut self.store, &mut i, offset, length).map_err(e)?;
-        i.ctime = Timespec::now();
-        self.put(i, false);
-        self.after_change()
+        if offset
+            .checked_add(length)
+            .is_none_or(|end| end > file::MAX_FILE_BYTES)
+        {
+            return Err(Errno::FBIG);
+        }
+        // In pieces, like write: each piece dirties at most a quarter of the cache.
+        let chunk = self.chunk_bytes();
+        let mut done = 0u64;
+        loop {
+            let pos = offset + done;
+            let n = (chunk - pos % file::BLOCK).min(length - done);
+            file::allocate(&mut self.store, &mut i, pos, n).map_err(e)?;
+            i.ctime = Timespec::now();
+            self.put(i, false);
+            self.after_change()?;
+            done += n;
+            if done >= length {
+                return Ok(());
+            }
+            i = self.get(ino).map_err(e)?;
+        }
     }
 
     fn sync(&mut self) -> VfsResult<()> {

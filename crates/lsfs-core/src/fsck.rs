@@ -1,0 +1,1137 @@
+//! The offline checker. [`fsck`] opens an image read-only (recovery replays
+//! fsync records in memory only, so the state checked is exactly what the
+//! next mount would write) and checks every invariant the engine relies on,
+//! collecting all problems instead of stopping at the first:
+//!
+//! - both superblock copies, the checkpoint opened, the CPFILE;
+//! - the DAT: its own tree, every entry's range and physical block, no
+//!   physical block used twice, each block's summary entry naming it;
+//! - every tree (files, directories, xattrs, IFILE, CPFILE, SUFILE), and
+//!   reachability: each virtual block the current file system reaches is
+//!   current in the DAT, and each current DAT entry is reached exactly once;
+//!   every checkpoint's IFILE is readable with all its blocks visible at it;
+//! - the namespace: entries, kinds, link counts, `..`, cycles, sizes;
+//! - per-segment accounting, recounted by brute force against the SUFILE.
+//!
+//! A corrupt image yields errors, never a panic: decoding errors are
+//! reported where they occur, and a panic anywhere becomes an error too.
+
+use crate::btree::NodeStore;
+use crate::cache::pkey;
+use crate::device::BlockDevice;
+use crate::error::{Error, Result};
+use crate::fs::inode::{Format, Inode, AREA_BYTES};
+use crate::fs::{dir, map, Lsfs, MountConfig};
+use crate::layout::{Geometry, BLOCK_BYTES, FIRST_USER_INO, ORPHAN_INO, ROOT_INO};
+use crate::log::chain::segment_records;
+use crate::log::record::BlockKind;
+use crate::log::superblock::Superblock;
+use crate::meta::dat_entry::{DatEntry, CNO_MAX, DAT_PER_BLOCK};
+use crate::meta::ifile::{self, INODES_PER_BLOCK, INODE_BYTES};
+use crate::meta::store::{check_phys, decode_u64, is_temp, Store, StoreConfig, VNodesRo};
+use lsfs_vfs::{FileKind, SYMLINK_MAX_BYTES};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::fmt;
+
+/// Problems beyond this many are summarised, so a wrecked image still gives a readable report.
+const MAX_PROBLEMS: usize = 500;
+/// Plain (non-snapshot) checkpoints whose trees are walked: the newest ones.
+const MAX_PLAIN_CHECKPOINTS_WALKED: usize = 64;
+
+/// What fsck found.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct FsckReport {
+    pub errors: Vec<String>,
+    pub warnings: Vec<String>,
+    pub stats: FsckStats,
+}
+
+impl FsckReport {
+    pub fn is_clean(&self) -> bool {
+        self.errors.is_empty()
+    }
+}
+
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct FsckStats {
+    /// The checkpoint the image opened at (its super root's number).
+    pub cno: u64,
+    /// fsync records rolled forward (in memory) after that checkpoint.
+    pub replayed_records: usize,
+    pub checkpoints: usize,
+    pub snapshots: usize,
+    /// Checkpoints whose IFILE was walked and found visible.
+    pub checkpoints_walked: usize,
+    pub inodes: u64,
+    pub directories: u64,
+    pub regular_files: u64,
+    pub symlinks: u64,
+    pub orphans: u64,
+    pub dat_entries: u64,
+    pub current_blocks: u64,
+    pub dead_blocks: u64,
+    pub dat_tree_blocks: u64,
+    pub segments_used: u64,
+}
+
+/// Check the image on `dev`. Problems are in the report; `Err` is never
+/// returned for a corrupt image (only kept for callers' uniform handling).
+pub fn fsck(dev: Box<dyn BlockDevice>) -> Result<FsckReport> {
+    let mut report = FsckReport::default();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut c = Checker::default();
+        c.run(dev);
+        c
+    }));
+    match r {
+        Ok(c) => {
+            report.errors = c.errors;
+            report.warnings = c.warnings;
+            report.stats = c.stats;
+            if c.suppressed > 0 {
+                report
+                    .errors
+                    .push(format!("... and {} more problems not listed", c.suppressed));
+            }
+        }
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown panic".into());
+            report.errors.push(format!(
+                "checking stopped: the engine panicked on this image ({msg})"
+            ));
+        }
+    }
+    Ok(report)
+}
+
+/// Where a reached virtual block belongs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Where {
+    MetaNode(&'static str),
+    MetaBlock(&'static str, u64),
+    MapNode(u64),
+    XattrNode(u64),
+    Data(u64, u64),
+}
+
+impl fmt::Display for Where {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Where::MetaNode(m) => write!(f, "{m} tree node"),
+            Where::MetaBlock(m, i) => write!(f, "{m} block {i}"),
+            Where::MapNode(ino) => write!(f, "map tree node of inode {ino}"),
+            Where::XattrNode(ino) => write!(f, "xattr tree node of inode {ino}"),
+            Where::Data(ino, b) => write!(f, "block {b} of inode {ino}"),
+        }
+    }
+}
+
+/// The DAT's tree, read-only, over physical (or not yet placed, cached) addresses.
+struct PhysRo<'a> {
+    s: &'a mut Store,
+}
+
+fn read_phys(s: &mut Store, addr: u64) -> Result<Vec<u8>> {
+    if let Some(b) = s.cache.get(pkey(addr)) {
+        return Ok(b.to_vec());
+    }
+    if is_temp(addr) {
+        return Err(Error::corrupt(format!(
+            "DAT block at temporary address {addr:#x} is not in memory"
+        )));
+    }
+    check_phys(&s.geo, addr, "DAT tree")?;
+    let mut b = vec![0; s.geo.block_bytes];
+    s.dev.read_at(s.geo.byte_offset(addr), &mut b)?;
+    Ok(b)
+}
+
+impl NodeStore for PhysRo<'_> {
+    fn read_node(&mut self, ptr: u64) -> Result<Vec<u8>> {
+        read_phys(self.s, ptr)
+    }
+    fn make_writable(&mut self, _: u64) -> Result<u64> {
+        Err(Error::Errno(lsfs_vfs::Errno::ROFS))
+    }
+    fn write_node(&mut self, _: u64, _: Vec<u8>) -> Result<()> {
+        Err(Error::Errno(lsfs_vfs::Errno::ROFS))
+    }
+    fn alloc_node(&mut self) -> Result<u64> {
+        Err(Error::Errno(lsfs_vfs::Errno::ROFS))
+    }
+    fn free_node(&mut self, _: u64) -> Result<()> {
+        Err(Error::Errno(lsfs_vfs::Errno::ROFS))
+    }
+}
+
+#[derive(Default)]
+struct Checker {
+    errors: Vec<String>,
+    warnings: Vec<String>,
+    suppressed: usize,
+    stats: FsckStats,
+}
+
+/// One file system tree as of some IFILE root: inodes and the virtual blocks reached.
+#[derive(Default)]
+struct Walk {
+    inodes: BTreeMap<u64, Inode>,
+    reached: Vec<(u64, Where)>,
+}
+
+impl Checker {
+    fn err(&mut self, msg: impl Into<String>) {
+        if self.errors.len() < MAX_PROBLEMS {
+            self.errors.push(msg.into());
+        } else {
+            self.suppressed += 1;
+        }
+    }
+    fn warn(&mut self, msg: impl Into<String>) {
+        if self.warnings.len() < MAX_PROBLEMS {
+            self.warnings.push(msg.into());
+        }
+    }
+
+    fn run(&mut self, mut dev: Box<dyn BlockDevice>) {
+        self.check_superblocks(&mut *dev);
+        let config = MountConfig {
+            store: StoreConfig {
+                read_only: true,
+                ..StoreConfig::default()
+            },
+            checkpoint: None,
+            ..MountConfig::default()
+        };
+        let mut fs = match Lsfs::open(dev, config) {
+            Ok(fs) => fs,
+            Err(e) => {
+                self.err(format!("cannot open the file system: {e}"));
+                return;
+            }
+        };
+        self.stats.replayed_records = fs.replayed_records;
+        // Inodes changed by the roll-forward live in the inode cache; put
+        // them into the (in-memory) IFILE so the trees below are complete.
+        if let Err(e) = fs.flush_inodes() {
+            self.err(format!("rolling forward fsync records: {e}"));
+            return;
+        }
+        let s = &mut fs.store;
+        self.stats.cno = s.cur_cno - 1;
+        self.check_cpfile(s);
+        let dat = self.check_dat(s);
+        let ifile_root = s.ifile_root;
+        let live = self.walk_ifile(s, ifile_root, "current file system");
+        let mut reached = live.reached.clone();
+        for (name, root) in [("CPFILE", s.cpfile_root), ("SUFILE", s.sufile_root)] {
+            let blocks = self.walk_mfile(s, root, name, &mut reached);
+            if name == "SUFILE" && blocks.len() as u64 != s.segs.nblocks_sufile() {
+                self.err(format!(
+                    "SUFILE has {} blocks, {} segments need {}",
+                    blocks.len(),
+                    s.geo.nsegments,
+                    s.segs.nblocks_sufile()
+                ));
+            }
+        }
+        self.check_reachability(&dat, &reached);
+        self.check_namespace(s, &live);
+        self.check_checkpoints(s, &dat);
+        self.check_accounting(s, &dat);
+    }
+
+    // ---- superblocks and checkpoints ----
+
+    fn check_superblocks(&mut self, dev: &mut dyn BlockDevice) {
+        let size = dev.size_bytes();
+        if size < 2 * BLOCK_BYTES as u64 {
+            return; // open reports it
+        }
+        let last = size / BLOCK_BYTES as u64 - 1;
+        let mut good = Vec::new();
+        let mut bad = Vec::new();
+        for (copy, at) in [("first", 0u64), ("second", last)] {
+            let mut b = vec![0; BLOCK_BYTES];
+            let r = dev
+                .read_at(at * BLOCK_BYTES as u64, &mut b)
+                .and_then(|_| Superblock::decode(&b, &format!("block {at}"), size));
+            match r {
+                Ok(sb) => good.push((copy, sb)),
+                Err(e) => bad.push(format!("{copy} superblock copy (block {at}) is bad: {e}")),
+            }
+        }
+        if good.is_empty() {
+            for b in bad {
+                self.err(b);
+            }
+            return;
+        }
+        for b in bad {
+            self.warn(format!("{b}; the other copy is good"));
+        }
+        if good.len() == 2 {
+            let (a, b) = (&good[0].1, &good[1].1);
+            if a.fs_id != b.fs_id
+                || a.segment_blocks != b.segment_blocks
+                || a.nsegments != b.nsegments
+                || a.device_blocks != b.device_blocks
+            {
+                self.err(format!(
+                    "the two superblock copies disagree on identity or geometry: {a:?} vs {b:?}"
+                ));
+            }
+        }
+    }
+
+    fn check_cpfile(&mut self, s: &mut Store) {
+        let cno = s.cur_cno - 1;
+        let entries: Vec<_> = s.cps.entries.values().copied().collect();
+        self.stats.checkpoints = entries.len();
+        self.stats.snapshots = entries.iter().filter(|e| e.is_snapshot()).count();
+        match entries.last() {
+            Some(l) if l.cno == cno => {}
+            Some(l) => self.err(format!(
+                "CPFILE: latest checkpoint is {}, the super root says {cno}",
+                l.cno
+            )),
+            None => self.err("CPFILE has no checkpoints"),
+        }
+        if s.sb.cp_cno > cno {
+            self.err(format!(
+                "superblock names checkpoint {} but the log ends at checkpoint {cno}",
+                s.sb.cp_cno
+            ));
+        }
+        let snaps: Vec<u64> = entries
+            .iter()
+            .filter(|e| e.is_snapshot())
+            .map(|e| e.cno)
+            .collect();
+        if snaps != s.snapshots {
+            self.err(format!(
+                "snapshot list in memory {:?} differs from the CPFILE flags {snaps:?}",
+                s.snapshots
+            ));
+        }
+        let mut prev: Option<crate::meta::cpfile::CpEntry> = None;
+        for e in &entries {
+            if e.cno == 0 || e.cno > cno {
+                self.err(format!("CPFILE: checkpoint {} is outside 1..={cno}", e.cno));
+            }
+            if e.next_ino > s.next_ino {
+                self.err(format!(
+                    "CPFILE: checkpoint {} has next inode {} beyond the current {}",
+                    e.cno, e.next_ino, s.next_ino
+                ));
+            }
+            if let Some(p) = prev {
+                if p.created_secs > e.created_secs {
+                    self.warn(format!(
+                        "checkpoint {} was created before checkpoint {} (clock went back?)",
+                        e.cno, p.cno
+                    ));
+                }
+            }
+            prev = Some(*e);
+        }
+    }
+
+    // ---- the DAT ----
+
+    /// Walk the DAT: check its tree, every entry, and physical-block
+    /// ownership. Returns every non-free entry by virtual block.
+    fn check_dat(&mut self, s: &mut Store) -> Dat {
+        let mut dat = Dat::default();
+        let tree = s.tree();
+        let root = s.dat_root;
+        if let Err(e) = tree.check(&mut PhysRo { s }, root) {
+            self.err(format!("DAT tree: {e}"));
+            return dat;
+        }
+        let mut blocks: Vec<(u64, u64)> = Vec::new();
+        let mut nodes: Vec<u64> = Vec::new();
+        let r = tree.visit(&mut PhysRo { s }, root, &mut |v| {
+            nodes.push(v.ptr);
+            if let Some(items) = v.items() {
+                for (idx, val) in items {
+                    blocks.push((*idx, decode_u64(val, "DAT block map")?));
+                }
+            }
+            Ok(())
+        });
+        if let Err(e) = r {
+            self.err(format!("DAT tree: {e}"));
+        }
+        let mut owner_of: HashMap<u64, String> = HashMap::new();
+        for &n in &nodes {
+            self.claim_phys(s, &mut owner_of, &mut dat, n, "DAT tree node".into());
+        }
+        let max_idx = s.next_vblock / DAT_PER_BLOCK;
+        for &(idx, addr) in &blocks {
+            self.claim_phys(s, &mut owner_of, &mut dat, addr, format!("DAT block {idx}"));
+            if idx > max_idx {
+                self.err(format!(
+                    "DAT block {idx} is beyond the last virtual block {}",
+                    s.next_vblock
+                ));
+            }
+            let b = match read_phys(s, addr) {
+                Ok(b) => b,
+                Err(e) => {
+                    self.err(format!("DAT block {idx} at {addr}: {e}"));
+                    continue;
+                }
+            };
+            let mut any = false;
+            for slot in 0..DAT_PER_BLOCK {
+                let v = idx * DAT_PER_BLOCK + slot;
+                let e = match DatEntry::read(&b, slot as usize) {
+                    Ok(e) => e,
+                    Err(e) => {
+                        self.err(format!("DAT entry {v}: {e}"));
+                        continue;
+                    }
+                };
+                if e.is_free() {
+                    continue;
+                }
+                any = true;
+                self.check_dat_entry(s, v, &e);
+                if e.pblock != 0 && check_phys(&s.geo, e.pblock, "").is_ok() {
+                    self.claim_phys(
+                        s,
+                        &mut owner_of,
+                        &mut dat,
+                        e.pblock,
+                        format!("virtual block {v}"),
+                    );
+                }
+                dat.entries.insert(v, e);
+            }
+            if !any {
+                self.err(format!(
+                    "DAT block {idx} at {addr} holds no entries (should have been removed)"
+                ));
+            }
+        }
+        self.stats.dat_entries = dat.entries.len() as u64;
+        self.stats.current_blocks =
+            dat.entries.values().filter(|e| e.end == CNO_MAX).count() as u64;
+        self.stats.dead_blocks = self.stats.dat_entries - self.stats.current_blocks;
+        self.stats.dat_tree_blocks = dat.tree_phys.len() as u64;
+        if self.stats.current_blocks != s.blocks_used {
+            self.err(format!(
+                "super root counts {} blocks in use, the DAT has {} current entries",
+                s.blocks_used, self.stats.current_blocks
+            ));
+        }
+        self.check_summaries(s, &dat);
+        dat
+    }
+
+    /// Record that `addr` holds `what`; a second owner is an error.
+    fn claim_phys(
+        &mut self,
+        s: &Store,
+        owner_of: &mut HashMap<u64, String>,
+        dat: &mut Dat,
+        addr: u64,
+        what: String,
+    ) {
+        if is_temp(addr) {
+            return; // not placed yet: lives in memory only
+        }
+        if let Err(e) = check_phys(&s.geo, addr, &what) {
+            self.err(e.to_string());
+            return;
+        }
+        if !what.starts_with("virtual") {
+            dat.tree_phys.push(addr);
+        }
+        if let Some(prev) = owner_of.get(&addr) {
+            self.err(format!(
+                "physical block {addr} is used twice: by {prev} and by {what}"
+            ));
+        } else {
+            owner_of.insert(addr, what);
+        }
+    }
+
+    fn check_dat_entry(&mut self, s: &Store, v: u64, e: &DatEntry) {
+        let cur = s.cur_cno;
+        let fresh = s.is_fresh(v);
+        if v >= s.next_vblock {
+            self.err(format!(
+                "DAT entry of virtual block {v} is beyond the next virtual block {}",
+                s.next_vblock
+            ));
+        }
+        if e.start == 0 || e.start > e.end {
+            self.err(format!(
+                "DAT entry of virtual block {v} has an impossible range [{}, {})",
+                e.start, e.end
+            ));
+        }
+        if e.start > cur || (!fresh && e.start >= cur) {
+            self.err(format!(
+                "DAT entry of virtual block {v} starts at checkpoint {} but the last checkpoint is {}",
+                e.start,
+                cur - 1
+            ));
+        }
+        if e.end != CNO_MAX && (e.end > cur || e.end == e.start) {
+            self.err(format!(
+                "dead DAT entry of virtual block {v} has range [{}, {}) (checkpoint being built: {cur})",
+                e.start, e.end
+            ));
+        }
+        if e.pblock == 0 && !(fresh && e.end == CNO_MAX) {
+            self.err(format!(
+                "DAT entry of virtual block {v} ([{}, {})) has no physical block",
+                e.start,
+                if e.end == CNO_MAX {
+                    "max".to_string()
+                } else {
+                    e.end.to_string()
+                }
+            ));
+        }
+    }
+
+    /// Every placed block's summary entry must name it: virtual blocks by
+    /// number, DAT blocks by kind. Also, every block lies in the written part
+    /// of its segment, and the segment's records tile exactly what the SUFILE
+    /// says was written.
+    fn check_summaries(&mut self, s: &mut Store, dat: &Dat) {
+        let geo = s.geo;
+        let mut wanted: HashMap<u64, Vec<(u64, Option<u64>)>> = HashMap::new();
+        for (&v, e) in &dat.entries {
+            if e.pblock != 0 {
+                if let Some(seg) = geo.segment_of(e.pblock) {
+                    wanted.entry(seg).or_default().push((e.pblock, Some(v)));
+                }
+            }
+        }
+        for &a in &dat.tree_phys {
+            if let Some(seg) = geo.segment_of(a) {
+                wanted.entry(seg).or_default().push((a, None));
+            }
+        }
+        for seg in 0..geo.nsegments {
+            let nblocks = s.segs.usage[seg as usize].nblocks as u64;
+            let want = wanted.remove(&seg).unwrap_or_default();
+            if nblocks == 0 && want.is_empty() {
+                continue;
+            }
+            let start = geo.segment_start(seg);
+            let recs = match segment_records(&mut *s.dev, &geo, s.sb.fs_id, seg) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.err(format!("segment {seg}: reading its records: {e}"));
+                    continue;
+                }
+            };
+            let mut summary: HashMap<u64, (u64, BlockKind)> = HashMap::new();
+            let mut covered = 0u64;
+            for r in &recs {
+                if r.block >= start + nblocks {
+                    break;
+                }
+                covered = r.end_block() - start;
+                for (i, ent) in r.header.entries.iter().enumerate() {
+                    summary.insert(r.payload_block(i), (ent.vblock, ent.kind));
+                }
+            }
+            if covered != nblocks {
+                self.err(format!(
+                    "segment {seg}: SUFILE says {nblocks} blocks written, its records cover {covered}"
+                ));
+            }
+            for (p, v) in want {
+                if p >= start + nblocks {
+                    self.err(format!(
+                        "block {p} ({}) lies past the {nblocks} written blocks of segment {seg}",
+                        v.map(|v| format!("virtual block {v}"))
+                            .unwrap_or_else(|| "DAT tree".into())
+                    ));
+                    continue;
+                }
+                match (summary.get(&p), v) {
+                    (Some(&(sv, k)), Some(v))
+                        if sv == v && matches!(k, BlockKind::Data | BlockKind::Node) => {}
+                    (Some(&(_, k)), None)
+                        if matches!(k, BlockKind::DatBlock | BlockKind::DatNode) => {}
+                    (found, _) => self.err(format!(
+                        "block {p} holds {} per the DAT, but its summary entry says {}",
+                        v.map(|v| format!("virtual block {v}"))
+                            .unwrap_or_else(|| "a DAT tree block".into()),
+                        match found {
+                            Some((sv, k)) => format!("{k:?} of virtual block {sv}"),
+                            None => "nothing (no record covers it)".into(),
+                        }
+                    )),
+                }
+            }
+        }
+    }
+
+    // ---- trees and reachability ----
+
+    /// Check a metadata file's tree and collect its nodes and blocks.
+    fn walk_mfile(
+        &mut self,
+        s: &mut Store,
+        root: u64,
+        name: &'static str,
+        reached: &mut Vec<(u64, Where)>,
+    ) -> Vec<(u64, u64)> {
+        let tree = s.tree();
+        if let Err(e) = tree.check(&mut VNodesRo { s }, root) {
+            self.err(format!("{name} tree: {e}"));
+            return Vec::new();
+        }
+        let mut blocks = Vec::new();
+        let r = tree.visit(&mut VNodesRo { s }, root, &mut |v| {
+            reached.push((v.ptr, Where::MetaNode(name)));
+            if let Some(items) = v.items() {
+                for (idx, val) in items {
+                    let b = decode_u64(val, name)?;
+                    blocks.push((*idx, b));
+                }
+            }
+            Ok(())
+        });
+        if let Err(e) = r {
+            self.err(format!("{name} tree: {e}"));
+        }
+        for &(idx, b) in &blocks {
+            reached.push((b, Where::MetaBlock(name, idx)));
+        }
+        blocks
+    }
+
+    /// Walk the file system whose IFILE is rooted at `root`: decode every
+    /// inode and collect every virtual block it reaches.
+    fn walk_ifile(&mut self, s: &mut Store, root: u64, label: &str) -> Walk {
+        let mut w = Walk::default();
+        let blocks = self.walk_mfile(s, root, "IFILE", &mut w.reached);
+        for (idx, v) in blocks {
+            let b = match s.vread(v, ifile_owner(idx)) {
+                Ok(b) => b,
+                Err(e) => {
+                    self.err(format!("{label}: IFILE block {idx}: {e}"));
+                    continue;
+                }
+            };
+            if b.len() != BLOCK_BYTES {
+                continue;
+            }
+            let mut any = false;
+            for slot in 0..INODES_PER_BLOCK {
+                let ino = idx * INODES_PER_BLOCK + slot;
+                let img = &b[ifile::slot_range(ino)];
+                if img.iter().all(|&x| x == 0) {
+                    continue;
+                }
+                any = true;
+                match Inode::decode(&img[..INODE_BYTES], ino) {
+                    Ok(i) => {
+                        w.inodes.insert(ino, i);
+                    }
+                    Err(e) => self.err(format!("{label}: {e}")),
+                }
+            }
+            if !any {
+                self.err(format!(
+                    "{label}: IFILE block {idx} holds no inodes (should have been removed)"
+                ));
+            }
+        }
+        let inos: Vec<u64> = w.inodes.keys().copied().collect();
+        for ino in inos {
+            let i = w.inodes[&ino].clone();
+            self.walk_inode(s, &i, label, &mut w.reached);
+        }
+        w
+    }
+
+    /// Check one inode's trees and extents; collect its virtual blocks.
+    fn walk_inode(&mut self, s: &mut Store, i: &Inode, label: &str, out: &mut Vec<(u64, Where)>) {
+        let ino = i.ino;
+        let tree = s.tree();
+        for (root, what, mk) in [
+            (
+                if i.format == Format::BTree {
+                    i.map_root
+                } else {
+                    0
+                },
+                "map tree",
+                Where::MapNode as fn(u64) -> Where,
+            ),
+            (
+                i.xattr_root,
+                "xattr tree",
+                Where::XattrNode as fn(u64) -> Where,
+            ),
+        ] {
+            if root == 0 {
+                continue;
+            }
+            if let Err(e) = tree.check(&mut VNodesRo { s }, root) {
+                self.err(format!("{label}: inode {ino} {what}: {e}"));
+                continue;
+            }
+            let r = tree.visit(&mut VNodesRo { s }, root, &mut |v| {
+                out.push((v.ptr, mk(ino)));
+                Ok(())
+            });
+            if let Err(e) = r {
+                self.err(format!("{label}: inode {ino} {what}: {e}"));
+            }
+        }
+        if i.format != Format::BTree && i.map_root != 0 {
+            self.err(format!(
+                "{label}: inode {ino} is {:?} but has map root {}",
+                i.format, i.map_root
+            ));
+        }
+        if i.xattr_root != 0 {
+            if let Err(e) = crate::fs::xattr::list(s, i) {
+                self.err(format!("{label}: inode {ino} xattrs: {e}"));
+            }
+        }
+        let kind = i.kind();
+        if kind == FileKind::Dir || i.format == Format::InlineData {
+            return;
+        }
+        // Extents: file block -> virtual blocks.
+        let limit = i.size.div_ceil(BLOCK_BYTES as u64);
+        let mut key = 0u64;
+        let mut mapped = 0u64;
+        loop {
+            let (k, val) = match map::get_ceil(s, i, key) {
+                Ok(Some(x)) => x,
+                Ok(None) => break,
+                Err(e) => {
+                    self.err(format!("{label}: inode {ino} extents: {e}"));
+                    return;
+                }
+            };
+            key = match k.checked_add(1) {
+                Some(k) => k,
+                None => break,
+            };
+            if val.len() != 12 {
+                self.err(format!(
+                    "{label}: inode {ino}: extent at file block {k} has a {}-byte value",
+                    val.len()
+                ));
+                continue;
+            }
+            let vstart = u64::from_le_bytes(val[..8].try_into().unwrap());
+            let len = u32::from_le_bytes(val[8..].try_into().unwrap()) as u64;
+            if len == 0 || vstart == 0 || vstart.saturating_add(len) > s.next_vblock {
+                self.err(format!(
+                    "{label}: inode {ino}: extent at file block {k} maps {len} blocks from virtual block {vstart}, outside 1..{}",
+                    s.next_vblock
+                ));
+                continue;
+            }
+            if k.saturating_add(len) > limit {
+                self.err(format!(
+                    "{label}: inode {ino}: extent at file block {k} (+{len}) maps blocks past the size {} ({limit} blocks)",
+                    i.size
+                ));
+                continue;
+            }
+            for j in 0..len {
+                out.push((vstart + j, Where::Data(ino, k + j)));
+            }
+            mapped += len;
+        }
+        if mapped != i.blocks {
+            self.err(format!(
+                "{label}: inode {ino} says it has {} blocks, its extents map {mapped}",
+                i.blocks
+            ));
+        }
+    }
+
+    /// Each reached virtual block is current, and reached once; each
+    /// current DAT entry is reached.
+    fn check_reachability(&mut self, dat: &Dat, reached: &[(u64, Where)]) {
+        let mut by_v: HashMap<u64, Where> = HashMap::with_capacity(reached.len());
+        for &(v, w) in reached {
+            if let Some(prev) = by_v.insert(v, w) {
+                self.err(format!(
+                    "virtual block {v} is used twice: as {prev} and as {w}"
+                ));
+            }
+            match dat.entries.get(&v) {
+                None => self.err(format!("{w} is virtual block {v}, which has no DAT entry")),
+                Some(e) if e.end != CNO_MAX => self.err(format!(
+                    "{w} is virtual block {v}, which the DAT says died at checkpoint {}",
+                    e.end
+                )),
+                _ => {}
+            }
+        }
+        for (&v, e) in &dat.entries {
+            if e.end == CNO_MAX && !by_v.contains_key(&v) {
+                self.err(format!(
+                    "virtual block {v} (physical {}, from checkpoint {}) is current in the DAT but nothing uses it (leak)",
+                    e.pblock, e.start
+                ));
+            }
+        }
+    }
+
+    // ---- namespace ----
+
+    fn check_namespace(&mut self, s: &mut Store, w: &Walk) {
+        let inodes = &w.inodes;
+        self.stats.inodes = inodes.len() as u64;
+        if inodes.len() as u64 != s.inodes_used {
+            self.err(format!(
+                "super root counts {} inodes, the IFILE holds {}",
+                s.inodes_used,
+                inodes.len()
+            ));
+        }
+        for (&ino, i) in inodes {
+            if (ino != ROOT_INO && ino != ORPHAN_INO && ino < FIRST_USER_INO) || ino >= s.next_ino {
+                self.err(format!(
+                    "inode {ino} is allocated but is reserved or not below the next inode {}",
+                    s.next_ino
+                ));
+            }
+            match i.kind() {
+                FileKind::Dir => self.stats.directories += 1,
+                FileKind::File => self.stats.regular_files += 1,
+                FileKind::Symlink => self.stats.symlinks += 1,
+                _ => {}
+            }
+            self.check_sizes(i);
+        }
+        for (ino, what) in [(ROOT_INO, "root"), (ORPHAN_INO, "orphan")] {
+            match inodes.get(&ino) {
+                Some(i) if i.kind() == FileKind::Dir => {}
+                Some(_) => self.err(format!("the {what} inode {ino} is not a directory")),
+                None => self.err(format!("the {what} directory (inode {ino}) is missing")),
+            }
+        }
+        let mut names: HashMap<u64, u32> = HashMap::new();
+        let mut subdirs: HashMap<u64, u32> = HashMap::new();
+        let mut orphans: HashSet<u64> = HashSet::new();
+        let mut visited: HashSet<u64> = HashSet::new();
+        let mut queue: VecDeque<(u64, u64)> = VecDeque::new();
+        queue.push_back((ROOT_INO, ROOT_INO));
+        visited.insert(ROOT_INO);
+        // The orphan directory: entries named by inode number, for unlinked inodes still open.
+        if let Some(od) = inodes
+            .get(&ORPHAN_INO)
+            .filter(|i| i.kind() == FileKind::Dir)
+        {
+            visited.insert(ORPHAN_INO);
+            match dir::list_after(s, od, 0, usize::MAX) {
+                Ok(list) => {
+                    if od.size != list.len() as u64 {
+                        self.err(format!(
+                            "orphan directory size {} but it has {} entries",
+                            od.size,
+                            list.len()
+                        ));
+                    }
+                    for (_, ent) in list {
+                        if ent.name != ent.ino.to_le_bytes() {
+                            self.err(format!(
+                                "orphan directory entry {:?} does not name its inode {}",
+                                ent.name, ent.ino
+                            ));
+                        }
+                        match inodes.get(&ent.ino) {
+                            Some(i) if i.nlink == 0 => {
+                                orphans.insert(ent.ino);
+                            }
+                            Some(i) => self.err(format!(
+                                "orphan inode {} still has {} links",
+                                ent.ino, i.nlink
+                            )),
+                            None => self.err(format!(
+                                "orphan directory names inode {}, which does not exist",
+                                ent.ino
+                            )),
+                        }
+                    }
+                }
+                Err(e) => self.err(format!("orphan directory: {e}")),
+            }
+        }
+        self.stats.orphans = orphans.len() as u64;
+        while let Some((d, parent)) = queue.pop_front() {
+            let Some(di) = inodes.get(&d) else { continue };
+            let list = match dir::list_after(s, di, 0, usize::MAX) {
+                Ok(l) => l,
+                Err(e) => {
+                    self.err(format!("directory {d}: {e}"));
+                    continue;
+                }
+            };
+            let mut count = 0u64;
+            let mut dotdot = None;
+            for (_, ent) in list {
+                if ent.name == b".." {
+                    dotdot = Some(ent.ino);
+                    continue;
+                }
+                count += 1;
+                let what = format!(
+                    "entry {:?} of directory {d}",
+                    String::from_utf8_lossy(&ent.name)
+                );
+                if ent.name.is_empty()
+                    || ent.name == b"."
+                    || ent.name.contains(&b'/')
+                    || ent.name.contains(&0)
+                {
+                    self.err(format!("{what}: invalid name"));
+                }
+                let Some(child) = inodes.get(&ent.ino) else {
+                    self.err(format!(
+                        "{what} points at inode {}, which does not exist",
+                        ent.ino
+                    ));
+                    continue;
+                };
+                if child.kind() != ent.kind {
+                    self.err(format!(
+                        "{what} says {:?} but inode {} is {:?}",
+                        ent.kind,
+                        ent.ino,
+                        child.kind()
+                    ));
+                }
+                if orphans.contains(&ent.ino) {
+                    self.err(format!("{what} names orphan inode {}", ent.ino));
+                }
+                *names.entry(ent.ino).or_default() += 1;
+                if child.kind() == FileKind::Dir {
+                    *subdirs.entry(d).or_default() += 1;
+                    if !visited.insert(ent.ino) {
+                        self.err(format!(
+                            "{what}: directory {} is reached twice (hard-linked directory or cycle)",
+                            ent.ino
+                        ));
+                    } else {
+                        queue.push_back((ent.ino, d));
+                    }
+                }
+            }
+            if di.size != count {
+                self.err(format!(
+                    "directory {d} has size {} but {count} entries",
+                    di.size
+                ));
+            }
+            if d != ROOT_INO && dotdot != Some(parent) {
+                self.err(format!(
+                    "directory {d}: \"..\" is {dotdot:?}, but it is an entry of directory {parent}"
+                ));
+            }
+        }
+        for (&ino, i) in inodes {
+            let n = names.get(&ino).copied().unwrap_or(0);
+            if i.kind() == FileKind::Dir {
+                if ino == ORPHAN_INO {
+                    continue;
+                }
+                if orphans.contains(&ino) {
+                    if i.nlink != 0 {
+                        self.err(format!("orphan directory {ino} has nlink {}", i.nlink));
+                    }
+                    continue;
+                }
+                if !visited.contains(&ino) {
+                    self.err(format!(
+                        "directory {ino} is allocated but not reachable from the root (lost, or in a cycle)"
+                    ));
+                    continue;
+                }
+                let want = 2 + subdirs.get(&ino).copied().unwrap_or(0);
+                if i.nlink != want {
+                    self.err(format!(
+                        "directory {ino} has nlink {} but 2 + {} subdirectories = {want}",
+                        i.nlink,
+                        want - 2
+                    ));
+                }
+            } else if orphans.contains(&ino) {
+                if n != 0 {
+                    self.err(format!("orphan inode {ino} is still named {n} times"));
+                }
+            } else if n == 0 {
+                self.err(format!(
+                    "inode {ino} ({:?}) is allocated but no directory names it (lost)",
+                    i.kind()
+                ));
+            } else if i.nlink != n {
+                self.err(format!(
+                    "inode {ino} has nlink {} but {n} directory entries name it",
+                    i.nlink
+                ));
+            }
+        }
+    }
+
+    fn check_sizes(&mut self, i: &Inode) {
+        let ino = i.ino;
+        match (i.kind(), i.format) {
+            (FileKind::Dir, Format::InlineData) => {
+                self.err(format!("directory {ino} has inline data format"))
+            }
+            (_, Format::InlineData) => {
+                if i.area.len() as u64 > i.size || i.area.len() > AREA_BYTES || i.blocks != 0 {
+                    self.err(format!(
+                        "inode {ino}: inline data of {} bytes, size {}, {} blocks",
+                        i.area.len(),
+                        i.size,
+                        i.blocks
+                    ));
+                }
+            }
+            _ => {}
+        }
+        if i.kind() == FileKind::Symlink && (i.size == 0 || i.size > SYMLINK_MAX_BYTES as u64) {
+            self.err(format!("symlink {ino} has size {}", i.size));
+        }
+        if i.kind() == FileKind::Dir && i.blocks != 0 {
+            self.err(format!("directory {ino} counts {} data blocks", i.blocks));
+        }
+    }
+
+    // ---- checkpoints ----
+
+    /// Every snapshot, and the newest plain checkpoints: their IFILE and all
+    /// it reaches must be visible at their number.
+    fn check_checkpoints(&mut self, s: &mut Store, dat: &Dat) {
+        let entries: Vec<_> = s.cps.entries.values().copied().collect();
+        let plain: Vec<u64> = entries
+            .iter()
+            .filter(|e| !e.is_snapshot())
+            .map(|e| e.cno)
+            .rev()
+            .take(MAX_PLAIN_CHECKPOINTS_WALKED)
+            .collect();
+        for cp in entries {
+            if !cp.is_snapshot() && !plain.contains(&cp.cno) {
+                continue;
+            }
+            let label = format!(
+                "{} {}",
+                if cp.is_snapshot() {
+                    "snapshot"
+                } else {
+                    "checkpoint"
+                },
+                cp.cno
+            );
+            let before = self.errors.len() + self.suppressed;
+            let w = self.walk_ifile(s, cp.ifile_root, &label);
+            for (v, wh) in &w.reached {
+                match dat.entries.get(v) {
+                    Some(e) if e.start <= cp.cno && cp.cno < e.end && e.pblock != 0 => {}
+                    Some(e) => self.err(format!(
+                        "{label}: {wh} is virtual block {v}, visible only in [{}, {}) (physical {})",
+                        e.start,
+                        if e.end == CNO_MAX { "max".into() } else { e.end.to_string() },
+                        e.pblock
+                    )),
+                    None => self.err(format!(
+                        "{label}: {wh} is virtual block {v}, which has no DAT entry"
+                    )),
+                }
+            }
+            if !w.inodes.contains_key(&ROOT_INO) {
+                self.err(format!("{label}: no root directory"));
+            }
+            if w.inodes.len() as u64 != cp.inodes_used {
+                self.err(format!(
+                    "{label}: CPFILE counts {} inodes, its IFILE holds {}",
+                    cp.inodes_used,
+                    w.inodes.len()
+                ));
+            }
+            if self.errors.len() + self.suppressed == before {
+                self.stats.checkpoints_walked += 1;
+            }
+        }
+    }
+
+    // ---- segment accounting ----
+
+    fn check_accounting(&mut self, s: &Store, dat: &Dat) {
+        let geo: Geometry = s.geo;
+        let n = geo.nsegments as usize;
+        let mut live = vec![0u64; n];
+        let mut snap = vec![0u64; n];
+        for e in dat.entries.values() {
+            if e.pblock == 0 {
+                continue;
+            }
+            let Some(seg) = geo.segment_of(e.pblock) else {
+                continue;
+            };
+            if e.end == CNO_MAX {
+                live[seg as usize] += 1;
+            } else if s.snapshot_in(e.start, e.end) {
+                snap[seg as usize] += 1;
+            }
+        }
+        for &a in &dat.tree_phys {
+            if let Some(seg) = geo.segment_of(a) {
+                live[seg as usize] += 1;
+            }
+        }
+        for seg in 0..n {
+            let u = s.segs.usage[seg];
+            if u.nblocks > 0 {
+                self.stats.segments_used += 1;
+            }
+            if u.nlive as u64 != live[seg] || u.nsnapshot as u64 != snap[seg] {
+                self.err(format!(
+                    "segment {seg}: SUFILE says nlive {} nsnapshot {}, recount gives nlive {} nsnapshot {}",
+                    u.nlive, u.nsnapshot, live[seg], snap[seg]
+                ));
+            }
+            if u.nblocks > geo.segment_blocks
+                || u.nlive as u64 + u.nsnapshot as u64 > u.nblocks as u64
+            {
+                self.err(format!(
+                    "segment {seg}: {} blocks written (of {}), {} live, {} protected by snapshots",
+                    u.nblocks, geo.segment_blocks, u.nlive, u.nsnapshot
+                ));
+            }
+        }
+    }
+}
+
+/// The non-free DAT entries and the DAT's own placed blocks.
+#[derive(Default)]
+struct Dat {
+    entries: BTreeMap<u64, DatEntry>,
+    tree_phys: Vec<u64>,
+}
+
+fn ifile_owner(idx: u64) -> crate::cache::Owner {
+    crate::cache::Owner {
+        ino: crate::layout::IFILE_INO,
+        offset: idx,
+        kind: BlockKind::Data,
+    }
+}

@@ -1,0 +1,74 @@
+//! Helpers shared by the integration tests: small images, a caller context,
+//! deterministic data, and an fsck that must come back clean.
+#![allow(dead_code)]
+
+use lsfs_core::device::{BlockDevice, MemDevice};
+use lsfs_core::fs::{Lsfs, MountConfig};
+use lsfs_core::fsck::{fsck, FsckReport};
+use lsfs_core::meta::open::MkfsOptions;
+use lsfs_vfs::Ctx;
+
+pub const MIB: u64 = 1 << 20;
+
+/// 256-block (1 MiB) segments: many segments on a small device, so the log
+/// wraps and segments are reclaimed within a short test.
+pub fn opts() -> MkfsOptions {
+    MkfsOptions {
+        segment_blocks: 256,
+        label: "test".into(),
+    }
+}
+
+/// A small cache, so that clean blocks are evicted and re-read from the device.
+pub fn cfg() -> MountConfig {
+    let mut c = MountConfig::default();
+    c.store.cache_blocks = 256;
+    c
+}
+
+/// Plain checkpoints expire at once, so reclaim really frees segments.
+pub fn cfg_no_protection() -> MountConfig {
+    let mut c = cfg();
+    c.store.protection_secs = 0;
+    c
+}
+
+pub fn ctx() -> Ctx {
+    Ctx {
+        uid: 0,
+        gid: 0,
+        pid: 1,
+        umask: 0,
+    }
+}
+
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| ((i as u64).wrapping_mul(2654435761).wrapping_add(seed * 977) >> 7) as u8)
+        .collect()
+}
+
+pub fn mkfs(size: u64, config: MountConfig) -> Lsfs {
+    Lsfs::mkfs(Box::new(MemDevice::new(size)), &opts(), config).expect("mkfs")
+}
+
+/// The device bytes of a mounted file system, as they are now.
+pub fn image(fs: &mut Lsfs) -> Vec<u8> {
+    fs.store.dev_bytes_for_test()
+}
+
+pub fn fsck_bytes(bytes: Vec<u8>) -> FsckReport {
+    fsck(Box::new(MemDevice::from_bytes(bytes)) as Box<dyn BlockDevice>).expect("fsck runs")
+}
+
+/// fsck of the image must find no error; the message lists what it found.
+#[track_caller]
+pub fn assert_clean(report: &FsckReport, what: &str) {
+    assert!(
+        report.errors.is_empty(),
+        "fsck of {what} found {} errors:\n  {}\nwarnings: {:?}",
+        report.errors.len(),
+        report.errors.join("\n  "),
+        report.warnings
+    );
+}
