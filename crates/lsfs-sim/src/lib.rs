@@ -9,7 +9,10 @@
 //! * [`cli`]: the `lsfs sim …` command line, embedded by the `lsfs` binary.
 
 pub mod access;
+pub mod cache;
 pub mod cli;
+pub mod ftl;
 pub mod gc;
 pub mod plot;
 mod progress;
+pub mod workload;

@@ -1,21 +1,31 @@
 //! `lsfs sim …`: the simulators' command line. The `lsfs` binary embeds [`SimCommand`] as a
 //! subcommand and calls [`run`]; `lsfs-sim` wraps the same code stand-alone.
 
+mod cache;
+mod ftl;
 mod gc;
 
 use std::error::Error;
 
+pub use cache::{CacheArgs, CacheRow};
+pub use ftl::{figure_2_1_point, replay_writes, FtlArgs, FtlRow};
 pub use gc::GcArgs;
 
 #[derive(clap::Subcommand, Debug)]
 pub enum SimCommand {
     /// Cleaning simulator: write cost / WA vs utilization per policy (Rosenblum, Rohner).
     Gc(GcArgs),
+    /// Page-cache simulator: hit ratio, after-cache writes, FTL erases (Kang Table 2-2).
+    Cache(CacheArgs),
+    /// FTL simulator: WAF and erases, Kang's Fig. 2-1 or a trace replay.
+    Ftl(FtlArgs),
 }
 
 pub fn run(cmd: SimCommand) -> Result<(), Box<dyn Error>> {
     match cmd {
         SimCommand::Gc(args) => gc::run(args),
+        SimCommand::Ftl(args) => ftl::run(args),
+        SimCommand::Cache(args) => cache::run(args),
     }
 }
 
