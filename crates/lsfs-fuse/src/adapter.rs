@@ -1,0 +1,512 @@
+//! The fuser `Filesystem` that forwards every request to a shared [`Vfs`].
+//!
+//! Each request locks the mutex for the duration of one `Vfs` call, so other
+//! threads (a checkpoint timer, a control socket) interleave between calls.
+//! A panic inside the `Vfs` is caught and reported as EIO; it poisons the
+//! mutex, and every later request also gets EIO, because the file system's
+//! state can no longer be trusted.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use fuser::{
+    FileHandle, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig, LockOwner, OpenFlags,
+    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use lsfs_vfs::{Attr, Ctx, SetAttr, Vfs, VfsResult};
+
+use crate::convert::{errno, file_attr, file_type, system_time_opt, time_set, xattr_list};
+
+/// How long the kernel may cache names and attributes. Every change goes
+/// through this mount, and the kernel drops what a change makes stale, so a
+/// short TTL costs little and bounds staleness seen through hard links.
+const TTL: Duration = Duration::from_secs(1);
+/// How many entries to ask the `Vfs` for per refill of a readdir reply.
+const READDIR_BATCH: usize = 128;
+
+pub(crate) struct FuseAdapter<V: Vfs> {
+    vfs: Arc<Mutex<V>>,
+}
+
+impl<V: Vfs> FuseAdapter<V> {
+    pub(crate) fn new(vfs: Arc<Mutex<V>>) -> Self {
+        FuseAdapter { vfs }
+    }
+
+    /// Run `f` on the locked `Vfs`, turning a poisoned lock or a panic into EIO.
+    fn call<T>(&self, f: impl FnOnce(&mut V) -> VfsResult<T>) -> Result<T, fuser::Errno> {
+        let mut guard = match self.vfs.lock() {
+            Ok(g) => g,
+            Err(_) => {
+                tracing::error!("file system state is poisoned by an earlier panic");
+                return Err(fuser::Errno::EIO);
+            }
+        };
+        match catch_unwind(AssertUnwindSafe(|| f(&mut guard))) {
+            Ok(r) => r.map_err(errno),
+            Err(_) => {
+                tracing::error!("file system call panicked; failing every later request with EIO");
+                Err(fuser::Errno::EIO)
+            }
+        }
+    }
+}
+
+fn ctx(req: &Request, umask: u32) -> Ctx {
+    Ctx {
+        uid: req.uid(),
+        gid: req.gid(),
+        pid: req.pid(),
+        umask,
+    }
+}
+
+fn reply_entry(reply: ReplyEntry, r: Result<Attr, fuser::Errno>) {
+    match r {
+        Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(0)),
+        Err(e) => reply.error(e),
+    }
+}
+
+fn reply_attr(reply: ReplyAttr, r: Result<Attr, fuser::Errno>) {
+    match r {
+        Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+        Err(e) => reply.error(e),
+    }
+}
+
+fn reply_empty(reply: ReplyEmpty, r: Result<(), fuser::Errno>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(e),
+    }
+}
+
+/// Answer a getxattr/listxattr: a size probe (`size == 0`) gets the length,
+/// a buffer that is too small gets ERANGE.
+fn reply_xattr(reply: ReplyXattr, size: u32, r: Result<Vec<u8>, fuser::Errno>) {
+    match r {
+        Ok(v) if size == 0 => reply.size(v.len() as u32),
+        Ok(v) if v.len() > size as usize => reply.error(fuser::Errno::ERANGE),
+        Ok(v) => reply.data(&v),
+        Err(e) => reply.error(e),
+    }
+}
+
+impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
+    fn init(&mut self, _req: &Request, _config: &mut KernelConfig) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    /// Called once the kernel has let go (unmount): make everything durable.
+    fn destroy(&mut self) {
+        if let Err(e) = self.call(|v| v.sync()) {
+            tracing::error!("sync at unmount failed: {e:?}");
+        }
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        reply_entry(reply, self.call(|v| v.lookup(parent.0, name.as_bytes())));
+    }
+
+    /// fuser's default `batch_forget` calls this once per inode (its
+    /// `ForgetOne` type is not public, so it cannot be overridden).
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        let _ = self.call(|v| {
+            v.forget(ino.0, nlookup);
+            Ok(())
+        });
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        reply_attr(reply, self.call(|v| v.getattr(ino.0)));
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let set = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: atime.map(time_set),
+            mtime: mtime.map(time_set),
+            ctime: system_time_opt(ctime),
+        };
+        reply_attr(reply, self.call(|v| v.setattr(ino.0, &set)));
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.call(|v| v.readlink(ino.0)) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let ctx = ctx(req, umask);
+        reply_entry(
+            reply,
+            self.call(|v| v.mknod(parent.0, name.as_bytes(), mode, rdev, &ctx)),
+        );
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let ctx = ctx(req, umask);
+        reply_entry(
+            reply,
+            self.call(|v| v.mkdir(parent.0, name.as_bytes(), mode, &ctx)),
+        );
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.call(|v| v.unlink(parent.0, name.as_bytes())));
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.call(|v| v.rmdir(parent.0, name.as_bytes())));
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let ctx = ctx(req, 0);
+        let target = target.as_os_str().as_bytes();
+        reply_entry(
+            reply,
+            self.call(|v| v.symlink(parent.0, link_name.as_bytes(), target, &ctx)),
+        );
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let r = self.call(|v| {
+            v.rename(
+                parent.0,
+                name.as_bytes(),
+                newparent.0,
+                newname.as_bytes(),
+                flags.bits(),
+            )
+        });
+        reply_empty(reply, r);
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        reply_entry(
+            reply,
+            self.call(|v| v.link(ino.0, newparent.0, newname.as_bytes())),
+        );
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.call(|v| v.open(ino.0, flags.0)) {
+            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.call(|v| v.read(ino.0, offset, size)) {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.call(|v| v.write(ino.0, offset, data)) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// Writes reach the `Vfs` synchronously, so there is nothing to flush;
+    /// durability is fsync's job.
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(
+            reply,
+            self.call(|v| {
+                v.release(ino.0);
+                Ok(())
+            }),
+        );
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.call(|v| v.fsync(ino.0, datasync)));
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.open(_req, ino, flags, reply);
+    }
+
+    /// `offset` is the `Vfs` cookie of the last entry the kernel has seen,
+    /// so a listing resumes correctly however the directory changed since.
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let mut cookie = offset;
+        loop {
+            let batch = match self.call(|v| v.readdir(ino.0, cookie, READDIR_BATCH)) {
+                Ok(b) => b,
+                Err(e) => return reply.error(e),
+            };
+            let n = batch.len();
+            for e in batch {
+                if reply.add(
+                    INodeNo(e.ino),
+                    e.offset,
+                    file_type(e.kind),
+                    OsStr::from_bytes(&e.name),
+                ) {
+                    // The buffer is full; this entry is sent next time.
+                    return reply.ok();
+                }
+                cookie = e.offset;
+            }
+            if n < READDIR_BATCH {
+                return reply.ok();
+            }
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(
+            reply,
+            self.call(|v| {
+                v.release(ino.0);
+                Ok(())
+            }),
+        );
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.call(|v| v.fsync(ino.0, datasync)));
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.call(|v| v.statfs()) {
+            Ok(s) => reply.statfs(
+                s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(
+            reply,
+            self.call(|v| v.setxattr(ino.0, name.as_bytes(), value, flags)),
+        );
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        reply_xattr(
+            reply,
+            size,
+            self.call(|v| v.getxattr(ino.0, name.as_bytes())),
+        );
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        reply_xattr(
+            reply,
+            size,
+            self.call(|v| v.listxattr(ino.0))
+                .map(|names| xattr_list(&names)),
+        );
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.call(|v| v.removexattr(ino.0, name.as_bytes())));
+    }
+
+    /// Only called without `default_permissions`; the kernel checks
+    /// permissions, so existence is all there is left to check.
+    fn access(&self, _req: &Request, ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
+        reply_empty(reply, self.call(|v| v.getattr(ino.0)).map(|_| ()));
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let ctx = ctx(req, umask);
+        let mode = libc::S_IFREG | (mode & 0o7777);
+        let r = self.call(|v| {
+            let attr = v.mknod(parent.0, name.as_bytes(), mode, 0, &ctx)?;
+            if let Err(e) = v.open(attr.ino, flags) {
+                // The kernel never learns of the new inode: drop its reference.
+                v.forget(attr.ino, 1);
+                return Err(e);
+            }
+            Ok(attr)
+        });
+        match r {
+            Ok(a) => reply.created(
+                &TTL,
+                &file_attr(&a),
+                Generation(0),
+                FileHandle(0),
+                FopenFlags::empty(),
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(
+            reply,
+            self.call(|v| v.fallocate(ino.0, offset, length, mode)),
+        );
+    }
+}

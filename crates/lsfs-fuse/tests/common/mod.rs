@@ -1,0 +1,140 @@
+//! Harness for the POSIX tests through a real mount. The cases in
+//! `cases.rs` know only a directory; [`posix_suite!`] turns each of them into
+//! a `#[test]` that mounts a fresh file system made by a given constructor,
+//! so the same cases run against `MemFs` and the engine alike:
+//!
+//! ```ignore
+//! mod common;
+//! posix_suite!(lsfs_vfs::model::MemFs::new);
+//! ```
+
+#![allow(dead_code)]
+
+pub mod cases;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use lsfs_fuse::{spawn_mount, MountHandle, MountOptions};
+use lsfs_vfs::Vfs;
+
+/// A file system mounted on a fresh temporary directory. Dropping it
+/// unmounts first, then removes the directory, also when a test panics.
+pub struct TestMount<V: Vfs + 'static> {
+    // Field order is drop order: unmount before the directory goes.
+    handle: Option<MountHandle>,
+    pub vfs: Arc<Mutex<V>>,
+    root: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl<V: Vfs + 'static> TestMount<V> {
+    pub fn new(vfs: V) -> Self {
+        Self::with_options(
+            vfs,
+            &MountOptions {
+                fsname: "lsfs-test".into(),
+                ..MountOptions::default()
+            },
+        )
+    }
+
+    pub fn with_options(vfs: V, opts: &MountOptions) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("lsfs-fuse-test")
+            .tempdir()
+            .expect("temp dir");
+        let root = dir.path().join("mnt");
+        std::fs::create_dir(&root).unwrap();
+        let vfs = Arc::new(Mutex::new(vfs));
+        let handle = spawn_mount(vfs.clone(), &root, opts).expect("mount");
+        TestMount {
+            handle: Some(handle),
+            vfs,
+            root,
+            _dir: dir,
+        }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Unmount now and insist that it went cleanly.
+    pub fn unmount(mut self) {
+        self.handle
+            .take()
+            .unwrap()
+            .unmount()
+            .expect("clean unmount");
+        assert!(
+            !is_mounted(&self.root),
+            "{} still mounted",
+            self.root.display()
+        );
+    }
+}
+
+/// Whether `path` appears in the mount table.
+pub fn is_mounted(path: &Path) -> bool {
+    let table = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    let path = path.to_str().unwrap();
+    table.lines().any(|l| l.split(' ').nth(1) == Some(path))
+}
+
+/// FUSE tests need the device; without it they cannot run at all, which is
+/// reported loudly rather than passed silently.
+pub fn fuse_available() -> bool {
+    if Path::new("/dev/fuse").exists() {
+        return true;
+    }
+    eprintln!("SKIPPED: /dev/fuse does not exist; FUSE mount tests cannot run here");
+    false
+}
+
+/// Mount what `make` builds, run `case` on it, unmount.
+pub fn run_case<V: Vfs + 'static>(make: impl FnOnce() -> V, case: fn(&Path)) {
+    if !fuse_available() {
+        return;
+    }
+    let mount = TestMount::new(make());
+    case(mount.root());
+    mount.unmount();
+}
+
+/// One `#[test]` per case in `cases.rs`, each on a fresh file system built
+/// by `$make` (any expression that can be called as `$make()` and returns a
+/// `Vfs + 'static`).
+#[macro_export]
+macro_rules! posix_suite {
+    ($make:expr) => {
+        $crate::posix_suite!(@cases $make;
+            write_read_and_sparse_files,
+            random_writes_match_a_shadow_copy,
+            truncate_shrinks_and_extends,
+            open_flags,
+            rename_semantics,
+            renameat2_noreplace_and_exchange,
+            hard_links_and_link_counts,
+            symlinks,
+            mkdir_and_rmdir_errors,
+            readdir_large_directory_while_deleting,
+            xattrs,
+            chmod_chown_and_utimens,
+            directory_times_follow_entry_changes,
+            statfs_is_plausible,
+            names_longer_than_255_bytes,
+            unlinked_open_file_stays_readable,
+            special_files,
+            fsync_and_fallocate,
+        );
+    };
+    (@cases $make:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                common::run_case($make, common::cases::$case);
+            }
+        )*
+    };
+}

@@ -1,0 +1,238 @@
+//! Mounting, unmounting and their failure modes, with `MemFs` behind.
+
+mod common;
+
+use std::fs;
+use std::io::ErrorKind;
+use std::path::Path;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{fuse_available, is_mounted, TestMount};
+use lsfs_fuse::{mount_foreground, spawn_mount, MountOptions};
+use lsfs_vfs::model::MemFs;
+use lsfs_vfs::{Vfs, ROOT_INO};
+
+fn memfs() -> Arc<Mutex<MemFs>> {
+    Arc::new(Mutex::new(MemFs::new()))
+}
+
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn bad_mount_points_are_refused_with_their_path() {
+    if !fuse_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let opts = MountOptions::default();
+    let missing = tmp.path().join("missing");
+    let e = spawn_mount(memfs(), &missing, &opts).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound);
+    assert!(
+        e.to_string().contains(missing.to_str().unwrap())
+            && e.to_string().contains("does not exist"),
+        "{e}"
+    );
+
+    let full = tmp.path().join("full");
+    fs::create_dir(&full).unwrap();
+    fs::write(full.join("x"), b"").unwrap();
+    let e = spawn_mount(memfs(), &full, &opts).unwrap_err();
+    assert!(e.to_string().contains("not an empty directory"), "{e}");
+
+    let mount = TestMount::new(MemFs::new());
+    let e = spawn_mount(memfs(), mount.root(), &opts).unwrap_err();
+    assert!(
+        e.to_string().contains(mount.root().to_str().unwrap())
+            && e.to_string().contains("already a mount point"),
+        "{e}"
+    );
+    mount.unmount();
+}
+
+#[test]
+fn drop_unmounts_even_when_a_test_panics() {
+    if !fuse_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let r = std::panic::catch_unwind(|| {
+        let _handle = spawn_mount(memfs(), &mnt, &MountOptions::default()).unwrap();
+        fs::write(mnt.join("f"), b"x").unwrap();
+        assert!(is_mounted(&mnt));
+        panic!("test failure inside the mount");
+    });
+    assert!(r.is_err());
+    assert!(
+        !is_mounted(&mnt),
+        "the panic left {} mounted",
+        mnt.display()
+    );
+    assert_eq!(
+        fs::read_dir(&mnt).unwrap().count(),
+        0,
+        "the mount point is bare again"
+    );
+}
+
+#[test]
+fn unmount_waits_for_busy_files_to_close() {
+    if !fuse_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let handle = spawn_mount(memfs(), &mnt, &MountOptions::default()).unwrap();
+    let f = fs::File::create(mnt.join("busy")).unwrap();
+    let closer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        drop(f);
+    });
+    handle.unmount().unwrap();
+    closer.join().unwrap();
+    assert!(!is_mounted(&mnt));
+}
+
+#[test]
+fn external_unmount_ends_the_session() {
+    if !fuse_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let handle = spawn_mount(memfs(), &mnt, &MountOptions::default()).unwrap();
+    let st = Command::new("fusermount3")
+        .arg("-u")
+        .arg(&mnt)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert!(!is_mounted(&mnt));
+    handle
+        .unmount()
+        .expect("unmounting what is already unmounted is fine");
+}
+
+#[test]
+fn read_only_mount_refuses_changes() {
+    if !fuse_available() {
+        return;
+    }
+    let mut fs0 = MemFs::new();
+    let ctx = lsfs_vfs::Ctx::default();
+    let a = fs0
+        .mknod(ROOT_INO, b"kept", libc::S_IFREG | 0o644, 0, &ctx)
+        .unwrap();
+    fs0.write(a.ino, 0, b"old data").unwrap();
+    let mount = TestMount::with_options(
+        fs0,
+        &MountOptions {
+            read_only: true,
+            ..MountOptions::default()
+        },
+    );
+    let root = mount.root();
+    assert_eq!(fs::read(root.join("kept")).unwrap(), b"old data");
+    for r in [
+        fs::write(root.join("new"), b""),
+        fs::write(root.join("kept"), b"x"),
+        fs::create_dir(root.join("d")),
+        fs::remove_file(root.join("kept")),
+    ] {
+        assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EROFS));
+    }
+    let opts = fs::read_to_string("/proc/self/mounts").unwrap();
+    let line = opts
+        .lines()
+        .find(|l| l.split(' ').nth(1) == root.to_str())
+        .unwrap()
+        .to_string();
+    assert!(
+        line.contains(" ro,") && line.contains("default_permissions"),
+        "{line}"
+    );
+    mount.unmount();
+}
+
+#[test]
+fn other_threads_share_the_vfs_while_mounted() {
+    if !fuse_available() {
+        return;
+    }
+    let mount = TestMount::new(MemFs::new());
+    fs::write(mount.root().join("f"), b"via the kernel").unwrap();
+    {
+        let mut v = mount.vfs.lock().unwrap();
+        let a = v.lookup(ROOT_INO, b"f").unwrap();
+        assert_eq!(v.read(a.ino, 0, 100).unwrap(), b"via the kernel");
+        v.forget(a.ino, 1);
+    }
+    // A long hold of the lock delays requests but does not fail them.
+    let vfs = mount.vfs.clone();
+    let holder = std::thread::spawn(move || {
+        let _g = vfs.lock().unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    let t = Instant::now();
+    assert_eq!(fs::read(mount.root().join("f")).unwrap(), b"via the kernel");
+    assert!(
+        t.elapsed() >= Duration::from_millis(100),
+        "the read waited for the lock"
+    );
+    holder.join().unwrap();
+    mount.unmount();
+}
+
+/// The child half of `foreground_mount_unmounts_on_sigterm`: does nothing
+/// unless started by it.
+#[test]
+fn foreground_child() {
+    if let Some(path) = std::env::var_os("LSFS_FOREGROUND_MOUNTPOINT") {
+        mount_foreground(memfs(), Path::new(&path), &MountOptions::default()).unwrap();
+    }
+}
+
+#[test]
+fn foreground_mount_unmounts_on_sigterm_and_sigint() {
+    if !fuse_available() {
+        return;
+    }
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        let tmp = tempfile::tempdir().unwrap();
+        let mnt = tmp.path().join("mnt");
+        fs::create_dir(&mnt).unwrap();
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "foreground_child",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("LSFS_FOREGROUND_MOUNTPOINT", &mnt)
+            .spawn()
+            .unwrap();
+        wait_until("the child has mounted", || is_mounted(&mnt));
+        fs::write(mnt.join("f"), b"x").unwrap();
+        // SAFETY: plain kill(2) on our own child.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
+        let status = child.wait().unwrap();
+        assert!(
+            status.success(),
+            "foreground mount exited with {status} on signal {sig}"
+        );
+        assert!(!is_mounted(&mnt), "still mounted after signal {sig}");
+    }
+}

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Runs fsx (`cargo install fsx`) on one file of a mounted file system with a
+# fixed seed, so that a failure can be replayed exactly.
+# Usage: scripts/fsx.sh FILE_ON_MOUNT [NUM_OPS]   (NUM_OPS defaults to 100000)
+# Exits non-zero on any miscompare or error. FSX_SEED overrides the seed.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+if (($# < 1 || $# > 2)); then
+    echo "usage: $0 FILE_ON_MOUNT [NUM_OPS]" >&2
+    exit 2
+fi
+file=$1
+ops=${2:-100000}
+seed=${FSX_SEED:-20260101}
+if ! command -v fsx >/dev/null; then
+    echo "fsx.sh: fsx not found; run scripts/install-deps.sh" >&2
+    exit 2
+fi
+if [[ ! -d $(dirname "$file") ]]; then
+    echo "fsx.sh: directory of $file does not exist" >&2
+    exit 2
+fi
+
+# fsx leaves FILE.fsxgood/.fsxlog next to its artifacts dir on failure; keep
+# them out of the file system under test.
+artifacts=$(mktemp -d /tmp/fsx-artifacts.XXXXXX)
+echo "fsx.sh: $ops ops on $file, seed $seed, artifacts in $artifacts"
+if fsx -f "$here/fsx.toml" -S "$seed" -N "$ops" -P "$artifacts" "$file"; then
+    rm -rf "$artifacts"
+    rm -f "$file"
+    echo "fsx.sh: passed"
+else
+    status=$?
+    echo "fsx.sh: FAILED (exit $status); see $artifacts" >&2
+    exit "$status"
+fi

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Installs the tools the lsfs test scripts need, and only what is missing.
+# Safe to run again: every step checks first. Run as root on Debian.
+set -euo pipefail
+
+APT_PACKAGES=(fuse3 libfuse3-dev pkg-config fio postmark dbench btrfs-progs xfsprogs e2fsprogs)
+
+if [[ $(id -u) -ne 0 ]]; then
+    echo "install-deps.sh: must run as root (apt-get, newusers)" >&2
+    exit 1
+fi
+
+# --- apt packages -----------------------------------------------------------
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$pkg")
+    fi
+done
+if ((${#missing[@]})); then
+    echo "apt: installing ${missing[*]}"
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+else
+    echo "apt: all of ${APT_PACKAGES[*]} already installed"
+fi
+
+# --- cargo-installed test programs ------------------------------------------
+# pjdfstest: the Rust rewrite of the POSIX test suite (crate "pjdfstest").
+# fsx: the File System eXerciser port by asomers (crate "fsx", binary "fsx").
+if ! command -v cargo >/dev/null; then
+    echo "install-deps.sh: cargo not found; install Rust (rustup) first" >&2
+    exit 1
+fi
+for crate in pjdfstest fsx; do
+    if command -v "$crate" >/dev/null; then
+        echo "cargo: $crate already installed at $(command -v "$crate")"
+    else
+        echo "cargo: installing $crate"
+        cargo install --locked "$crate"
+    fi
+done
+
+# --- dummy users and groups that pjdfstest's config names -------------------
+# add_user NAME UID GID: a locked account with no home, made with newusers.
+# An empty UID lets newusers choose; a GID that names no group makes one.
+add_user() {
+    local name=$1 uid=$2 gid=$3 home_existed=false
+    [[ -e /nonexistent ]] && home_existed=true
+    echo "$name:*:$uid:$gid:pjdfstest dummy user:/nonexistent:/usr/sbin/nologin" | newusers
+    # newusers hashes the password field; lock the account so it has none.
+    usermod -p '*' "$name"
+    # newusers creates the home directory; /nonexistent must stay absent.
+    if ! $home_existed && [[ -d /nonexistent ]]; then
+        rmdir /nonexistent
+    fi
+    echo "user: created $name"
+}
+
+getent group nogroup >/dev/null || groupadd -g 65534 nogroup
+getent passwd nobody >/dev/null || add_user nobody 65534 65534
+for name in tests pjdfstest; do
+    if getent passwd "$name" >/dev/null; then
+        echo "user: $name already exists"
+    else
+        if getent group "$name" >/dev/null; then
+            add_user "$name" "" "$(getent group "$name" | cut -d: -f3)"
+        else
+            add_user "$name" "" "$name"
+        fi
+    fi
+    getent group "$name" >/dev/null || groupadd "$name"
+done
+echo "install-deps.sh: done"
