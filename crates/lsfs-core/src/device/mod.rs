@@ -5,7 +5,7 @@ mod crash;
 mod file;
 mod memory;
 
-pub use crash::{CrashDevice, CrashLog};
+pub use crash::{CrashDevice, CrashLog, LoggedOp};
 pub use file::FileDevice;
 pub use memory::MemDevice;
 

@@ -343,8 +343,27 @@ impl Lsfs {
 
     /// Roll forward fsync records written after the last checkpoint.
     fn replay(&mut self, records: &[FoundRecord]) -> Result<()> {
-        for r in records {
+        // One fsync may span several records (at a segment end); it ends with
+        // the inode image. Blocks after the last inode image belong to an
+        // fsync the crash interrupted: applying them would leave a state that
+        // never existed (new blocks, old size), so they are skipped.
+        let last_inode_log = records
+            .iter()
+            .enumerate()
+            .flat_map(|(ri, r)| {
+                r.header
+                    .entries
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, e)| e.kind == BlockKind::InodeLog)
+                    .map(move |(i, _)| (ri, i))
+            })
+            .last();
+        for (ri, r) in records.iter().enumerate() {
             for (i, ent) in r.header.entries.iter().enumerate() {
+                if last_inode_log.is_none_or(|last| (ri, i) > last) {
+                    break;
+                }
                 let mut b = vec![0; self.store.geo.block_bytes];
                 let at = self.store.geo.byte_offset(r.payload_block(i));
                 self.store.dev.read_at(at, &mut b)?;

@@ -239,6 +239,16 @@ impl Store {
         if is_temp(self.dat_root) {
             self.dat_root = dat_addr[&self.dat_root];
         }
+        // Key the DAT's blocks by their places now (still dirty): the DAT
+        // must stay readable from the cache if a write below fails and the
+        // mount goes on read-only, since its root already names those places.
+        for item in items.iter_mut() {
+            if let Item::Dat(t) = *item {
+                let p = dat_addr[&t];
+                self.cache.rekey(pkey(t), pkey(p));
+                *item = Item::Dat(p);
+            }
+        }
         for r in &plan.records {
             self.segs
                 .add_written(r.seg, (summary_blocks(r.npayload) + r.npayload) as u32, now);
@@ -301,11 +311,7 @@ impl Store {
         for item in &items {
             match *item {
                 Item::Virtual(v) => self.cache.mark_clean(vkey(v)),
-                Item::Dat(t) => {
-                    let p = dat_addr[&t];
-                    self.cache.rekey(pkey(t), pkey(p));
-                    self.cache.mark_clean(pkey(p));
-                }
+                Item::Dat(p) => self.cache.mark_clean(pkey(p)),
                 _ => {}
             }
         }

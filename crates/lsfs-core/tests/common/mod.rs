@@ -44,7 +44,12 @@ pub fn ctx() -> Ctx {
 
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
     (0..len)
-        .map(|i| ((i as u64).wrapping_mul(2654435761).wrapping_add(seed * 977) >> 7) as u8)
+        .map(|i| {
+            ((i as u64)
+                .wrapping_mul(2654435761)
+                .wrapping_add(seed.wrapping_mul(977))
+                >> 7) as u8
+        })
         .collect()
 }
 

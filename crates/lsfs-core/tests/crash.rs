@@ -1,0 +1,343 @@
+//! Crash consistency. A workload runs on a device that records every write
+//! and flush; then, for many crash points (every flush boundary, and random
+//! points in between with unflushed writes kept or lost at random), the image
+//! a crash would leave must open, pass fsck, and hold every fsync'd file with
+//! exactly a content it had at or after its last completed fsync.
+//! Also: a failing device turns the mount read-only without losing what was
+//! durable.
+
+mod common;
+use common::*;
+use lsfs_core::device::{CrashDevice, CrashLog, MemDevice};
+use lsfs_core::fs::{Lsfs, MountConfig};
+use lsfs_vfs::{Errno, SetAttr, Vfs, ROOT_INO};
+use rand::{Rng, SeedableRng};
+
+const DEV_BYTES: u64 = 24 * MIB;
+
+/// Plain checkpoints expire at once and the clock moves one second a step,
+/// so reclaim frees segments while the workload runs (crashes hit it too).
+fn crash_cfg() -> MountConfig {
+    cfg_no_protection()
+}
+
+/// The contents one durable file went through.
+struct Tracked {
+    name: Vec<u8>,
+    ino: u64,
+    /// (log length before the operation that produced it, full contents)
+    versions: Vec<(usize, Vec<u8>)>,
+    /// (log length after fsync returned, index into `versions`)
+    fsyncs: Vec<(usize, usize)>,
+}
+
+struct Recorded {
+    log: CrashLog,
+    files: Vec<Tracked>,
+}
+
+fn apply_write(content: &mut Vec<u8>, off: usize, data: &[u8]) {
+    if content.len() < off + data.len() {
+        content.resize(off + data.len(), 0);
+    }
+    content[off..off + data.len()].copy_from_slice(data);
+}
+
+/// Run a seeded workload and return the recording.
+fn run_workload(seed: u64, steps: usize) -> Recorded {
+    let mut fs = mkfs(DEV_BYTES, crash_cfg());
+    let base = image(&mut fs);
+    drop(fs);
+    let (dev, log) = CrashDevice::new(MemDevice::from_bytes(base));
+    let mut fs = Lsfs::open(Box::new(dev), crash_cfg()).unwrap();
+    let clock0 = lsfs_core::meta::store::wall_secs();
+    let c = ctx();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut files: Vec<Tracked> = (0..4)
+        .map(|i| {
+            let name = format!("durable{i}").into_bytes();
+            let a = fs
+                .mknod(ROOT_INO, &name, libc::S_IFREG | 0o644, 0, &c)
+                .unwrap();
+            Tracked {
+                name,
+                ino: a.ino,
+                versions: vec![(log.len(), Vec::new())],
+                fsyncs: Vec::new(),
+            }
+        })
+        .collect();
+    let mut scratch: Vec<Vec<u8>> = Vec::new();
+    let mut next_scratch = 0;
+    for step in 0..steps {
+        fs.store.now_override = Some(clock0 + step as u64);
+        let before = log.len();
+        match rng.gen_range(0..100) {
+            0..=34 => {
+                let f = &mut files[rng.gen_range(0..4)];
+                let mut content = f.versions.last().unwrap().1.clone();
+                let off = rng.gen_range(0..200_000usize);
+                let len = rng.gen_range(1..40_000usize);
+                let data = pattern(rng.gen(), len);
+                fs.write(f.ino, off as u64, &data).unwrap();
+                apply_write(&mut content, off, &data);
+                f.versions.push((before, content));
+            }
+            35..=39 => {
+                let f = &mut files[rng.gen_range(0..4)];
+                let mut content = f.versions.last().unwrap().1.clone();
+                let size = rng.gen_range(0..150_000usize);
+                fs.setattr(
+                    f.ino,
+                    &SetAttr {
+                        size: Some(size as u64),
+                        ..SetAttr::default()
+                    },
+                )
+                .unwrap();
+                content.resize(size, 0);
+                f.versions.push((before, content));
+            }
+            40..=59 => {
+                let i = rng.gen_range(0..4);
+                fs.fsync(files[i].ino, false).unwrap();
+                let v = files[i].versions.len() - 1;
+                files[i].fsyncs.push((log.len(), v));
+            }
+            60..=74 => {
+                let name = format!("s{next_scratch}").into_bytes();
+                next_scratch += 1;
+                let a = fs
+                    .mknod(ROOT_INO, &name, libc::S_IFREG | 0o644, 0, &c)
+                    .unwrap();
+                fs.write(a.ino, 0, &pattern(rng.gen(), rng.gen_range(1..30_000)))
+                    .unwrap();
+                fs.forget(a.ino, 1);
+                scratch.push(name);
+            }
+            75..=82 if !scratch.is_empty() => {
+                let i = rng.gen_range(0..scratch.len());
+                let name = scratch.swap_remove(i);
+                fs.unlink(ROOT_INO, &name).unwrap();
+            }
+            83..=89 if !scratch.is_empty() => {
+                let i = rng.gen_range(0..scratch.len());
+                let new = format!("s{next_scratch}").into_bytes();
+                next_scratch += 1;
+                fs.rename(ROOT_INO, &scratch[i], ROOT_INO, &new, 0).unwrap();
+                scratch[i] = new;
+            }
+            90..=95 => {
+                fs.checkpoint().unwrap();
+            }
+            _ => {
+                fs.sync().unwrap();
+            }
+        }
+    }
+    drop(fs); // no unmount: the tail stays unflushed, like a power cut
+    Recorded { log, files }
+}
+
+/// Open the crash image at `nops` (seed picks which unflushed writes
+/// survived), check it with fsck, and check every fsync'd file.
+fn check_crash_point(rec: &Recorded, nops: usize, seed: u64, reopen_fsck: bool) {
+    let img = rec.log.crash_image(nops, seed);
+    if std::env::var("CRASH_DEBUG").is_ok() {
+        debug_dump(rec, nops, seed);
+    }
+    let bytes = img.bytes().to_vec();
+    let report = fsck_bytes(bytes.clone());
+    assert_clean(&report, &format!("crash image at op {nops} seed {seed}"));
+    let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(bytes)), cfg())
+        .unwrap_or_else(|e| panic!("crash image at op {nops} seed {seed} does not open: {e}"));
+    for f in &rec.files {
+        let Some(&(_, k)) = f.fsyncs.iter().rev().find(|(at, _)| *at <= nops) else {
+            continue; // never fsync'd before the crash: anything goes
+        };
+        let a = fs.lookup(ROOT_INO, &f.name).unwrap_or_else(|e| {
+            panic!(
+                "op {nops} seed {seed}: fsync'd file {:?} is gone: {e}",
+                String::from_utf8_lossy(&f.name)
+            )
+        });
+        let got = fs.read(a.ino, 0, 1 << 20).unwrap();
+        // Allowed: the fsync'd version or any later one the crash may have caught.
+        let ok = f.versions[k..]
+            .iter()
+            .filter(|(start, _)| *start <= nops)
+            .any(|(_, v)| *v == got);
+        if !ok {
+            let any = f.versions.iter().position(|(_, v)| *v == got);
+            let diff = got.iter().zip(&f.versions[k].1).position(|(a, b)| a != b);
+            panic!(
+                "op {nops} seed {seed}: {:?} has {} bytes matching none of versions {k}.. \
+                 (fsync'd version has {} bytes, first difference at {diff:?}; matches version {any:?}; \
+                 versions start at {:?}; fsyncs {:?})",
+                String::from_utf8_lossy(&f.name),
+                got.len(),
+                f.versions[k].1.len(),
+                f.versions.iter().map(|v| v.0).collect::<Vec<_>>(),
+                f.fsyncs
+            );
+        }
+    }
+    if reopen_fsck {
+        // Recovery wrote a checkpoint; that image must be clean too.
+        fs.unmount().unwrap();
+        assert_clean(
+            &fsck_bytes(image(&mut fs)),
+            &format!("recovered image of op {nops} seed {seed}"),
+        );
+    }
+}
+
+fn flush_positions(log: &CrashLog) -> Vec<usize> {
+    log.ops()
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| matches!(o, lsfs_core::device::LoggedOp::Flush))
+        .map(|(i, _)| i + 1)
+        .collect()
+}
+
+#[test]
+fn every_crash_point_recovers_to_a_clean_image_with_fsyncs_kept() {
+    let mut checked = 0;
+    for wseed in [1u64, 2] {
+        let rec = run_workload(wseed, 220);
+        let flushes = flush_positions(&rec.log);
+        assert!(
+            flushes.len() > 30,
+            "workload made only {} flushes",
+            flushes.len()
+        );
+        let mut rng = rand::rngs::StdRng::seed_from_u64(wseed * 1000);
+        let mut prev = 0;
+        for (i, &f) in flushes.iter().enumerate() {
+            // Right after a flush: nothing unflushed to lose.
+            check_crash_point(&rec, f, 0, i % 8 == 0);
+            checked += 1;
+            // Somewhere between the previous flush and this one, losing a
+            // random subset of the writes since the last flush.
+            if f > prev + 1 {
+                let at = rng.gen_range(prev + 1..f);
+                for seed in 0..2 {
+                    check_crash_point(&rec, at, seed + i as u64, false);
+                    checked += 1;
+                }
+            }
+            prev = f;
+        }
+        // The very end, with the unflushed tail lost or partly kept.
+        for seed in 0..3 {
+            check_crash_point(&rec, rec.log.len(), seed, seed == 0);
+            checked += 1;
+        }
+    }
+    eprintln!("crash states checked: {checked}");
+}
+
+#[test]
+fn write_failure_turns_read_only_and_keeps_durable_data() {
+    for fail_after in [0u64, 1, 2, 5] {
+        let mut fs = mkfs(DEV_BYTES, cfg());
+        let c = ctx();
+        let a = fs
+            .mknod(ROOT_INO, b"a", libc::S_IFREG | 0o644, 0, &c)
+            .unwrap();
+        let durable = pattern(1, 70_000);
+        fs.write(a.ino, 0, &durable).unwrap();
+        fs.fsync(a.ino, false).unwrap();
+        let base = image(&mut fs);
+        drop(fs);
+        let (dev, log) = CrashDevice::new(MemDevice::from_bytes(base));
+        let mut fs = Lsfs::open(Box::new(dev), cfg()).unwrap();
+        let a = fs.lookup(ROOT_INO, b"a").unwrap();
+        log.fail_writes_after(fail_after);
+        let b = fs
+            .mknod(ROOT_INO, b"b", libc::S_IFREG | 0o644, 0, &c)
+            .unwrap();
+        fs.write(b.ino, 0, &pattern(2, 50_000)).unwrap();
+        // fsync of b writes a checkpoint (its name is new); some device
+        // write in it fails. The caller must see EIO, not success.
+        let mut errs = Vec::new();
+        for _ in 0..20 {
+            match fs.fsync(b.ino, false) {
+                Ok(()) => {}
+                Err(e) => errs.push(e),
+            }
+            fs.write(b.ino, 0, b"more").ok();
+        }
+        assert_eq!(
+            errs.first(),
+            Some(&Errno::IO),
+            "fail_after {fail_after}: first error must be EIO, got {errs:?}"
+        );
+        assert!(
+            fs.read_only(),
+            "fail_after {fail_after}: not read-only after EIO"
+        );
+        assert_eq!(fs.write(a.ino, 0, b"x"), Err(Errno::ROFS));
+        assert_eq!(
+            fs.mknod(ROOT_INO, b"c", libc::S_IFREG | 0o644, 0, &c)
+                .map(|_| ()),
+            Err(Errno::ROFS)
+        );
+        // Reads still work.
+        assert!(fs.read(a.ino, 0, 100_000).unwrap() == durable);
+        drop(fs);
+        for seed in 0..3 {
+            let img = log.crash_image(log.len(), seed);
+            let bytes = img.bytes().to_vec();
+            assert_clean(
+                &fsck_bytes(bytes.clone()),
+                &format!("image after write failure {fail_after} seed {seed}"),
+            );
+            let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(bytes)), cfg()).unwrap();
+            let a = fs.lookup(ROOT_INO, b"a").unwrap();
+            assert!(
+                fs.read(a.ino, 0, 100_000).unwrap() == durable,
+                "fail_after {fail_after} seed {seed}: durable file changed"
+            );
+        }
+    }
+}
+
+fn debug_dump(rec: &Recorded, nops: usize, seed: u64) {
+    use lsfs_core::device::LoggedOp;
+    let ops = rec.log.ops();
+    let last_flush = ops[..nops]
+        .iter()
+        .rposition(|o| matches!(o, LoggedOp::Flush));
+    eprintln!("== crash at {nops} seed {seed}, last flush {last_flush:?}");
+    for (i, o) in ops
+        .iter()
+        .enumerate()
+        .take(nops + 3)
+        .skip(nops.saturating_sub(30))
+    {
+        match o {
+            LoggedOp::Flush => eprintln!("{i}: flush"),
+            LoggedOp::Write { offset, data } => {
+                let blk = offset / 4096;
+                let h = lsfs_core::log::record::RecordHeader::decode(data, "dbg");
+                match h {
+                    Ok(h) => eprintln!(
+                        "{i}: record at {blk} seq {} cno {} flags {} n {} entries {:?}",
+                        h.seq,
+                        h.cno,
+                        h.flags,
+                        h.nblocks,
+                        h.entries
+                            .iter()
+                            .filter(|e| e.ino >= 16)
+                            .map(|e| (e.ino, e.offset, e.vblock, e.kind))
+                            .collect::<Vec<_>>()
+                    ),
+                    Err(_) => eprintln!("{i}: write at block {blk} ({} bytes)", data.len()),
+                }
+            }
+        }
+    }
+}
