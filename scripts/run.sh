@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The main job: build lsfs, make ./lsfs.img (4 GiB, sparse) if it is missing,
+# and mount it on ./mnt in the foreground. Ctrl-C or SIGTERM unmounts cleanly.
+# Extra arguments go to `lsfs run` (see `lsfs run --help`).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+if ! command -v fusermount3 >/dev/null; then
+    echo "run.sh: installing fuse3 (needs root)"
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends fuse3
+fi
+cargo build --release -p lsfs
+exec target/release/lsfs run "$@"

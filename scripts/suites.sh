@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# External suites against a real lsfs mount: pjdfstest (POSIX semantics),
+# fsx (data integrity, FSX_OPS operations, default 100000), then unmount and
+# fsck. Usage: scripts/suites.sh PATH_TO_LSFS_BINARY
+# The mount is always unmounted and the image removed, even on failure.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+lsfs=$(realpath "${1:?usage: suites.sh PATH_TO_LSFS}")
+ops=${FSX_OPS:-100000}
+
+work=$(mktemp -d /tmp/lsfs-suites.XXXXXX)
+img=$work/lsfs.img
+mnt=$work/mnt
+mkdir -p "$mnt"
+cleanup() {
+    if mountpoint -q "$mnt"; then
+        fusermount3 -u "$mnt" || umount -l "$mnt" || true
+        for _ in $(seq 50); do pgrep -f "lsfs mount $img" >/dev/null || break; sleep 0.1; done
+    fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+"$lsfs" mkfs "$img" --size 2G
+LSFS_LOG=warn "$lsfs" mount "$img" "$mnt" --background
+
+echo "== pjdfstest"
+"$here/pjdfstest.sh" "$mnt"
+echo "== fsx ($ops operations)"
+"$here/fsx.sh" "$mnt/fsx.file" "$ops"
+
+fusermount3 -u "$mnt"
+for _ in $(seq 100); do pgrep -f "lsfs mount $img" >/dev/null || break; sleep 0.1; done
+if "$lsfs" fsck --help >/dev/null 2>&1; then
+    echo "== fsck"
+    "$lsfs" fsck "$img"
+fi
+echo "suites: 2 passed, 0 failed"
