@@ -38,22 +38,21 @@ impl<V: Vfs> FuseAdapter<V> {
         FuseAdapter { vfs }
     }
 
-    /// Run `f` on the locked `Vfs`, turning a poisoned lock or a panic into EIO.
+    /// Run `f` on the locked `Vfs`, turning a poisoned lock or a panic into
+    /// EIO. The panic unwinds through the guard, which poisons the mutex, so
+    /// every other user of the `Vfs` learns of it too.
     fn call<T>(&self, f: impl FnOnce(&mut V) -> VfsResult<T>) -> Result<T, fuser::Errno> {
-        let mut guard = match self.vfs.lock() {
-            Ok(g) => g,
-            Err(_) => {
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            let Ok(mut guard) = self.vfs.lock() else {
                 tracing::error!("file system state is poisoned by an earlier panic");
                 return Err(fuser::Errno::EIO);
-            }
-        };
-        match catch_unwind(AssertUnwindSafe(|| f(&mut guard))) {
-            Ok(r) => r.map_err(errno),
-            Err(_) => {
-                tracing::error!("file system call panicked; failing every later request with EIO");
-                Err(fuser::Errno::EIO)
-            }
-        }
+            };
+            f(&mut guard).map_err(errno)
+        }));
+        r.unwrap_or_else(|_| {
+            tracing::error!("file system call panicked; failing every later request with EIO");
+            Err(fuser::Errno::EIO)
+        })
     }
 }
 

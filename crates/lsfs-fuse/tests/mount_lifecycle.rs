@@ -196,9 +196,10 @@ fn other_threads_share_the_vfs_while_mounted() {
     mount.unmount();
 }
 
-/// The child half of `foreground_mount_unmounts_on_sigterm`: does nothing
-/// unless started by it.
+/// The child half of `foreground_mount_unmounts_on_sigterm_and_sigint`,
+/// which runs it in a process of its own; ignored when run by itself.
 #[test]
+#[ignore = "helper process of foreground_mount_unmounts_on_sigterm_and_sigint"]
 fn foreground_child() {
     if let Some(path) = std::env::var_os("LSFS_FOREGROUND_MOUNTPOINT") {
         mount_foreground(memfs(), Path::new(&path), &MountOptions::default()).unwrap();
@@ -218,6 +219,7 @@ fn foreground_mount_unmounts_on_sigterm_and_sigint() {
             .args([
                 "--exact",
                 "foreground_child",
+                "--ignored",
                 "--nocapture",
                 "--test-threads=1",
             ])
