@@ -408,11 +408,11 @@ fn print_checkpoints(v: &serde_json::Value, json_out: bool, only_snapshots: bool
         }
         println!(
             "{:>8}  {:<10}  {:>10}  {:>10}  {:>12}",
-            c["cno"],
+            c["cno"].as_u64().unwrap_or(0),
             if snap { "snapshot" } else { "checkpoint" },
-            c["created_secs"],
-            c["inodes_used"],
-            c["blocks_used"]
+            c["created_secs"].as_u64().unwrap_or(0),
+            c["inodes_used"].as_u64().unwrap_or(0),
+            c["blocks_used"].as_u64().unwrap_or(0)
         );
     }
 }

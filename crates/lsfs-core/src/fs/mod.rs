@@ -6,6 +6,7 @@ pub mod dir;
 pub mod file;
 pub mod inode;
 pub mod map;
+pub mod snapview;
 pub mod xattr;
 
 use crate::device::BlockDevice;
@@ -17,6 +18,7 @@ use crate::meta::open::MkfsOptions;
 use crate::meta::store::{Store, StoreConfig};
 use inode::{Format, Inode};
 use lsfs_vfs::*;
+use snapview::{is_virtual, Views, CTL_INO, CTL_NAME};
 use std::collections::HashMap;
 
 /// An inode in memory, with the references the kernel and open files hold.
@@ -60,8 +62,10 @@ pub struct Lsfs {
     view: Option<u64>,
     pub config: MountConfig,
     last_checkpoint: std::time::Instant,
-    /// Blocks killed since the last checkpoint (snapshotting it then needs no scan).
+    /// fsync records recovery rolled forward when this mount opened.
     pub replayed_records: usize,
+    /// Snapshots browsable under `/.lsfs/snapshot` (live mounts only).
+    views: Views,
 }
 
 fn e(err: Error) -> Errno {
@@ -136,6 +140,7 @@ impl Lsfs {
             config,
             last_checkpoint: std::time::Instant::now(),
             replayed_records: 0,
+            views: Views::new(Timespec::now()),
         }
     }
 
@@ -154,7 +159,11 @@ impl Lsfs {
 
     fn load(&mut self, ino: u64) -> Result<&mut Cached> {
         if !self.inodes.contains_key(&ino) {
-            if ino == 0 || ino >= MAX_INO {
+            if is_virtual(ino) {
+                // Snapshot views never change: callers that reach here mutate.
+                return Err(Error::Errno(Errno::ROFS));
+            }
+            if ino == 0 {
                 return Err(Error::Errno(Errno::NOENT));
             }
             let root = self.ifile_root();
@@ -494,6 +503,7 @@ impl Lsfs {
     fn new_inode(&mut self, parent: u64, name: &[u8], mode: u32, ctx: &Ctx) -> VfsResult<Inode> {
         self.mutable()?;
         check_name(name)?;
+        self.check_reserved(parent, name)?;
         self.reserve(8)?;
         let mut d = self.dir_inode(parent)?;
         if dir::lookup(&mut self.store, &d, name).map_err(e)?.is_some() {
@@ -529,6 +539,17 @@ impl Lsfs {
         let c = self.inodes.get_mut(&ino).expect("just put");
         c.lookups += 1;
         Ok(inode)
+    }
+
+    /// `/.lsfs` belongs to the snapshot views.
+    fn check_reserved(&self, parent: u64, name: &[u8]) -> VfsResult<()> {
+        if parent == ROOT_INO && name == CTL_NAME {
+            return Err(Errno::EXIST);
+        }
+        if is_virtual(parent) {
+            return Err(Errno::ROFS);
+        }
+        Ok(())
     }
 
     fn touch_ctime(&mut self, ino: u64) -> Result<()> {
@@ -586,6 +607,12 @@ impl Lsfs {
 
 impl Vfs for Lsfs {
     fn lookup(&mut self, parent: Ino, name: &[u8]) -> VfsResult<Attr> {
+        if is_virtual(parent) {
+            return self.views.lookup(&mut self.store, parent, name).map_err(e);
+        }
+        if parent == ROOT_INO && name == CTL_NAME && self.view.is_none() {
+            return self.views.getattr(&mut self.store, CTL_INO).map_err(e);
+        }
         if name == b".." {
             let d = self.dir_inode(parent)?;
             let p = self.parent_of(&d)?;
@@ -614,6 +641,9 @@ impl Vfs for Lsfs {
     }
 
     fn getattr(&mut self, ino: Ino) -> VfsResult<Attr> {
+        if is_virtual(ino) {
+            return self.views.getattr(&mut self.store, ino).map_err(e);
+        }
         Ok(self.load(ino).map_err(e)?.inode.attr())
     }
 
@@ -670,7 +700,11 @@ impl Vfs for Lsfs {
     }
 
     fn readlink(&mut self, ino: Ino) -> VfsResult<Vec<u8>> {
-        let i = self.get(ino).map_err(e)?;
+        let i = if is_virtual(ino) {
+            self.views.inode(&mut self.store, ino).map_err(e)?.0
+        } else {
+            self.get(ino).map_err(e)?
+        };
         if i.kind() != FileKind::Symlink {
             return Err(Errno::INVAL);
         }
@@ -801,6 +835,8 @@ impl Vfs for Lsfs {
         }
         check_name(name)?;
         check_name(newname)?;
+        self.check_reserved(newparent, newname)?;
+        self.check_reserved(parent, name)?;
         let src = self.lookup_entry(parent, name)?.ok_or(Errno::NOENT)?;
         let dst = self.lookup_entry(newparent, newname)?;
         if flags & RENAME_NOREPLACE != 0 && dst.is_some() {
@@ -923,6 +959,7 @@ impl Vfs for Lsfs {
     fn link(&mut self, ino: Ino, newparent: Ino, newname: &[u8]) -> VfsResult<Attr> {
         self.mutable()?;
         check_name(newname)?;
+        self.check_reserved(newparent, newname)?;
         let mut i = self.get(ino).map_err(e)?;
         if i.kind() == FileKind::Dir {
             return Err(Errno::PERM);
@@ -953,6 +990,13 @@ impl Vfs for Lsfs {
     }
 
     fn open(&mut self, ino: Ino, _flags: i32) -> VfsResult<()> {
+        if is_virtual(ino) {
+            return self
+                .views
+                .getattr(&mut self.store, ino)
+                .map(|_| ())
+                .map_err(e);
+        }
         self.load(ino).map_err(e)?.opens += 1;
         Ok(())
     }
@@ -967,9 +1011,18 @@ impl Vfs for Lsfs {
     }
 
     fn read(&mut self, ino: Ino, offset: u64, size: u32) -> VfsResult<Vec<u8>> {
+        if is_virtual(ino) {
+            return self
+                .views
+                .read(&mut self.store, ino, offset, size as u64)
+                .map_err(e);
+        }
         let i = self.get(ino).map_err(e)?;
-        if i.kind() == FileKind::Dir {
-            return Err(Errno::ISDIR);
+        match i.kind() {
+            FileKind::File => {}
+            FileKind::Dir => return Err(Errno::ISDIR),
+            // A symlink's bytes are its target (readlink); others have none.
+            _ => return Err(Errno::INVAL),
         }
         file::read(&mut self.store, &i, offset, size as u64).map_err(e)
     }
@@ -977,8 +1030,11 @@ impl Vfs for Lsfs {
     fn write(&mut self, ino: Ino, offset: u64, data: &[u8]) -> VfsResult<u32> {
         self.mutable()?;
         let mut i = self.get(ino).map_err(e)?;
-        if i.kind() == FileKind::Dir {
-            return Err(Errno::ISDIR);
+        match i.kind() {
+            FileKind::File => {}
+            FileKind::Dir => return Err(Errno::ISDIR),
+            // Writing a symlink would overwrite its target.
+            _ => return Err(Errno::INVAL),
         }
         self.reserve(data.len() as u64 / file::BLOCK + 2)?;
         if offset
@@ -1011,7 +1067,7 @@ impl Vfs for Lsfs {
     }
 
     fn fsync(&mut self, ino: Ino, _datasync: bool) -> VfsResult<()> {
-        if self.view.is_some() {
+        if self.view.is_some() || is_virtual(ino) {
             return Ok(());
         }
         self.mutable()?;
@@ -1026,6 +1082,12 @@ impl Vfs for Lsfs {
     }
 
     fn readdir(&mut self, ino: Ino, offset: u64, max_entries: usize) -> VfsResult<Vec<DirEntry>> {
+        if is_virtual(ino) {
+            return self
+                .views
+                .readdir(&mut self.store, ino, offset, max_entries)
+                .map_err(e);
+        }
         let d = self.dir_inode(ino)?;
         let mut out = Vec::new();
         if offset < dir::COOKIE_DOT && out.len() < max_entries {
@@ -1106,6 +1168,9 @@ impl Vfs for Lsfs {
     }
 
     fn getxattr(&mut self, ino: Ino, name: &[u8]) -> VfsResult<Vec<u8>> {
+        if is_virtual(ino) {
+            return self.views.getxattr(&mut self.store, ino, name).map_err(e);
+        }
         let i = self.get(ino).map_err(e)?;
         xattr::get(&mut self.store, &i, name)
             .map_err(e)?
@@ -1113,6 +1178,9 @@ impl Vfs for Lsfs {
     }
 
     fn listxattr(&mut self, ino: Ino) -> VfsResult<Vec<Vec<u8>>> {
+        if is_virtual(ino) {
+            return self.views.listxattr(&mut self.store, ino).map_err(e);
+        }
         let i = self.get(ino).map_err(e)?;
         xattr::list(&mut self.store, &i).map_err(e)
     }
