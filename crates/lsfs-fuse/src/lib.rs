@@ -15,6 +15,7 @@
 
 mod adapter;
 mod convert;
+mod kernel_mount;
 mod mount;
 mod mountpoint;
 

@@ -1,9 +1,7 @@
 //! Mounting and unmounting: a background session with a handle, and a
 //! foreground mount that ends on SIGINT, SIGTERM or an external unmount.
 
-use std::ffi::CString;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
@@ -16,6 +14,7 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 use crate::adapter::FuseAdapter;
+use crate::kernel_mount;
 use crate::mountpoint;
 
 /// How a file system is mounted.
@@ -25,8 +24,8 @@ pub struct MountOptions {
     pub fsname: String,
     /// Mount read-only (`ro`); also chosen when the `Vfs` says it is read-only.
     pub read_only: bool,
-    /// Let users other than the mounting one in (`allow_other`; root only,
-    /// unless `/etc/fuse.conf` has `user_allow_other`).
+    /// Let users other than the mounting one in (`allow_other`). The
+    /// default is on for root and off for others.
     pub allow_other: bool,
     /// Worker threads serving requests. They take turns on the `Vfs` mutex,
     /// so more than one helps only while one waits on the kernel.
@@ -38,16 +37,26 @@ impl Default for MountOptions {
         MountOptions {
             fsname: "lsfs".to_string(),
             read_only: false,
-            allow_other: true,
+            // fusermount3 refuses allow_other to ordinary users unless
+            // /etc/fuse.conf says user_allow_other.
+            allow_other: is_root(),
             threads: 1,
         }
     }
 }
 
-/// How long an unmount waits for busy files to close before detaching.
-const UNMOUNT_PATIENCE: Duration = Duration::from_secs(2);
+/// The file system type is shown as `fuse.lsfs`.
+const SUBTYPE: &str = "lsfs";
 /// How long to wait for the session to end after the unmount.
 const JOIN_PATIENCE: Duration = Duration::from_secs(10);
+
+/// Who takes the mount down.
+enum Unmount {
+    /// fuser mounted through fusermount3; it knows how to undo that.
+    Fuser(SessionUnmounter),
+    /// We called mount(2) ourselves.
+    Direct,
+}
 
 enum Event {
     /// The session loop ended: the file system was unmounted.
@@ -59,7 +68,7 @@ enum Event {
 /// [`MountHandle::unmount`] or when dropped (also while a panic unwinds).
 pub struct MountHandle {
     mountpoint: PathBuf,
-    unmounter: Option<SessionUnmounter>,
+    unmount: Option<Unmount>,
     thread: Option<JoinHandle<()>>,
     events: Receiver<Event>,
     /// The session's result, once it has ended.
@@ -77,7 +86,7 @@ impl std::fmt::Debug for MountHandle {
 fn config(opts: &MountOptions, read_only: bool) -> Config {
     let mut mount_options = vec![
         MountOption::FSName(opts.fsname.clone()),
-        MountOption::Subtype("lsfs".to_string()),
+        MountOption::Subtype(SUBTYPE.to_string()),
         // The kernel checks permissions against the attributes we report.
         MountOption::DefaultPermissions,
         MountOption::NoDev,
@@ -85,7 +94,7 @@ fn config(opts: &MountOptions, read_only: bool) -> Config {
     ];
     // Device nodes and setuid bits are honoured only for root's mounts, like
     // any other file system that root mounts.
-    if nix_is_root() {
+    if is_root() {
         mount_options.retain(|o| !matches!(o, MountOption::NoDev | MountOption::NoSuid));
         mount_options.push(MountOption::Dev);
         mount_options.push(MountOption::Suid);
@@ -106,7 +115,7 @@ fn config(opts: &MountOptions, read_only: bool) -> Config {
     config
 }
 
-fn nix_is_root() -> bool {
+fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
 }
@@ -169,14 +178,35 @@ fn start<V: Vfs + 'static>(
     mountpoint::check(mountpoint)?;
     let read_only = opts.read_only || vfs.lock().map(|v| v.read_only()).unwrap_or(true);
     let config = config(opts, read_only);
-    let mut session =
-        fuser::Session::new(FuseAdapter::new(vfs), mountpoint, &config).map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("cannot mount on {}: {e}", mountpoint.display()),
-            )
-        })?;
-    let unmounter = session.unmount_callable();
+    let adapter = FuseAdapter::new(vfs);
+    let mount_error = |e: io::Error| {
+        io::Error::new(
+            e.kind(),
+            format!("cannot mount on {}: {e}", mountpoint.display()),
+        )
+    };
+    let (session, unmount) = if is_root() {
+        let dev = kernel_mount::mount(
+            mountpoint,
+            &opts.fsname,
+            SUBTYPE,
+            read_only,
+            opts.allow_other,
+        )
+        .map_err(mount_error)?;
+        match fuser::Session::from_fd(adapter, dev, config.acl, config.clone()) {
+            Ok(s) => (s, Unmount::Direct),
+            Err(e) => {
+                let _ = kernel_mount::unmount(mountpoint);
+                return Err(mount_error(e));
+            }
+        }
+    } else {
+        // fusermount3, the setuid helper, mounts for ordinary users.
+        let mut s = fuser::Session::new(adapter, mountpoint, &config).map_err(mount_error)?;
+        let u = s.unmount_callable();
+        (s, Unmount::Fuser(u))
+    };
     let (tx, rx) = mpsc::channel();
     let ended = tx.clone();
     let thread = thread::Builder::new()
@@ -190,7 +220,7 @@ fn start<V: Vfs + 'static>(
         })?;
     let handle = MountHandle {
         mountpoint: mountpoint.to_path_buf(),
-        unmounter: Some(unmounter),
+        unmount: Some(unmount),
         thread: Some(thread),
         events: rx,
         ended: None,
@@ -214,8 +244,11 @@ impl MountHandle {
         if self.ended.is_some() {
             return Ok(());
         }
-        let unmounted = match self.unmounter.take() {
-            Some(mut u) => u.unmount().or_else(|_| unmount_path(&self.mountpoint)),
+        let unmounted = match self.unmount.take() {
+            Some(Unmount::Fuser(mut u)) => u
+                .unmount()
+                .or_else(|_| kernel_mount::unmount(&self.mountpoint)),
+            Some(Unmount::Direct) => kernel_mount::unmount(&self.mountpoint),
             None => Ok(()),
         };
         // Wait for the session loop to see the unmount.
@@ -250,52 +283,6 @@ impl Drop for MountHandle {
     fn drop(&mut self) {
         if let Err(e) = self.unmount_inner() {
             tracing::error!("unmount of {} failed: {e}", self.mountpoint.display());
-        }
-    }
-}
-
-/// Unmount, retrying while files are busy, then detach lazily. Used when
-/// fuser's own unmount failed (typically EBUSY).
-fn unmount_path(path: &Path) -> io::Result<()> {
-    let c = CString::new(path.as_os_str().as_bytes()).map_err(io::Error::other)?;
-    let deadline = Instant::now() + UNMOUNT_PATIENCE;
-    loop {
-        // SAFETY: `c` is a valid NUL-terminated path.
-        if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
-            return Ok(());
-        }
-        let err = io::Error::last_os_error();
-        match err.raw_os_error() {
-            // Not mounted (any more): someone else unmounted it.
-            Some(libc::EINVAL) => return Ok(()),
-            Some(libc::EBUSY) if Instant::now() < deadline => {
-                thread::sleep(Duration::from_millis(20))
-            }
-            Some(libc::EBUSY) => {
-                tracing::warn!("{} is busy; detaching it lazily", path.display());
-                // SAFETY: as above.
-                if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
-                    return Ok(());
-                }
-                return Err(io::Error::last_os_error());
-            }
-            // Not root: let the setuid helper do it.
-            Some(libc::EPERM) => {
-                let status = std::process::Command::new("fusermount3")
-                    .arg("-u")
-                    .arg("-z")
-                    .arg(path)
-                    .status()?;
-                return if status.success() {
-                    Ok(())
-                } else {
-                    Err(io::Error::other(format!(
-                        "fusermount3 -u {} failed",
-                        path.display()
-                    )))
-                };
-            }
-            _ => return Err(err),
         }
     }
 }

@@ -159,10 +159,17 @@ fn read_only_mount_refuses_changes() {
         .find(|l| l.split(' ').nth(1) == root.to_str())
         .unwrap()
         .to_string();
+    let fields: Vec<&str> = line.split(' ').collect();
     assert!(
-        line.contains(" ro,") && line.contains("default_permissions"),
+        fields[3].starts_with("ro,") && fields[3].contains("default_permissions"),
         "{line}"
     );
+    assert_eq!(fields[0], "lsfs", "the source is the fsname");
+    // SAFETY: no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        // Mounted by us (not fusermount3), so the subtype is kept.
+        assert_eq!(fields[2], "fuse.lsfs");
+    }
     mount.unmount();
 }
 

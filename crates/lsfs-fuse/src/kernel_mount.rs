@@ -1,0 +1,111 @@
+//! The mount(2) and umount(2) calls, for when we run as root and can make
+//! them ourselves. fuser's own mount passes plain "fuse" as the type, which
+//! loses the subtype; mounting here gives "fuse.lsfs" like libfuse does.
+
+use std::ffi::CString;
+use std::fs::OpenOptions;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// How long an unmount waits for busy files to close before detaching.
+const UNMOUNT_PATIENCE: Duration = Duration::from_secs(2);
+
+fn cstring(s: &[u8]) -> io::Result<CString> {
+    CString::new(s).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "embedded NUL byte"))
+}
+
+/// Open /dev/fuse and mount it on `mountpoint` as `fuse.<subtype>`. Returns
+/// the connection, which the FUSE session then serves.
+pub(crate) fn mount(
+    mountpoint: &Path,
+    fsname: &str,
+    subtype: &str,
+    read_only: bool,
+    allow_other: bool,
+) -> io::Result<OwnedFd> {
+    let dev: OwnedFd = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot open /dev/fuse: {e}")))?
+        .into();
+    let rootmode = std::fs::metadata(mountpoint)?.mode() & libc::S_IFMT;
+    // SAFETY: getuid and getgid cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let mut data = format!(
+        "fd={},rootmode={rootmode:o},user_id={uid},group_id={gid},default_permissions",
+        dev.as_raw_fd()
+    );
+    if allow_other {
+        data.push_str(",allow_other");
+    }
+    let flags = if read_only { libc::MS_RDONLY } else { 0 };
+    let source = cstring(fsname.as_bytes())?;
+    let target = cstring(mountpoint.as_os_str().as_bytes())?;
+    let fstype = cstring(format!("fuse.{subtype}").as_bytes())?;
+    let data = cstring(data.as_bytes())?;
+    // SAFETY: all pointers are valid NUL-terminated strings for the call.
+    let r = unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            flags,
+            data.as_ptr().cast(),
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(dev)
+}
+
+/// Unmount, retrying while files are busy, then detach lazily.
+pub(crate) fn unmount(path: &Path) -> io::Result<()> {
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(io::Error::other)?;
+    let deadline = Instant::now() + UNMOUNT_PATIENCE;
+    loop {
+        // SAFETY: `c` is a valid NUL-terminated path.
+        if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        match err.raw_os_error() {
+            // Not mounted (any more): someone else unmounted it.
+            Some(libc::EINVAL) => return Ok(()),
+            Some(libc::EBUSY) if Instant::now() < deadline => {
+                thread::sleep(Duration::from_millis(20))
+            }
+            Some(libc::EBUSY) => {
+                tracing::warn!("{} is busy; detaching it lazily", path.display());
+                // SAFETY: as above.
+                if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
+                    return Ok(());
+                }
+                return Err(io::Error::last_os_error());
+            }
+            // Not root: let the setuid helper do it.
+            Some(libc::EPERM) => {
+                let status = std::process::Command::new("fusermount3")
+                    .arg("-u")
+                    .arg("-z")
+                    .arg(path)
+                    .status()?;
+                return if status.success() {
+                    Ok(())
+                } else {
+                    Err(io::Error::other(format!(
+                        "fusermount3 -u {} failed",
+                        path.display()
+                    )))
+                };
+            }
+            _ => return Err(err),
+        }
+    }
+}
