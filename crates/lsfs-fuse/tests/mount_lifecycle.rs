@@ -245,3 +245,28 @@ fn foreground_mount_unmounts_on_sigterm_and_sigint() {
         assert!(!is_mounted(&mnt), "still mounted after signal {sig}");
     }
 }
+
+/// The kernel's forgets and releases reach the Vfs, so a removed file's
+/// space can be reclaimed: once nothing holds it, MemFs drops the inode.
+#[test]
+fn removed_files_are_forgotten() {
+    if !fuse_available() {
+        return;
+    }
+    let mount = TestMount::new(MemFs::new());
+    let count = || mount.vfs.lock().unwrap().inode_count();
+    for i in 0..20 {
+        fs::write(mount.root().join(format!("f{i}")), vec![1u8; 10_000]).unwrap();
+    }
+    fs::create_dir(mount.root().join("d")).unwrap();
+    assert_eq!(count(), 22);
+    let open = fs::File::open(mount.root().join("f0")).unwrap();
+    for i in 0..20 {
+        fs::remove_file(mount.root().join(format!("f{i}"))).unwrap();
+    }
+    fs::remove_dir(mount.root().join("d")).unwrap();
+    wait_until("the kernel forgets the removed inodes", || count() == 2);
+    drop(open);
+    wait_until("the last open file is released", || count() == 1);
+    mount.unmount();
+}

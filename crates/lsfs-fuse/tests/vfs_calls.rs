@@ -1,5 +1,6 @@
-//! What users see when the `Vfs` fails: its errno, or EIO after a panic
-//! (the mount stays up and unmounts cleanly instead of hanging).
+//! What the adapter asks of the `Vfs` beyond single requests (a sync at
+//! unmount), and what users see when the `Vfs` fails: its errno, or EIO
+//! after a panic (the mount stays up and unmounts cleanly, no hang).
 
 mod common;
 
@@ -9,8 +10,9 @@ use common::{fuse_available, TestMount};
 use lsfs_vfs::model::MemFs;
 use lsfs_vfs::*;
 
-/// `MemFs` with one booby trap: looking up the name "boom" panics.
-struct Trapped(MemFs);
+/// `MemFs` with booby traps (looking up "boom" panics, creating "full*"
+/// fails with ENOSPC) and a count of `sync` calls.
+struct Trapped(MemFs, usize);
 
 impl Vfs for Trapped {
     fn lookup(&mut self, parent: Ino, name: &[u8]) -> VfsResult<Attr> {
@@ -105,6 +107,7 @@ impl Vfs for Trapped {
         self.0.fallocate(ino, offset, length, mode)
     }
     fn sync(&mut self) -> VfsResult<()> {
+        self.1 += 1;
         self.0.sync()
     }
     fn read_only(&self) -> bool {
@@ -117,7 +120,7 @@ fn vfs_errors_reach_the_caller_and_a_panic_becomes_eio() {
     if !fuse_available() {
         return;
     }
-    let mount = TestMount::new(Trapped(MemFs::new()));
+    let mount = TestMount::new(Trapped(MemFs::new(), 0));
     let root = mount.root();
     fs::write(root.join("before"), b"ok").unwrap();
     assert_eq!(
@@ -138,4 +141,17 @@ fn vfs_errors_reach_the_caller_and_a_panic_becomes_eio() {
     );
     assert!(mount.vfs.is_poisoned());
     mount.unmount();
+}
+
+#[test]
+fn unmount_syncs_the_vfs() {
+    if !fuse_available() {
+        return;
+    }
+    let mount = TestMount::new(Trapped(MemFs::new(), 0));
+    fs::write(mount.root().join("f"), b"data").unwrap();
+    let vfs = mount.vfs.clone();
+    assert_eq!(vfs.lock().unwrap().1, 0);
+    mount.unmount();
+    assert_eq!(vfs.lock().unwrap().1, 1, "one sync at unmount");
 }
