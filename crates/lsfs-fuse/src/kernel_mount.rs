@@ -44,6 +44,8 @@ pub(crate) fn mount(
     if allow_other {
         data.push_str(",allow_other");
     }
+    // No nodev/nosuid: root's mount honours device nodes and setuid bits,
+    // like any other file system root mounts.
     let flags = if read_only { libc::MS_RDONLY } else { 0 };
     let source = cstring(fsname.as_bytes())?;
     let target = cstring(mountpoint.as_os_str().as_bytes())?;

@@ -71,8 +71,8 @@ pub struct MountHandle {
     unmount: Option<Unmount>,
     thread: Option<JoinHandle<()>>,
     events: Receiver<Event>,
-    /// The session's result, once it has ended.
-    ended: Option<io::Result<()>>,
+    /// Whether the session has ended (unmounted).
+    ended: bool,
 }
 
 impl std::fmt::Debug for MountHandle {
@@ -83,29 +83,24 @@ impl std::fmt::Debug for MountHandle {
     }
 }
 
+/// The fuser configuration. Its mount options matter only when fuser mounts
+/// (through fusermount3, for ordinary users); root mounts go through
+/// `kernel_mount`.
 fn config(opts: &MountOptions, read_only: bool) -> Config {
-    let mut mount_options = vec![
+    let mut config = Config::default();
+    config.mount_options = vec![
         MountOption::FSName(opts.fsname.clone()),
         MountOption::Subtype(SUBTYPE.to_string()),
         // The kernel checks permissions against the attributes we report.
         MountOption::DefaultPermissions,
-        MountOption::NoDev,
-        MountOption::NoSuid,
+        if read_only {
+            MountOption::RO
+        } else {
+            MountOption::RW
+        },
     ];
-    // Device nodes and setuid bits are honoured only for root's mounts, like
-    // any other file system that root mounts.
-    if is_root() {
-        mount_options.retain(|o| !matches!(o, MountOption::NoDev | MountOption::NoSuid));
-        mount_options.push(MountOption::Dev);
-        mount_options.push(MountOption::Suid);
-    }
-    mount_options.push(if read_only {
-        MountOption::RO
-    } else {
-        MountOption::RW
-    });
-    let mut config = Config::default();
-    config.mount_options = mount_options;
+    // fuser also filters requests by uid itself; it must agree with the
+    // kernel's allow_other, or other users' requests are refused.
     config.acl = if opts.allow_other {
         SessionACL::All
     } else {
@@ -159,8 +154,7 @@ pub fn mount_foreground<V: Vfs + 'static>(
         }
         Ok(Event::Ended(r)) => {
             tracing::info!("{} was unmounted", handle.mountpoint.display());
-            handle.ended = Some(Ok(()));
-            handle.thread.take().map(|t| t.join());
+            handle.finish();
             r
         }
         Err(_) => Err(io::Error::other("session thread vanished")),
@@ -217,13 +211,17 @@ fn start<V: Vfs + 'static>(
                 tracing::error!("FUSE session ended with an error: {e}");
             }
             let _ = ended.send(Event::Ended(r));
+        })
+        .inspect_err(|_| {
+            // The session went down with the closure: take the mount too.
+            let _ = kernel_mount::unmount(mountpoint);
         })?;
     let handle = MountHandle {
         mountpoint: mountpoint.to_path_buf(),
         unmount: Some(unmount),
         thread: Some(thread),
         events: rx,
-        ended: None,
+        ended: false,
     };
     Ok((handle, tx))
 }
@@ -241,7 +239,16 @@ impl MountHandle {
     }
 
     fn unmount_inner(&mut self) -> io::Result<()> {
-        if self.ended.is_some() {
+        // Someone may have unmounted it already (`fusermount3 -u`); then the
+        // path must not be unmounted again: something else may be there now.
+        while !self.ended {
+            match self.events.try_recv() {
+                Ok(Event::Ended(_)) => self.finish(),
+                Ok(Event::Signal(_)) => continue,
+                Err(_) => break,
+            }
+        }
+        if self.ended {
             return Ok(());
         }
         let unmounted = match self.unmount.take() {
@@ -271,11 +278,16 @@ impl MountHandle {
                 }
             }
         };
-        self.ended = Some(Ok(()));
+        self.finish();
+        unmounted.and(ended)
+    }
+
+    /// The session has ended: reap its thread.
+    fn finish(&mut self) {
+        self.ended = true;
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        unmounted.and(ended)
     }
 }
 
