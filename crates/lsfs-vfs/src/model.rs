@@ -215,6 +215,92 @@ impl MemFs {
         self.inodes.len()
     }
 
+    /// Check the model against itself: link counts match the entries that
+    /// name each inode, ".." pointers match, the tree has no cycles, cookie
+    /// maps agree, files hold no pages past their end, and nothing
+    /// unreferenced lingers. Randomized tests call this after every step.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let mut names: HashMap<Ino, u32> = HashMap::new();
+        let mut subdirs: HashMap<Ino, u32> = HashMap::new();
+        for (&ino, n) in &self.inodes {
+            let Some(d) = n.dir() else { continue };
+            if d.by_name.len() != d.by_cookie.len() {
+                return Err(format!("dir {ino}: name and cookie maps differ in size"));
+            }
+            for (name, &(child, cookie)) in &d.by_name {
+                if d.by_cookie.get(&cookie) != Some(name)
+                    || cookie <= DOTDOT_COOKIE
+                    || cookie >= d.next_cookie
+                {
+                    return Err(format!("dir {ino}: bad cookie {cookie} for {name:?}"));
+                }
+                let c = self
+                    .inodes
+                    .get(&child)
+                    .ok_or_else(|| format!("dir {ino}: {name:?} names missing inode {child}"))?;
+                *names.entry(child).or_default() += 1;
+                if let Some(cd) = c.dir() {
+                    *subdirs.entry(ino).or_default() += 1;
+                    if cd.parent != ino {
+                        return Err(format!(
+                            "dir {child}: '..' is {} but it sits in {ino}",
+                            cd.parent
+                        ));
+                    }
+                }
+            }
+        }
+        for (&ino, n) in &self.inodes {
+            let named = names.get(&ino).copied().unwrap_or(0);
+            let expected = match &n.content {
+                Content::Dir(d) => {
+                    if named > 1 {
+                        return Err(format!("dir {ino} has {named} names"));
+                    }
+                    // Every live directory leads up to the root.
+                    if named == 1 || ino == ROOT_INO {
+                        let mut up = d.parent;
+                        let mut steps = 0;
+                        while up != ROOT_INO {
+                            up = self
+                                .inodes
+                                .get(&up)
+                                .and_then(Inode::dir)
+                                .ok_or(format!("dir {ino}: broken parent chain"))?
+                                .parent;
+                            steps += 1;
+                            if steps > self.inodes.len() {
+                                return Err(format!("dir {ino}: cycle above it"));
+                            }
+                        }
+                        2 + subdirs.get(&ino).copied().unwrap_or(0)
+                    } else {
+                        0
+                    }
+                }
+                Content::File { size, pages } => {
+                    if let Some((&last, _)) = pages.last_key_value() {
+                        if last >= size.div_ceil(PAGE) {
+                            return Err(format!("file {ino}: page {last} past size {size}"));
+                        }
+                    }
+                    named
+                }
+                _ => named,
+            };
+            if n.nlink != expected {
+                return Err(format!(
+                    "inode {ino}: nlink {} but {expected} expected",
+                    n.nlink
+                ));
+            }
+            if ino != ROOT_INO && n.nlink == 0 && n.lookups == 0 && n.opens == 0 {
+                return Err(format!("inode {ino} is unreferenced but still allocated"));
+            }
+        }
+        Ok(())
+    }
+
     fn now(&mut self) -> Timespec {
         (self.clock)()
     }
@@ -1439,5 +1525,72 @@ mod tests {
         assert_eq!(fs.fallocate(f, 0, 10, 1), Err(Errno::OPNOTSUPP));
         let st = fs.statfs().unwrap();
         assert!(st.bfree <= st.blocks && st.ffree < st.files && st.namelen == 255);
+    }
+
+    /// Thousands of random operations (most fail, which is the point), with
+    /// the invariants checked after each one.
+    #[test]
+    fn random_operations_keep_invariants() {
+        let mut fs = fs();
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rnd = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let names: [&[u8]; 5] = [b"a", b"b", b"c", b"d", b"e"];
+        for step in 0..4_000 {
+            let dirs: Vec<Ino> = fs
+                .inodes
+                .iter()
+                .filter(|(_, n)| n.dir().is_some() && n.nlink > 0)
+                .map(|(&i, _)| i)
+                .collect();
+            let all: Vec<Ino> = fs.inodes.keys().copied().collect();
+            let mut dirs = dirs;
+            dirs.sort();
+            let mut all = all;
+            all.sort();
+            let d1 = dirs[rnd(dirs.len() as u64) as usize];
+            let d2 = dirs[rnd(dirs.len() as u64) as usize];
+            let n1 = names[rnd(5) as usize];
+            let n2 = names[rnd(5) as usize];
+            let ino = all[rnd(all.len() as u64) as usize];
+            let op = rnd(14);
+            let _ = match op {
+                0 => fs.mknod(d1, n1, libc::S_IFREG | 0o644, 0, &CTX).map(drop),
+                1 => fs.mkdir(d1, n1, 0o755, &CTX).map(drop),
+                2 => fs.unlink(d1, n1),
+                3 => fs.rmdir(d1, n1),
+                4 => fs.rename(d1, n1, d2, n2, 0),
+                5 => fs.rename(d1, n1, d2, n2, RENAME_NOREPLACE),
+                6 => fs.rename(d1, n1, d2, n2, RENAME_EXCHANGE),
+                7 => fs.link(ino, d1, n1).map(drop),
+                8 => fs.symlink(d1, n1, b"t", &CTX).map(drop),
+                9 => fs.write(ino, rnd(20_000), &[7u8; 5000]).map(drop),
+                10 => fs
+                    .setattr(
+                        ino,
+                        &SetAttr {
+                            size: Some(rnd(20_000)),
+                            ..Default::default()
+                        },
+                    )
+                    .map(drop),
+                11 => {
+                    fs.forget(ino, 1);
+                    Ok(())
+                }
+                12 => fs.open(ino, 0),
+                _ => {
+                    fs.release(ino);
+                    Ok(())
+                }
+            };
+            if let Err(e) = fs.check_invariants() {
+                panic!("step {step}, op {op}: {e}");
+            }
+        }
     }
 }
