@@ -122,8 +122,12 @@ impl Lsfs {
             None => None,
         };
         let mut fs = Lsfs::with_store(opened.store, config, view);
-        fs.replay(&opened.replay)?;
-        fs.replayed_records = opened.replay.len();
+        // fsync records belong to the live file system; applied to an older
+        // checkpoint's view they would change what that checkpoint shows.
+        if fs.view.is_none() {
+            fs.replay(&opened.replay)?;
+            fs.replayed_records = opened.replay.len();
+        }
         if fs.view.is_none() && !fs.store.config.read_only {
             fs.delete_orphans()?;
             fs.checkpoint()?;

@@ -1,0 +1,264 @@
+//! Damaged and foreign images: opening and fsck must fail with a message
+//! that names what is wrong, and never panic. Damage that opening cannot
+//! notice (inside the DAT, an old record) must be found by fsck.
+
+mod common;
+use common::*;
+use lsfs_core::codec::crc_with_hole;
+use lsfs_core::device::MemDevice;
+use lsfs_core::fs::Lsfs;
+use lsfs_core::inspect;
+use lsfs_core::layout::BLOCK_BYTES;
+use lsfs_vfs::{Vfs, ROOT_INO};
+use rand::{Rng, SeedableRng};
+
+const DEV_BYTES: u64 = 16 * MIB;
+
+/// A small unmounted image with some files, directories and history.
+fn good_image() -> Vec<u8> {
+    let mut fs = mkfs(DEV_BYTES, cfg());
+    let c = ctx();
+    let d = fs.mkdir(ROOT_INO, b"dir", 0o755, &c).unwrap();
+    for i in 0..20u64 {
+        let f = fs
+            .mknod(
+                d.ino,
+                format!("f{i}").as_bytes(),
+                libc::S_IFREG | 0o644,
+                0,
+                &c,
+            )
+            .unwrap();
+        fs.write(f.ino, 0, &pattern(i, 3000 + i as usize * 5000))
+            .unwrap();
+        if i % 5 == 0 {
+            fs.checkpoint().unwrap();
+        }
+    }
+    fs.unmount().unwrap();
+    let b = image(&mut fs);
+    assert_clean(&fsck_bytes(b.clone()), "the good image");
+    b
+}
+
+/// The error opening `bytes` gives, as text (it must not open).
+fn open_error(bytes: Vec<u8>) -> String {
+    match Lsfs::open(Box::new(MemDevice::from_bytes(bytes)), cfg()) {
+        Ok(_) => panic!("a damaged image opened"),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// fsck's errors, joined; it must find some and must not have panicked.
+#[track_caller]
+fn fsck_errors(bytes: Vec<u8>) -> String {
+    let r = fsck_bytes(bytes);
+    assert!(!r.errors.is_empty(), "fsck found nothing wrong");
+    let all = r.errors.join("\n");
+    assert!(!all.contains("panicked"), "fsck hit a panic: {all}");
+    all
+}
+
+fn last_block(b: &[u8]) -> usize {
+    b.len() / BLOCK_BYTES - 1
+}
+
+fn reseal_superblock(b: &mut [u8], block: usize) {
+    let s = &mut b[block * BLOCK_BYTES..(block + 1) * BLOCK_BYTES];
+    let crc = crc_with_hole(s, BLOCK_BYTES - 4);
+    s[BLOCK_BYTES - 4..].copy_from_slice(&crc.to_le_bytes());
+}
+
+#[test]
+fn truncated_image_is_refused_as_truncated() {
+    let mut b = good_image();
+    b.truncate(b.len() / 2);
+    let e = open_error(b.clone());
+    assert!(e.contains("truncated"), "{e}");
+    let f = fsck_errors(b);
+    assert!(f.contains("truncated"), "{f}");
+    // Too small to hold anything at all.
+    let e = open_error(vec![0; 4096]);
+    assert!(e.contains("too small"), "{e}");
+}
+
+#[test]
+fn zeroed_or_random_images_are_not_lsfs() {
+    let mut b = good_image();
+    let last = last_block(&b);
+    b[..BLOCK_BYTES].fill(0);
+    b[last * BLOCK_BYTES..].fill(0);
+    let e = open_error(b.clone());
+    assert!(e.contains("not an lsfs image"), "{e}");
+    assert!(fsck_errors(b).contains("not an lsfs image"));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let garbage: Vec<u8> = (0..DEV_BYTES).map(|_| rng.gen()).collect();
+    let e = open_error(garbage.clone());
+    assert!(e.contains("not an lsfs image"), "{e}");
+    assert!(fsck_errors(garbage).contains("not an lsfs image"));
+}
+
+#[test]
+fn one_bad_superblock_copy_is_a_warning_two_are_an_error() {
+    let good = good_image();
+    let last = last_block(&good);
+    let mut b = good.clone();
+    b[100] ^= 0x04; // inside the first copy: its checksum no longer matches
+                    // The other copy still opens the file system, with all its files.
+    let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(b.clone())), cfg()).unwrap();
+    let d = fs.lookup(ROOT_INO, b"dir").unwrap();
+    assert_eq!(fs.readdir(d.ino, 0, 100).unwrap().len(), 22);
+    drop(fs);
+    let r = fsck_bytes(b.clone());
+    assert_clean(&r, "an image with one bad superblock copy");
+    assert!(
+        r.warnings
+            .iter()
+            .any(|w| w.contains("first superblock") && w.contains("checksum")),
+        "{:?}",
+        r.warnings
+    );
+    b[last * BLOCK_BYTES + 100] ^= 0x04;
+    let e = open_error(b.clone());
+    assert!(
+        e.contains("checksum mismatch") && e.contains("superblock"),
+        "{e}"
+    );
+    let f = fsck_errors(b);
+    assert!(f.contains("checksum mismatch"), "{f}");
+}
+
+#[test]
+fn future_format_version_is_refused_by_name() {
+    let mut b = good_image();
+    let last = last_block(&b);
+    for blk in [0, last] {
+        // The version follows the 8-byte magic; reseal so only the version is "wrong".
+        b[blk * BLOCK_BYTES + 8..blk * BLOCK_BYTES + 12].copy_from_slice(&2u32.to_le_bytes());
+        reseal_superblock(&mut b, blk);
+    }
+    let e = open_error(b.clone());
+    assert!(
+        e.contains("format version 2") && e.contains("unsupported"),
+        "{e}"
+    );
+    assert!(fsck_errors(b).contains("format version 2"));
+}
+
+/// The record the superblocks point at, and its super root block.
+fn checkpoint_record(b: &[u8]) -> (u64, u64) {
+    let mut dev = MemDevice::from_bytes(b.to_vec());
+    let sbs = inspect::superblock(&mut dev).unwrap();
+    let sb = sbs[0].superblock.as_ref().unwrap();
+    let seg = (sb.cp_record_block - 1) / sb.segment_blocks as u64;
+    let dump = inspect::dump_segment(&mut dev, seg).unwrap();
+    let rec = dump
+        .records
+        .iter()
+        .find(|r| r.block == sb.cp_record_block)
+        .expect("checkpoint record in its segment");
+    let sr = rec.entries.last().unwrap();
+    assert_eq!(sr.kind, "SuperRoot");
+    (rec.block, sr.block)
+}
+
+#[test]
+fn flipped_bit_in_super_root_or_record_header_is_found() {
+    let good = good_image();
+    let (rec, sr) = checkpoint_record(&good);
+    let mut b = good.clone();
+    b[sr as usize * BLOCK_BYTES + 20] ^= 0x01;
+    let e = open_error(b.clone());
+    assert!(
+        e.contains("checkpoint") && e.contains(&format!("block {rec}")),
+        "{e}"
+    );
+    assert!(fsck_errors(b).contains("no valid checkpoint record"));
+    // The record header itself (its sequence number).
+    let mut b = good.clone();
+    b[rec as usize * BLOCK_BYTES + 25] ^= 0x80;
+    let e = open_error(b.clone());
+    assert!(e.contains("no valid checkpoint record"), "{e}");
+    fsck_errors(b);
+}
+
+#[test]
+fn damage_that_opening_misses_is_found_by_fsck() {
+    let good = good_image();
+    let mut dev = MemDevice::from_bytes(good.clone());
+    let nseg = inspect::segments(Box::new(MemDevice::from_bytes(good.clone())))
+        .unwrap()
+        .len() as u64;
+    // All records, by sequence number.
+    let mut recs = Vec::new();
+    for s in 0..nseg {
+        recs.extend(inspect::dump_segment(&mut dev, s).unwrap().records);
+    }
+    recs.sort_by_key(|r| r.seq);
+    // 1. The newest copy of DAT block 0 is the live one: move virtual block
+    // 1's physical address by one block. Opening reads nothing there yet.
+    let dat0 = recs
+        .iter()
+        .flat_map(|r| r.entries.iter())
+        .filter(|e| e.kind == "DatBlock" && e.offset == 0)
+        .last()
+        .unwrap()
+        .block as usize;
+    let mut b = good.clone();
+    b[dat0 * BLOCK_BYTES + 32] ^= 0x01;
+    let f = fsck_errors(b);
+    assert!(f.contains("virtual block 1"), "{f}");
+    // 2. An old record's header: its segment's records no longer cover
+    // what the SUFILE says was written there.
+    let old = &recs[1];
+    let mut b = good.clone();
+    b[old.block as usize * BLOCK_BYTES + 40] ^= 0x01;
+    let f = fsck_errors(b);
+    assert!(f.contains("records cover"), "{f}");
+}
+
+/// Random damage anywhere must never crash the checker or the mount.
+#[test]
+fn random_damage_never_panics() {
+    let good = good_image();
+    let used = {
+        // Only blocks actually written are interesting.
+        let nz: Vec<usize> = (0..good.len() / BLOCK_BYTES)
+            .filter(|&i| {
+                good[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES]
+                    .iter()
+                    .any(|&x| x != 0)
+            })
+            .collect();
+        nz
+    };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(99);
+    for round in 0..150 {
+        let mut b = good.clone();
+        for _ in 0..rng.gen_range(1..6) {
+            let blk = used[rng.gen_range(0..used.len())];
+            let at = blk * BLOCK_BYTES + rng.gen_range(0..BLOCK_BYTES);
+            b[at] ^= 1 << rng.gen_range(0..8);
+        }
+        let r = fsck_bytes(b.clone());
+        let all = r.errors.join("\n");
+        assert!(!all.contains("panicked"), "round {round}: {all}");
+        // Opening may fail, but must not panic, and reading every file must
+        // return data or an error.
+        let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if let Ok(mut fs) = Lsfs::open(Box::new(MemDevice::from_bytes(b)), cfg()) {
+                if let Ok(d) = fs.lookup(ROOT_INO, b"dir") {
+                    if let Ok(ents) = fs.readdir(d.ino, 0, 100) {
+                        for e in ents {
+                            let _ = fs.read(e.ino, 0, 200_000);
+                        }
+                    }
+                }
+            }
+        }));
+        assert!(
+            res.is_ok(),
+            "round {round}: the engine panicked on a damaged image"
+        );
+    }
+}
