@@ -270,3 +270,39 @@ fn removed_files_are_forgotten() {
     wait_until("the last open file is released", || count() == 1);
     mount.unmount();
 }
+
+/// Several worker threads serve requests from several user threads at once;
+/// the shared mutex keeps every file's contents intact.
+#[test]
+fn many_threads_serve_concurrent_users() {
+    if !fuse_available() {
+        return;
+    }
+    let mount = TestMount::with_options(
+        MemFs::new(),
+        &MountOptions {
+            threads: 4,
+            ..MountOptions::default()
+        },
+    );
+    std::thread::scope(|s| {
+        for t in 0..4u8 {
+            let dir = mount.root().join(format!("t{t}"));
+            s.spawn(move || {
+                fs::create_dir(&dir).unwrap();
+                for i in 0..100u32 {
+                    let p = dir.join(format!("f{}", i % 10));
+                    let data =
+                        vec![t.wrapping_mul(31).wrapping_add(i as u8); 1000 + i as usize * 10];
+                    fs::write(&p, &data).unwrap();
+                    assert_eq!(fs::read(&p).unwrap(), data);
+                    if i % 3 == 0 {
+                        fs::remove_file(&p).unwrap();
+                    }
+                }
+                assert!(fs::read_dir(&dir).unwrap().count() <= 10);
+            });
+        }
+    });
+    mount.unmount();
+}
