@@ -77,6 +77,7 @@ pub fn line_chart(path: &Path, chart: &Chart, series: &[Series]) -> Result<(), B
             .draw()?;
         draw_series(&mut ctx, series, y1)?;
         ctx.configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
             .background_style(WHITE)
             .border_style(BLACK)
             .draw()?;
@@ -88,6 +89,7 @@ pub fn line_chart(path: &Path, chart: &Chart, series: &[Series]) -> Result<(), B
             .draw()?;
         draw_series(&mut ctx, series, y1)?;
         ctx.configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
             .background_style(WHITE)
             .border_style(BLACK)
             .draw()?;

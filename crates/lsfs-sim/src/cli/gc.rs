@@ -46,8 +46,12 @@ pub struct GcArgs {
     /// Cost-benefit skips segments changed within this many user writes.
     #[arg(long, default_value_t = 0)]
     pub min_quiet_writes: u64,
-    #[arg(long, default_value_t = 100)]
+    /// Histogram bins over [0, 1] (64 divides the default 128-block segments evenly).
+    #[arg(long, default_value_t = 64)]
     pub histogram_bins: usize,
+    /// Plot the histogram of the run closest to this utilization (default: the highest).
+    #[arg(long)]
+    pub histogram_at: Option<f64>,
     /// Worker threads (0 = all cores).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
@@ -137,7 +141,7 @@ pub(super) fn run(args: GcArgs) -> Result<(), Box<dyn Error>> {
         plot_curves(path, &results)?;
     }
     if let Some(path) = &args.histogram {
-        plot_histogram(path, &results)?;
+        plot_histogram(path, &results, args.histogram_at)?;
     }
     Ok(())
 }
@@ -202,12 +206,19 @@ pub(crate) fn plot_curves(
     line_chart(path, &chart, &series)
 }
 
-/// The distribution of segment utilizations at the highest utilization of the run.
+/// The distribution of segment utilizations at the run closest to `at` (default: highest).
 pub(crate) fn plot_histogram(
     path: &std::path::Path,
     results: &[GcResult],
+    at: Option<f64>,
 ) -> Result<(), Box<dyn Error>> {
-    let top = results.iter().map(|r| r.utilization).fold(0.0, f64::max);
+    let highest = results.iter().map(|r| r.utilization).fold(0.0, f64::max);
+    let wanted = at.unwrap_or(highest);
+    let top = results
+        .iter()
+        .map(|r| r.utilization)
+        .min_by(|a, b| (a - wanted).abs().total_cmp(&(b - wanted).abs()))
+        .unwrap_or(highest);
     let series: Vec<Series> = results
         .iter()
         .filter(|r| (r.utilization - top).abs() < 1e-9)

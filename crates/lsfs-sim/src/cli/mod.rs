@@ -4,12 +4,14 @@
 mod cache;
 mod ftl;
 mod gc;
+mod workload;
 
 use std::error::Error;
 
 pub use cache::{CacheArgs, CacheRow};
 pub use ftl::{figure_2_1_point, replay_writes, FtlArgs, FtlRow};
 pub use gc::GcArgs;
+pub use workload::{WorkloadArgs, WorkloadKind};
 
 #[derive(clap::Subcommand, Debug)]
 pub enum SimCommand {
@@ -17,6 +19,8 @@ pub enum SimCommand {
     Gc(GcArgs),
     /// Page-cache simulator: hit ratio, after-cache writes, FTL erases (Kang Table 2-2).
     Cache(CacheArgs),
+    /// Workload generators and external benchmark runners (drive any directory).
+    Workload(WorkloadArgs),
     /// FTL simulator: WAF and erases, Kang's Fig. 2-1 or a trace replay.
     Ftl(FtlArgs),
 }
@@ -26,6 +30,7 @@ pub fn run(cmd: SimCommand) -> Result<(), Box<dyn Error>> {
         SimCommand::Gc(args) => gc::run(args),
         SimCommand::Ftl(args) => ftl::run(args),
         SimCommand::Cache(args) => cache::run(args),
+        SimCommand::Workload(args) => workload::run(args),
     }
 }
 

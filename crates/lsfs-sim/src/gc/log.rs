@@ -62,8 +62,11 @@ impl SegmentLog {
     pub(super) fn run(config: &GcConfig) -> GcResult {
         let mut log = Self::new(config);
         let live = log.live_blocks;
-        let warmup = (config.warmup_writes_per_block * live as f64) as u64;
-        let measure = (config.measure_writes_per_block * live as f64) as u64;
+        // At low utilization a few overwrites per live block do not even wrap the log once, so
+        // warm up for at least two disk-fulls and measure at least one.
+        let disk = log.slot_owner.len() as u64;
+        let warmup = ((config.warmup_writes_per_block * live as f64) as u64).max(2 * disk);
+        let measure = ((config.measure_writes_per_block * live as f64) as u64).max(disk);
         let mut access = Access::new(&config.access, live, config.seed);
         if let GcPolicy::Oracle = config.policy {
             let sequence: Vec<u32> = (0..warmup + measure)

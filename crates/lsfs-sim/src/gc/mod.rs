@@ -61,9 +61,10 @@ pub struct GcConfig {
     pub utilization: f64,
     pub policy: GcPolicy,
     pub access: AccessSpec,
-    /// User overwrites before measuring, in multiples of the live block count.
+    /// User overwrites before measuring, in multiples of the live block count (at least two
+    /// disk-fulls are written whatever this says).
     pub warmup_writes_per_block: f64,
-    /// Measured user overwrites, in multiples of the live block count.
+    /// Measured user overwrites, in multiples of the live block count (at least one disk-full).
     pub measure_writes_per_block: f64,
     /// Segments the cleaner tries to free per pass (it also selects that many victims at once).
     pub clean_batch_segments: usize,

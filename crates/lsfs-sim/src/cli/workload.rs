@@ -1,0 +1,218 @@
+use std::error::Error;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use crate::cache::write_trace;
+use crate::workload::aging::Aging;
+use crate::workload::hot_cold_files::HotColdFiles;
+use crate::workload::kang::KangWorkload;
+
+use super::CommonArgs;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct WorkloadArgs {
+    #[command(subcommand)]
+    pub kind: WorkloadKind,
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum WorkloadKind {
+    /// Rohner's hot/cold small-file workload in DIR.
+    HotCold {
+        dir: PathBuf,
+        #[arg(long, default_value_t = 100_000)]
+        files: u64,
+        #[arg(long, default_value_t = 4096)]
+        file_bytes: usize,
+        #[arg(long, default_value_t = 0.1)]
+        hot_fraction: f64,
+        #[arg(long, default_value_t = 0.9)]
+        hot_writes: f64,
+        /// Overwrites after creation, in multiples of the file count.
+        #[arg(long, default_value_t = 4.0)]
+        rounds: f64,
+        #[arg(long)]
+        fsync: bool,
+    },
+    /// yFS's aging workload in DIR.
+    Aging {
+        dir: PathBuf,
+        #[arg(long, default_value_t = 10_000)]
+        operations: u64,
+        #[arg(long, default_value_t = 5_000)]
+        max_files: usize,
+        #[arg(long, default_value_t = 64 << 20)]
+        max_file_bytes: u64,
+    },
+    /// Write a synthetic Kang Table 2-2 page trace (video, mixed, fileserver, tpcc).
+    KangTrace {
+        workload: String,
+        out: PathBuf,
+        #[arg(long, default_value_t = 1.0)]
+        scale: f64,
+    },
+    /// Run an external benchmark from Debian (fio, dbench, postmark, fs_mark) in DIR with the
+    /// settings used in docs/REPRODUCTION.md.
+    Run { tool: String, dir: PathBuf },
+}
+
+pub(super) fn run(args: WorkloadArgs) -> Result<(), Box<dyn Error>> {
+    let seed = args.common.seed;
+    let progress = !args.common.quiet;
+    let json = |v: &dyn erased::Json| -> Result<(), Box<dyn Error>> { v.print() };
+    match args.kind {
+        WorkloadKind::HotCold {
+            dir,
+            files,
+            file_bytes,
+            hot_fraction,
+            hot_writes,
+            rounds,
+            fsync,
+        } => {
+            let w = HotColdFiles {
+                files,
+                file_bytes,
+                hot_fraction,
+                hot_write_fraction: hot_writes,
+                overwrites: (rounds * files as f64) as u64,
+                fsync,
+                seed,
+            };
+            json(&w.run(&dir, progress)?)
+        }
+        WorkloadKind::Aging {
+            dir,
+            operations,
+            max_files,
+            max_file_bytes,
+        } => {
+            std::fs::create_dir_all(&dir)?;
+            let a = Aging {
+                operations,
+                max_files,
+                max_file_bytes,
+                seed,
+            };
+            json(&a.run(&dir, progress)?)
+        }
+        WorkloadKind::KangTrace {
+            workload,
+            out,
+            scale,
+        } => {
+            let w = KangWorkload::from_name(&workload)
+                .ok_or(format!("unknown workload {workload:?}"))?;
+            let trace = w.generate(scale, seed);
+            write_trace(
+                &mut std::io::BufWriter::new(std::fs::File::create(&out)?),
+                &trace,
+            )?;
+            eprintln!("{} requests written to {}", trace.len(), out.display());
+            Ok(())
+        }
+        WorkloadKind::Run { tool, dir } => run_external(&tool, &dir),
+    }
+}
+
+mod erased {
+    /// Print any serialisable report as JSON (reports are always machine-readable).
+    pub trait Json {
+        fn print(&self) -> Result<(), Box<dyn std::error::Error>>;
+    }
+    impl<T: serde::Serialize> Json for T {
+        fn print(&self) -> Result<(), Box<dyn std::error::Error>> {
+            println!("{}", serde_json::to_string_pretty(self)?);
+            Ok(())
+        }
+    }
+}
+
+/// The standard invocation of each external benchmark (Rohner's dbench settings; fio random
+/// 4 KiB writes with fsync; yFS-like PostMark; fs_mark small files).
+fn run_external(tool: &str, dir: &std::path::Path) -> Result<(), Box<dyn Error>> {
+    let d = dir.display().to_string();
+    let (program, args, stdin): (&str, Vec<String>, Option<String>) = match tool {
+        "fio" => (
+            "fio",
+            vec![
+                "--name=randwrite".into(),
+                format!("--directory={d}"),
+                "--rw=randwrite".into(),
+                "--bs=4k".into(),
+                "--size=256m".into(),
+                "--fsync=1".into(),
+                "--runtime=60".into(),
+                "--time_based".into(),
+                "--output-format=json".into(),
+            ],
+            None,
+        ),
+        "dbench" => (
+            "dbench",
+            vec!["-D".into(), d, "-t".into(), "600".into(), "6".into()],
+            None,
+        ),
+        "postmark" => (
+            "postmark",
+            vec![],
+            Some(format!(
+                "set location {d}\nset number 150000\nset transactions 150000\nrun\nquit\n"
+            )),
+        ),
+        "fsmark" | "fs_mark" => (
+            "fs_mark",
+            vec![
+                "-d".into(),
+                d,
+                "-s".into(),
+                "4096".into(),
+                "-n".into(),
+                "10000".into(),
+                "-L".into(),
+                "5".into(),
+            ],
+            None,
+        ),
+        other => {
+            return Err(format!("unknown tool {other:?} (fio, dbench, postmark, fsmark)").into())
+        }
+    };
+    eprintln!("running: {program} {}", args.join(" "));
+    let mut child = Command::new(program)
+        .args(&args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .spawn()
+        .map_err(|e| {
+            format!(
+                "{program}: {e} (Debian: apt-get install {})",
+                debian_package(program)
+            )
+        })?;
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .expect("piped")
+            .write_all(input.as_bytes())?;
+    }
+    let status = child.wait()?;
+    if !status.success() {
+        return Err(format!("{program} exited with {status}").into());
+    }
+    Ok(())
+}
+
+fn debian_package(program: &str) -> &str {
+    match program {
+        "fs_mark" => "fsmark (not in Debian main: build from source)",
+        other => other,
+    }
+}
