@@ -111,3 +111,26 @@ pub(crate) fn unmount(path: &Path) -> io::Result<()> {
         }
     }
 }
+
+/// The device ("major:minor") of what is mounted at `path`, from
+/// /proc/self/mountinfo; the topmost mount if there are several.
+pub(crate) fn mounted_device(path: &Path) -> Option<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    // mountinfo escapes these characters in octal.
+    let mut want = String::new();
+    for c in path.to_str()?.chars() {
+        match c {
+            ' ' => want.push_str("\\040"),
+            '\t' => want.push_str("\\011"),
+            '\n' => want.push_str("\\012"),
+            '\\' => want.push_str("\\134"),
+            c => want.push(c),
+        }
+    }
+    info.lines().rev().find_map(|l| {
+        let mut f = l.split(' ');
+        let dev = f.nth(2)?;
+        let point = f.nth(1)?;
+        (point == want).then(|| dev.to_string())
+    })
+}

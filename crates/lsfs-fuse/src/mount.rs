@@ -73,6 +73,8 @@ pub struct MountHandle {
     events: Receiver<Event>,
     /// Whether the session has ended (unmounted).
     ended: bool,
+    /// Our mount's device ("major:minor"), to recognise it later.
+    device: Option<String>,
 }
 
 impl std::fmt::Debug for MountHandle {
@@ -154,7 +156,7 @@ pub fn mount_foreground<V: Vfs + 'static>(
         }
         Ok(Event::Ended(r)) => {
             tracing::info!("{} was unmounted", handle.mountpoint.display());
-            handle.finish();
+            handle.session_ended();
             r
         }
         Err(_) => Err(io::Error::other("session thread vanished")),
@@ -222,6 +224,7 @@ fn start<V: Vfs + 'static>(
         thread: Some(thread),
         events: rx,
         ended: false,
+        device: kernel_mount::mounted_device(mountpoint),
     };
     Ok((handle, tx))
 }
@@ -243,7 +246,7 @@ impl MountHandle {
         // path must not be unmounted again: something else may be there now.
         while !self.ended {
             match self.events.try_recv() {
-                Ok(Event::Ended(_)) => self.finish(),
+                Ok(Event::Ended(_)) => self.session_ended(),
                 Ok(Event::Signal(_)) => continue,
                 Err(_) => break,
             }
@@ -251,13 +254,7 @@ impl MountHandle {
         if self.ended {
             return Ok(());
         }
-        let unmounted = match self.unmount.take() {
-            Some(Unmount::Fuser(mut u)) => u
-                .unmount()
-                .or_else(|_| kernel_mount::unmount(&self.mountpoint)),
-            Some(Unmount::Direct) => kernel_mount::unmount(&self.mountpoint),
-            None => Ok(()),
-        };
+        let unmounted = self.take_down();
         // Wait for the session loop to see the unmount.
         let deadline = Instant::now() + JOIN_PATIENCE;
         let ended = loop {
@@ -280,6 +277,34 @@ impl MountHandle {
         };
         self.finish();
         unmounted.and(ended)
+    }
+
+    /// The session ended on its own. After an external unmount the path is
+    /// left alone (something else may be mounted there by now); if our mount
+    /// is still there (the session failed, or the connection was aborted),
+    /// the dead mount, which gives ENOTCONN to every user, is taken down.
+    fn session_ended(&mut self) {
+        let ours =
+            self.device.is_some() && kernel_mount::mounted_device(&self.mountpoint) == self.device;
+        if ours {
+            if let Err(e) = self.take_down() {
+                tracing::error!(
+                    "cannot unmount {} after the session failed: {e}",
+                    self.mountpoint.display()
+                );
+            }
+        }
+        self.finish();
+    }
+
+    fn take_down(&mut self) -> io::Result<()> {
+        match self.unmount.take() {
+            Some(Unmount::Fuser(mut u)) => u
+                .unmount()
+                .or_else(|_| kernel_mount::unmount(&self.mountpoint)),
+            Some(Unmount::Direct) => kernel_mount::unmount(&self.mountpoint),
+            None => Ok(()),
+        }
     }
 
     /// The session has ended: reap its thread.

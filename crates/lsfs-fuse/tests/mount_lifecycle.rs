@@ -306,3 +306,53 @@ fn many_threads_serve_concurrent_users() {
     });
     mount.unmount();
 }
+
+/// If the connection dies under the mount (here: aborted through the fuse
+/// control file system), the handle still takes the dead mount down.
+#[test]
+fn aborted_connection_is_unmounted() {
+    if !fuse_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let handle = spawn_mount(memfs(), &mnt, &MountOptions::default()).unwrap();
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let dev = info
+        .lines()
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .find(|f| f[4] == mnt.to_str().unwrap())
+        .map(|f| f[2].to_string())
+        .unwrap();
+    let minor = dev.split(':').nth(1).unwrap();
+    let abort = format!("/sys/fs/fuse/connections/{minor}/abort");
+    // The fuse control file system may not be mounted; mount it for the
+    // length of the test (root only) and put things back afterwards.
+    struct Fusectl(bool);
+    impl Drop for Fusectl {
+        fn drop(&mut self) {
+            if self.0 {
+                let _ = Command::new("umount")
+                    .arg("/sys/fs/fuse/connections")
+                    .status();
+            }
+        }
+    }
+    let mut fusectl = Fusectl(false);
+    if !Path::new(&abort).exists() {
+        fusectl.0 = Command::new("mount")
+            .args(["-t", "fusectl", "fusectl", "/sys/fs/fuse/connections"])
+            .status()
+            .is_ok_and(|s| s.success());
+    }
+    if !Path::new(&abort).exists() {
+        eprintln!("SKIPPED: {abort} is not available (fusectl cannot be mounted)");
+        return;
+    }
+    fs::write(&abort, b"1").unwrap();
+    let e = fs::metadata(mnt.join("x")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOTCONN));
+    handle.unmount().unwrap();
+    assert!(!is_mounted(&mnt));
+}
