@@ -3,6 +3,7 @@
 
 mod config;
 mod control;
+mod inspect_cmd;
 mod size;
 
 use clap::{Args, Parser, Subcommand};
@@ -41,6 +42,42 @@ enum Cmd {
     Snapshot(SnapArgs),
     /// Counters of a mounted file system: flushes, records, cache, segments.
     Stats(StatsArgs),
+    /// Check an unmounted image (exit 0 clean, 4 errors left, 8 could not check).
+    Fsck(FsckArgs),
+    /// Show an unmounted image's superblocks, segments, checkpoints or log records.
+    Inspect(InspectArgs),
+}
+
+#[derive(Args)]
+struct FsckArgs {
+    image: PathBuf,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct InspectArgs {
+    #[command(subcommand)]
+    what: InspectWhat,
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+enum InspectWhat {
+    /// Both superblock copies.
+    Superblock { image: PathBuf },
+    /// The segment usage table (like NILFS's lssu).
+    Segments {
+        image: PathBuf,
+        /// Include free segments.
+        #[arg(long)]
+        all: bool,
+    },
+    /// The checkpoints and snapshots (like lscp).
+    Checkpoints { image: PathBuf },
+    /// The log records of one segment with their summaries (like dumpseg).
+    DumpSegment { image: PathBuf, segno: u64 },
 }
 
 #[derive(Args)]
@@ -173,6 +210,24 @@ fn main() -> ExitCode {
         Cmd::Checkpoint(a) => checkpoint_cmd(a),
         Cmd::Snapshot(a) => snapshot_cmd(a),
         Cmd::Stats(a) => stats_cmd(a),
+        Cmd::Fsck(a) => match inspect_cmd::fsck(&a.image, a.json) {
+            Ok(code) => return ExitCode::from(code),
+            Err(e) => Err(e),
+        },
+        Cmd::Inspect(a) => {
+            let json = a.json;
+            let (image, what) = match a.what {
+                InspectWhat::Superblock { image } => (image, inspect_cmd::What::Superblock),
+                InspectWhat::Segments { image, all } => {
+                    (image, inspect_cmd::What::Segments { all })
+                }
+                InspectWhat::Checkpoints { image } => (image, inspect_cmd::What::Checkpoints),
+                InspectWhat::DumpSegment { image, segno } => {
+                    (image, inspect_cmd::What::DumpSegment(segno))
+                }
+            };
+            inspect_cmd::inspect(&image, what, json)
+        }
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,148 @@
+//! `lsfs fsck` and `lsfs inspect`: offline tools that open the image directly.
+
+use lsfs_core::device::FileDevice;
+use lsfs_core::inspect;
+use std::path::Path;
+
+fn open(image: &Path) -> Result<FileDevice, String> {
+    FileDevice::open(image, false).map_err(|e| e.to_string())
+}
+
+/// Check an image; exit status as e2fsck: 0 clean, 4 errors left, 8 could not check.
+pub fn fsck(image: &Path, json: bool) -> Result<u8, String> {
+    let dev = open(image)?;
+    let report = match lsfs_core::fsck::fsck(Box::new(dev)) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("lsfs fsck: {}: {e}", image.display());
+            return Ok(8);
+        }
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string(&report).map_err(|e| e.to_string())?
+        );
+    } else {
+        for w in &report.warnings {
+            println!("warning: {w}");
+        }
+        for e in &report.errors {
+            println!("error: {e}");
+        }
+        let s = &report.stats;
+        println!(
+            "{}: {} — checkpoint {}, {} inodes ({} dirs, {} files), {} live blocks, {} checkpoints ({} snapshots), {} fsync records rolled forward",
+            image.display(),
+            if report.is_clean() { "clean" } else { "ERRORS" },
+            s.cno,
+            s.inodes,
+            s.directories,
+            s.regular_files,
+            s.current_blocks,
+            s.checkpoints,
+            s.snapshots,
+            s.replayed_records
+        );
+    }
+    Ok(if report.is_clean() { 0 } else { 4 })
+}
+
+pub enum What {
+    Superblock,
+    Segments { all: bool },
+    Checkpoints,
+    DumpSegment(u64),
+}
+
+pub fn inspect(image: &Path, what: What, json: bool) -> Result<(), String> {
+    let e = |e: lsfs_core::Error| e.to_string();
+    let mut dev = open(image)?;
+    let out = |v: serde_json::Value| println!("{v}");
+    match what {
+        What::Superblock => {
+            let copies = inspect::superblock(&mut dev).map_err(e)?;
+            if json {
+                return Ok(out(serde_json::to_value(&copies).unwrap()));
+            }
+            for c in copies {
+                match (&c.superblock, &c.error) {
+                    (Some(sb), _) => println!(
+                        "block {}: {}",
+                        c.block,
+                        serde_json::to_string_pretty(sb).unwrap()
+                    ),
+                    (None, Some(err)) => println!("block {}: INVALID: {err}", c.block),
+                    _ => {}
+                }
+            }
+        }
+        What::Segments { all } => {
+            let segs = inspect::segments(Box::new(dev)).map_err(e)?;
+            if json {
+                return Ok(out(serde_json::to_value(&segs).unwrap()));
+            }
+            println!(
+                "{:>8} {:>12} {:>7} {:>7} {:>9}  {:<20} {}",
+                "SEGNUM", "BLOCK", "NBLOCKS", "NLIVE", "NSNAPSHOT", "LASTMOD", "STATE"
+            );
+            for s in segs.iter().filter(|s| all || s.state != "free") {
+                println!(
+                    "{:>8} {:>12} {:>7} {:>7} {:>9}  {:<20} {}",
+                    s.segno, s.first_block, s.nblocks, s.nlive, s.nsnapshot, s.lastmod, s.state
+                );
+            }
+        }
+        What::Checkpoints => {
+            let cps = inspect::checkpoints(Box::new(dev)).map_err(e)?;
+            if json {
+                return Ok(out(serde_json::to_value(&cps).unwrap()));
+            }
+            println!(
+                "{:>10}  {:<20}  {:<10}  {:>10}  {:>12}",
+                "CNO", "DATE", "MODE", "INODES", "BLOCKS"
+            );
+            for c in cps {
+                println!(
+                    "{:>10}  {:<20}  {:<10}  {:>10}  {:>12}",
+                    c.cno,
+                    c.date,
+                    if c.snapshot { "ss" } else { "cp" },
+                    c.inodes,
+                    c.blocks
+                );
+            }
+        }
+        What::DumpSegment(n) => {
+            let d = inspect::dump_segment(&mut dev, n).map_err(e)?;
+            if json {
+                return Ok(out(serde_json::to_value(&d).unwrap()));
+            }
+            println!(
+                "segment {} (first block {}): {} records",
+                d.segno,
+                d.first_block,
+                d.records.len()
+            );
+            for r in d.records {
+                println!(
+                    "  record at block {}: seq {} cno {} flags [{}] {} blocks ({} summary) next segment {}",
+                    r.block,
+                    r.seq,
+                    r.cno,
+                    r.flag_names.join(","),
+                    r.nblocks,
+                    r.nsum_blocks,
+                    r.next_seg
+                );
+                for en in r.entries {
+                    println!(
+                        "    block {:>10}  {:<10} ino {:>8} offset {:>10} vblock {:>10} cno {}",
+                        en.block, en.kind, en.ino, en.offset, en.vblock, en.cno
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
