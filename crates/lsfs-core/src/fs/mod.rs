@@ -858,6 +858,12 @@ impl Vfs for Lsfs {
         if src.kind == FileKind::Dir && self.is_ancestor(src.ino, newparent)? {
             return Err(Errno::INVAL);
         }
+        // Nor may a directory be replaced by something inside it (Linux: ENOTEMPTY).
+        if let Some(d) = dst.as_ref().filter(|_| flags & RENAME_EXCHANGE == 0) {
+            if d.kind == FileKind::Dir && self.is_ancestor(d.ino, parent)? {
+                return Err(Errno::NOTEMPTY);
+            }
+        }
         if flags & RENAME_EXCHANGE != 0 {
             let d = dst.as_ref().expect("checked");
             if d.kind == FileKind::Dir && self.is_ancestor(d.ino, parent)? {

@@ -1,0 +1,106 @@
+//! A full file system: writes fail with ENOSPC (not EIO, not a panic), what
+//! was written stays readable and durable, fsck stays clean, and deleting
+//! files frees space so that writes succeed again.
+
+mod common;
+use common::*;
+use lsfs_core::device::MemDevice;
+use lsfs_core::fs::Lsfs;
+use lsfs_vfs::{Errno, Vfs, ROOT_INO};
+
+const DEV_BYTES: u64 = 12 * MIB;
+const FILE_BYTES: usize = 256 * 1024;
+const CHUNK: usize = 64 * 1024;
+
+#[test]
+fn full_fs_says_enospc_keeps_data_and_recovers_after_deletes() {
+    let mut fs = mkfs(DEV_BYTES, cfg_no_protection());
+    let clock0 = lsfs_core::meta::store::wall_secs();
+    let mut tick = 0;
+    // The clock moves a second per file, so plain checkpoints expire and
+    // reclaim can free what deletes kill.
+    let mut advance = |fs: &mut Lsfs| {
+        tick += 1;
+        fs.store.now_override = Some(clock0 + tick);
+    };
+    let c = ctx();
+    let mut files: Vec<(Vec<u8>, u64, Vec<u8>)> = Vec::new();
+    let mut full = None;
+    'fill: for i in 0..1000u64 {
+        advance(&mut fs);
+        let name = format!("f{i}").into_bytes();
+        let a = match fs.mknod(ROOT_INO, &name, libc::S_IFREG | 0o644, 0, &c) {
+            Ok(a) => a,
+            Err(e) => {
+                full = Some(e);
+                break;
+            }
+        };
+        fs.forget(a.ino, 1);
+        let mut content = Vec::new();
+        for k in 0..FILE_BYTES / CHUNK {
+            let data = pattern(i * 100 + k as u64, CHUNK);
+            match fs.write(a.ino, content.len() as u64, &data) {
+                Ok(n) => {
+                    assert_eq!(n as usize, CHUNK);
+                    content.extend_from_slice(&data);
+                }
+                Err(e) => {
+                    full = Some(e);
+                    files.push((name, a.ino, content));
+                    break 'fill;
+                }
+            }
+        }
+        files.push((name, a.ino, content));
+    }
+    assert_eq!(full, Some(Errno::NOSPC), "filling must end with ENOSPC");
+    assert!(
+        files.len() * FILE_BYTES > 6 * MIB as usize,
+        "ENOSPC after only {} files of a 12 MiB device",
+        files.len()
+    );
+    // Still writable (for what fits) and consistent.
+    fs.sync()
+        .expect("a checkpoint must always fit in the reserve");
+    assert_clean(&fsck_bytes(image(&mut fs)), "a full image");
+    let check = |fs: &mut Lsfs, files: &[(Vec<u8>, u64, Vec<u8>)], what: &str| {
+        for (name, _, content) in files {
+            let a = fs.lookup(ROOT_INO, name).unwrap();
+            fs.forget(a.ino, 1);
+            assert_eq!(a.size, content.len() as u64, "{what}: size of {name:?}");
+            let got = fs.read(a.ino, 0, FILE_BYTES as u32 + 1).unwrap();
+            assert!(&got == content, "{what}: contents of {name:?}");
+        }
+    };
+    check(&mut fs, &files, "after ENOSPC");
+    fs.unmount().unwrap();
+    let bytes = image(&mut fs);
+    drop(fs);
+    let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(bytes)), cfg_no_protection()).unwrap();
+    check(&mut fs, &files, "after reopen");
+    // Delete all but the last two files; after a few checkpoints (time moving
+    // on), their segments are free again.
+    let keep = files.split_off(files.len() - 2);
+    for (name, _, _) in &files {
+        fs.unlink(ROOT_INO, name).unwrap();
+    }
+    for _ in 0..4 {
+        advance(&mut fs);
+        fs.checkpoint().unwrap();
+    }
+    assert!(
+        fs.store.stats.segments_reclaimed > 0,
+        "nothing was reclaimed"
+    );
+    let a = fs
+        .mknod(ROOT_INO, b"again", libc::S_IFREG | 0o644, 0, &c)
+        .expect("space is back after deletes");
+    let data = pattern(77, 4 * MIB as usize);
+    fs.write(a.ino, 0, &data).expect("a 4 MiB write fits again");
+    fs.fsync(a.ino, false).unwrap();
+    check(&mut fs, &keep, "after deletes");
+    assert!(fs.read(a.ino, 0, data.len() as u32).unwrap() == data);
+    fs.unmount().unwrap();
+    assert_clean(&fsck_bytes(image(&mut fs)), "the image after refilling");
+}
