@@ -13,6 +13,8 @@ fi
 file=$1
 ops=${2:-100000}
 seed=${FSX_SEED:-20260101}
+# cargo installs into ~/.cargo/bin, which a fresh root shell may not have on PATH.
+export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 if ! command -v fsx >/dev/null; then
     echo "fsx.sh: fsx not found; run scripts/install-deps.sh" >&2
     exit 2

@@ -32,6 +32,8 @@ if ! command -v cargo >/dev/null; then
     echo "install-deps.sh: cargo not found; install Rust (rustup) first" >&2
     exit 1
 fi
+# cargo installs into ~/.cargo/bin, which a fresh root shell may not have on PATH.
+export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 for crate in pjdfstest fsx; do
     if command -v "$crate" >/dev/null; then
         echo "cargo: $crate already installed at $(command -v "$crate")"

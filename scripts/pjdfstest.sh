@@ -19,6 +19,8 @@ if [[ ! -d $mountpoint ]]; then
     echo "pjdfstest.sh: $mountpoint is not a directory" >&2
     exit 2
 fi
+# cargo installs into ~/.cargo/bin, which a fresh root shell may not have on PATH.
+export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 if ! command -v pjdfstest >/dev/null; then
     echo "pjdfstest.sh: pjdfstest not found; run scripts/install-deps.sh" >&2
     exit 2
