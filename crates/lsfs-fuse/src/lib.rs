@@ -12,6 +12,14 @@
 //! mount.unmount()?;
 //! # Ok::<(), std::io::Error>(())
 //! ```
+//!
+//! Root mounts call mount(2) directly (type `fuse.lsfs`, `default_permissions`,
+//! `allow_other` by default); other users go through fusermount3.
+//!
+//! Tests: `tests/common/cases.rs` holds POSIX cases that run through a real
+//! mount; `posix_suite!(constructor)` (in `tests/common/mod.rs`) makes one
+//! `#[test]` per case for any `Vfs`, as `tests/memfs_mount.rs` and
+//! `tests/engine_mount.rs` do.
 
 mod adapter;
 mod convert;
