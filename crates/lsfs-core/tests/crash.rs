@@ -127,8 +127,24 @@ fn run_workload(seed: u64, steps: usize) -> Recorded {
                 fs.rename(ROOT_INO, &scratch[i], ROOT_INO, &new, 0).unwrap();
                 scratch[i] = new;
             }
-            90..=95 => {
+            90..=93 => {
                 fs.checkpoint().unwrap();
+            }
+            94 => {
+                // Snapshots pin dead blocks: crashes meet nsnapshot accounting.
+                fs.snapshot_create().unwrap();
+            }
+            95 => {
+                let snaps: Vec<u64> = fs
+                    .checkpoints()
+                    .iter()
+                    .filter(|c| c.is_snapshot())
+                    .map(|c| c.cno)
+                    .collect();
+                if !snaps.is_empty() {
+                    let cno = snaps[rng.gen_range(0..snaps.len())];
+                    fs.snapshot_set(cno, false).unwrap();
+                }
             }
             _ => {
                 fs.sync().unwrap();

@@ -52,7 +52,16 @@ enum Op {
     },
     RemoveXattr(Path, u8),
     Fsync(Path),
+    Chmod(Path, u32),
+    /// Open a file and keep it open (unlinking it then makes an orphan).
+    Open(Path),
+    /// Read through, then release, an open handle.
+    ReadHandle(usize),
+    Release(usize),
     Checkpoint,
+    Snapshot,
+    /// Demote a snapshot taken earlier to a plain checkpoint.
+    Demote(usize),
     Remount,
     OpenOld(usize),
 }
@@ -74,7 +83,7 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => path().prop_map(Op::Create),
         4 => path().prop_map(Op::Mkdir),
-        10 => (path(), offset(), 1usize..20_000, any::<u64>())
+        10 => (path(), offset(), prop_oneof![9 => 1usize..20_000, 1 => 200_000usize..600_000], any::<u64>())
             .prop_map(|(path, off, len, seed)| Op::Write { path, off, len, seed }),
         3 => (path(), prop_oneof![0u64..10_000, 380u64..400, (1u64 << 20)..(1 << 20) + 9000])
             .prop_map(|(p, s)| Op::Truncate(p, s)),
@@ -89,7 +98,13 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(path, name, len, flags)| Op::SetXattr { path, name, len, flags }),
         2 => (path(), 0u8..3).prop_map(|(p, n)| Op::RemoveXattr(p, n)),
         3 => path().prop_map(Op::Fsync),
+        1 => (path(), 0u32..0o7777).prop_map(|(p, m)| Op::Chmod(p, m)),
+        2 => path().prop_map(Op::Open),
+        2 => (0usize..4).prop_map(Op::ReadHandle),
+        2 => (0usize..4).prop_map(Op::Release),
         2 => Just(Op::Checkpoint),
+        1 => Just(Op::Snapshot),
+        1 => (0usize..4).prop_map(Op::Demote),
         1 => Just(Op::Remount),
         1 => (0usize..8).prop_map(Op::OpenOld),
     ]
@@ -226,7 +241,18 @@ fn apply(fs: &mut dyn Vfs, op: &Op) -> VfsResult<String> {
             let ino = resolve(fs, p)?;
             fs.fsync(ino, false).map(|_| String::new())
         }
-        Op::Checkpoint | Op::Remount | Op::OpenOld(_) => unreachable!("handled by the driver"),
+        Op::Chmod(p, mode) => {
+            let ino = resolve(fs, p)?;
+            let a = fs.setattr(
+                ino,
+                &SetAttr {
+                    mode: Some(*mode),
+                    ..SetAttr::default()
+                },
+            )?;
+            Ok(attr_summary(&a))
+        }
+        _ => unreachable!("handled by the driver"),
     }
 }
 
@@ -331,30 +357,100 @@ fn model_cfg() -> MountConfig {
     cfg()
 }
 
-fn run(ops: &[Op]) {
-    let mut fs = mkfs(DEV_BYTES, model_cfg());
+fn run(ops: &[Op], expire: bool) {
+    let config = if expire {
+        cfg_no_protection()
+    } else {
+        model_cfg()
+    };
+    let mut fs = mkfs(DEV_BYTES, config.clone());
+    let clock0 = lsfs_core::meta::store::wall_secs();
     let mut model = MemFs::new();
     // (checkpoint number, what the model looked like then)
     let mut history: Vec<(u64, BTreeMap<String, Seen>)> = Vec::new();
+    // Open handles: (lsfs inode, model inode).
+    let mut handles: Vec<(Ino, Ino)> = Vec::new();
     for (step, op) in ops.iter().enumerate() {
         let what = format!("step {step} {op:?}");
+        if expire {
+            // Each step a second later: plain checkpoints expire and reclaim
+            // frees segments, while snapshots stay.
+            fs.store.now_override = Some(clock0 + step as u64);
+        }
         match op {
-            Op::Checkpoint => {
-                let cno = fs.checkpoint().unwrap_or_else(|e| panic!("{what}: {e}"));
+            Op::Checkpoint | Op::Snapshot => {
+                let cno = if matches!(op, Op::Snapshot) {
+                    fs.snapshot_create()
+                } else {
+                    fs.checkpoint()
+                }
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
                 let d = dump(&mut model);
                 compare_dumps(&what, &dump(&mut fs), &d);
                 history.push((cno, d));
             }
+            Op::Demote(i) => {
+                let snaps: Vec<u64> = fs
+                    .checkpoints()
+                    .iter()
+                    .filter(|c| c.is_snapshot())
+                    .map(|c| c.cno)
+                    .collect();
+                if !snaps.is_empty() {
+                    let cno = snaps[i % snaps.len()];
+                    fs.snapshot_set(cno, false)
+                        .unwrap_or_else(|e| panic!("{what}: demote {cno}: {e}"));
+                }
+            }
+            Op::Open(p) => {
+                let got = resolve(&mut fs, p).and_then(|i| fs.open(i, 0).map(|_| i));
+                let want = resolve(&mut model, p).and_then(|i| model.open(i, 0).map(|_| i));
+                assert!(
+                    got.is_ok() == want.is_ok(),
+                    "{what}: lsfs {got:?} model {want:?}"
+                );
+                if let (Ok(a), Ok(b)) = (got, want) {
+                    handles.push((a, b));
+                }
+            }
+            Op::ReadHandle(i) | Op::Release(i) => {
+                if handles.is_empty() {
+                    continue;
+                }
+                let k = i % handles.len();
+                let (a, b) = handles[k];
+                let got = fs.read(a, 0, 1 << 20).map(|v| hash(&v));
+                let want = model.read(b, 0, 1 << 20).map(|v| hash(&v));
+                assert!(
+                    got == want,
+                    "{what}: read through handle: lsfs {got:?} model {want:?}"
+                );
+                if matches!(op, Op::Release(_)) {
+                    fs.release(a);
+                    model.release(b);
+                    handles.swap_remove(k);
+                }
+            }
             Op::Remount => {
+                // Unmounting closes every file.
+                for (a, b) in handles.drain(..) {
+                    fs.release(a);
+                    model.release(b);
+                }
                 fs.unmount().unwrap_or_else(|e| panic!("{what}: {e}"));
                 let bytes = image(&mut fs);
                 drop(fs);
                 assert_clean(&fsck_bytes(bytes.clone()), &what);
-                fs = Lsfs::open(Box::new(MemDevice::from_bytes(bytes)), model_cfg())
+                fs = Lsfs::open(Box::new(MemDevice::from_bytes(bytes)), config.clone())
                     .unwrap_or_else(|e| panic!("{what}: reopen: {e}"));
                 compare_dumps(&what, &dump(&mut fs), &dump(&mut model));
             }
             Op::OpenOld(i) => {
+                if history.is_empty() {
+                    continue;
+                }
+                // Expired checkpoints are gone; forget them.
+                history.retain(|(c, _)| fs.store.cps.entries.contains_key(c));
                 if history.is_empty() {
                     continue;
                 }
@@ -386,6 +482,12 @@ fn run(ops: &[Op]) {
         }
     }
     compare_dumps("at the end", &dump(&mut fs), &dump(&mut model));
+    // Open handles keep unlinked files as orphans: check with them still open.
+    fs.checkpoint().unwrap();
+    assert_clean(
+        &fsck_bytes(image(&mut fs)),
+        "the image with files still open",
+    );
     fs.unmount().unwrap();
     assert_clean(&fsck_bytes(image(&mut fs)), "the final image");
 }
@@ -406,8 +508,8 @@ proptest! {
     })]
 
     #[test]
-    fn lsfs_agrees_with_the_model(ops in prop::collection::vec(op(), 1..120)) {
-        run(&ops);
+    fn lsfs_agrees_with_the_model(ops in prop::collection::vec(op(), 1..120), expire in any::<bool>()) {
+        run(&ops, expire);
     }
 }
 
@@ -416,16 +518,19 @@ proptest! {
 /// to the old view, so the checkpoint showed later data.
 #[test]
 fn old_checkpoint_does_not_see_later_fsyncs() {
-    run(&[
-        Op::Create(vec![1]),
-        Op::Checkpoint,
-        Op::Write {
-            path: vec![1],
-            off: 0,
-            len: 1,
-            seed: 5,
-        },
-        Op::Fsync(vec![1]),
-        Op::OpenOld(0),
-    ]);
+    run(
+        &[
+            Op::Create(vec![1]),
+            Op::Checkpoint,
+            Op::Write {
+                path: vec![1],
+                off: 0,
+                len: 1,
+                seed: 5,
+            },
+            Op::Fsync(vec![1]),
+            Op::OpenOld(0),
+        ],
+        false,
+    );
 }
