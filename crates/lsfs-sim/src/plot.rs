@@ -19,6 +19,8 @@ pub struct Chart<'a> {
     /// Clamp the y axis (e.g. write cost explodes near 100 % utilization).
     pub y_max: Option<f64>,
     pub log_y: bool,
+    /// Where the legend goes; pick the corner the curves leave empty.
+    pub legend: SeriesLabelPosition,
 }
 
 const COLORS: [RGBColor; 8] = [
@@ -77,7 +79,7 @@ pub fn line_chart(path: &Path, chart: &Chart, series: &[Series]) -> Result<(), B
             .draw()?;
         draw_series(&mut ctx, series, y1)?;
         ctx.configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
+            .position(chart.legend.clone())
             .background_style(WHITE)
             .border_style(BLACK)
             .draw()?;
@@ -89,7 +91,7 @@ pub fn line_chart(path: &Path, chart: &Chart, series: &[Series]) -> Result<(), B
             .draw()?;
         draw_series(&mut ctx, series, y1)?;
         ctx.configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
+            .position(chart.legend.clone())
             .background_style(WHITE)
             .border_style(BLACK)
             .draw()?;

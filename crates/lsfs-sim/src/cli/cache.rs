@@ -348,6 +348,7 @@ fn plot(dir: &std::path::Path, rows: &[CacheRow]) -> Result<(), Box<dyn Error>> 
             y_label: "hit ratio",
             y_max: None,
             log_y: false,
+            legend: plotters::prelude::SeriesLabelPosition::LowerRight,
         };
         line_chart(
             &dir.join(format!("{w}-hit.svg")),
@@ -363,6 +364,7 @@ fn plot(dir: &std::path::Path, rows: &[CacheRow]) -> Result<(), Box<dyn Error>> 
                 y_label: "erases",
                 y_max: None,
                 log_y: false,
+                legend: plotters::prelude::SeriesLabelPosition::LowerRight,
             };
             line_chart(&dir.join(format!("{w}-erases.svg")), &chart, &erases)?;
         }

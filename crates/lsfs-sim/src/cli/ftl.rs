@@ -127,6 +127,7 @@ pub(super) fn run(args: FtlArgs) -> Result<(), Box<dyn Error>> {
             y_label: "write amplification",
             y_max: None,
             log_y: false,
+            legend: plotters::prelude::SeriesLabelPosition::UpperRight,
         };
         line_chart(path, &chart, &series)?;
     }

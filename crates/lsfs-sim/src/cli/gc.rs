@@ -202,6 +202,7 @@ pub(crate) fn plot_curves(
         y_label: "write cost / write amplification",
         y_max: Some(14.0),
         log_y: false,
+        legend: plotters::prelude::SeriesLabelPosition::UpperLeft,
     };
     line_chart(path, &chart, &series)
 }
@@ -247,6 +248,7 @@ pub(crate) fn plot_histogram(
         y_label: "fraction of segments",
         y_max: None,
         log_y: false,
+        legend: plotters::prelude::SeriesLabelPosition::UpperLeft,
     };
     line_chart(path, &chart, &series)
 }

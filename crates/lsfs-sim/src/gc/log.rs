@@ -103,6 +103,7 @@ impl SegmentLog {
         assert!(live_blocks > 0, "utilization leaves no live data");
         let placement = match config.policy {
             GcPolicy::Oracle => Placement::UserAndCleaner, // replaced once the sequence exists
+            GcPolicy::Streams(_) => Placement::Temperature(Default::default()),
             GcPolicy::Shared(kind) => {
                 let policy = kind.build(config.min_quiet_writes);
                 if policy.wants_temperature_streams() {
@@ -114,6 +115,7 @@ impl SegmentLog {
         };
         let policy: Box<dyn SelectionPolicy> = match config.policy {
             GcPolicy::Oracle => Box::new(Greedy),
+            GcPolicy::Streams(kind) => kind.build(config.min_quiet_writes),
             GcPolicy::Shared(kind) => kind.build(config.min_quiet_writes),
         };
         let empty = Segment {

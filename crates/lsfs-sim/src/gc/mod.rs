@@ -23,11 +23,14 @@ use serde::Serialize;
 use crate::access::AccessSpec;
 pub use sweep::{run_sweep, SweepJob};
 
-/// A policy for the simulator: one of the shared policies, or the oracle.
+/// A policy for the simulator: one of the shared policies, the oracle, or an ablation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum GcPolicy {
     Shared(PolicyKind),
     Oracle,
+    /// Ablation for issue 3: hot and cold streams exactly as `balanced` routes them, but a
+    /// class-blind shared policy selects victims, so nothing divides the space on purpose.
+    Streams(PolicyKind),
 }
 
 impl GcPolicy {
@@ -35,18 +38,26 @@ impl GcPolicy {
         match self {
             GcPolicy::Shared(k) => k.name(),
             GcPolicy::Oracle => "oracle",
+            GcPolicy::Streams(PolicyKind::Greedy) => "streams-greedy",
+            GcPolicy::Streams(PolicyKind::CostBenefit) => "streams-cb",
+            GcPolicy::Streams(_) => "streams-other",
         }
     }
 
     pub fn from_name(name: &str) -> Option<Self> {
-        if name == "oracle" {
-            return Some(GcPolicy::Oracle);
+        match name {
+            "oracle" => return Some(GcPolicy::Oracle),
+            "streams-greedy" => return Some(GcPolicy::Streams(PolicyKind::Greedy)),
+            "streams-cb" => return Some(GcPolicy::Streams(PolicyKind::CostBenefit)),
+            _ => {}
         }
         PolicyKind::from_name(name).map(GcPolicy::Shared)
     }
 
     pub fn all() -> Vec<GcPolicy> {
         let mut v: Vec<GcPolicy> = PolicyKind::ALL.into_iter().map(GcPolicy::Shared).collect();
+        v.push(GcPolicy::Streams(PolicyKind::Greedy));
+        v.push(GcPolicy::Streams(PolicyKind::CostBenefit));
         v.push(GcPolicy::Oracle);
         v
     }
