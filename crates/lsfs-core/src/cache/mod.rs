@@ -141,12 +141,12 @@ impl BlockCache {
         } else {
             self.make_room();
             if self.policy.len() >= self.policy.capacity() {
-                // Only dirty blocks left and over twice the capacity: the
-                // policy cannot track more, so this is a sizing bug.
-                panic!(
-                    "block cache: {} dirty blocks exceed twice the capacity",
-                    self.dirty.len()
-                );
+                // Only dirty blocks left and over twice the capacity: one
+                // operation dirtied more than the cache holds (deleting a
+                // huge file dirties a DAT block per 128 blocks it frees).
+                // They must all stay until the next checkpoint writes them,
+                // so the policy grows to track them.
+                self.grow_policy();
             }
             self.policy.insert(k, true);
             self.map.insert(
@@ -192,6 +192,22 @@ impl BlockCache {
 
     pub fn dirty_keys(&self) -> Vec<CacheKey> {
         self.dirty.iter().copied().collect()
+    }
+
+    /// Rebuild the replacement policy with twice its capacity, tracking
+    /// every resident block (their recency is lost; this is rare).
+    fn grow_policy(&mut self) {
+        let capacity = self.policy.capacity() * 2;
+        tracing::warn!(
+            "block cache: {} dirty blocks exceed its capacity of {}; tracking up to {capacity}",
+            self.dirty.len(),
+            self.capacity_blocks
+        );
+        let mut policy = TsClock::new(capacity, POLICY_PAGES_PER_BLOCK, identity);
+        for &k in self.map.keys() {
+            policy.insert(k, self.dirty.contains(&k));
+        }
+        self.policy = Box::new(policy);
     }
 
     /// Evict clean blocks until the cache is under its capacity. Returns
