@@ -15,6 +15,7 @@ pub mod device;
 pub mod error;
 pub mod fs;
 pub mod fsck;
+pub mod gc;
 pub mod inspect;
 pub mod layout;
 pub mod log;

@@ -162,7 +162,13 @@ fn check_crash_point(rec: &Recorded, nops: usize, seed: u64, reopen_fsck: bool) 
     if std::env::var("CRASH_DEBUG").is_ok() {
         debug_dump(rec, nops, seed);
     }
-    let bytes = img.bytes().to_vec();
+    check_image(rec, img.bytes().to_vec(), nops, seed, reopen_fsck);
+}
+
+/// `bytes` is what a crash at op `nops` of the workload left (possibly
+/// after more crashes during recovery): it must be clean and hold every file
+/// fsync'd before `nops`.
+fn check_image(rec: &Recorded, bytes: Vec<u8>, nops: usize, seed: u64, reopen_fsck: bool) {
     let report = fsck_bytes(bytes.clone());
     assert_clean(&report, &format!("crash image at op {nops} seed {seed}"));
     let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(bytes)), cfg())
@@ -220,8 +226,13 @@ fn flush_positions(log: &CrashLog) -> Vec<usize> {
 #[test]
 fn every_crash_point_recovers_to_a_clean_image_with_fsyncs_kept() {
     let mut checked = 0;
-    for wseed in [1u64, 2] {
-        let rec = run_workload(wseed, 220);
+    // One workload by default (about half a minute); CRASH_WORKLOADS=n runs n.
+    let workloads: u64 = std::env::var("CRASH_WORKLOADS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    for wseed in 1..=workloads {
+        let rec = run_workload(wseed, 260);
         let flushes = flush_positions(&rec.log);
         assert!(
             flushes.len() > 30,
@@ -245,6 +256,10 @@ fn every_crash_point_recovers_to_a_clean_image_with_fsyncs_kept() {
             }
             prev = f;
         }
+        // Crashes during recovery itself: recovery must be idempotent.
+        for (i, &f) in flushes.iter().enumerate().step_by(9) {
+            checked += crash_during_recovery(&rec, f, i as u64);
+        }
         // The very end, with the unflushed tail lost or partly kept.
         for seed in 0..3 {
             check_crash_point(&rec, rec.log.len(), seed, seed == 0);
@@ -252,6 +267,27 @@ fn every_crash_point_recovers_to_a_clean_image_with_fsyncs_kept() {
         }
     }
     eprintln!("crash states checked: {checked}");
+}
+
+/// Recover the crash image at `nops` on a recording device, then crash
+/// that recovery at each of its flushes and between them. Returns the number
+/// of states checked.
+fn crash_during_recovery(rec: &Recorded, nops: usize, seed: u64) -> usize {
+    let img = rec.log.crash_image(nops, seed);
+    let (dev, log) = CrashDevice::new(img);
+    let fs = Lsfs::open(Box::new(dev), cfg()).expect("recovery");
+    drop(fs);
+    let mut n = 0;
+    let mut prev = 0;
+    for f in flush_positions(&log).into_iter().chain([log.len()]) {
+        for at in [(prev + f) / 2, f] {
+            let again = log.crash_image(at, seed + at as u64);
+            check_image(rec, again.bytes().to_vec(), nops, seed, false);
+            n += 1;
+        }
+        prev = f;
+    }
+    n
 }
 
 #[test]

@@ -85,6 +85,13 @@ fn busy_image_is_clean_after_unmount() {
         r.stats
     );
     assert!(r.stats.regular_files >= 75, "{:?}", r.stats);
+    // `lsfs fsck --json` prints the report as JSON.
+    let v: serde_json::Value = serde_json::to_value(&r).unwrap();
+    assert_eq!(v["errors"].as_array().unwrap().len(), 0);
+    assert_eq!(
+        v["stats"]["snapshots"].as_u64(),
+        Some(r.stats.snapshots as u64)
+    );
 }
 
 #[test]

@@ -2,6 +2,7 @@
 //! the store: inodes, regular files, directories, symlinks, hard links,
 //! xattrs, checkpoints, snapshots, fsync and recovery's roll-forward.
 
+pub mod clean;
 pub mod dir;
 pub mod file;
 pub mod inode;
@@ -43,6 +44,7 @@ pub struct MountConfig {
     pub checkpoint_interval_secs: u64,
     /// Mount this checkpoint read-only instead of the live file system.
     pub checkpoint: Option<u64>,
+    pub cleaner: crate::gc::CleanerConfig,
 }
 
 impl Default for MountConfig {
@@ -51,6 +53,7 @@ impl Default for MountConfig {
             store: StoreConfig::default(),
             checkpoint_interval_secs: 5,
             checkpoint: None,
+            cleaner: Default::default(),
         }
     }
 }
@@ -66,6 +69,7 @@ pub struct Lsfs {
     pub replayed_records: usize,
     /// Snapshots browsable under `/.lsfs/snapshot` (live mounts only).
     views: Views,
+    pub cleaner: clean::Cleaner,
 }
 
 fn e(err: Error) -> Errno {
@@ -141,6 +145,7 @@ impl Lsfs {
             store,
             inodes: HashMap::new(),
             view,
+            cleaner: clean::Cleaner::new(config.cleaner.clone()),
             config,
             last_checkpoint: std::time::Instant::now(),
             replayed_records: 0,
@@ -263,11 +268,12 @@ impl Lsfs {
         if due && dirty {
             self.checkpoint()?;
         }
-        Ok(())
+        self.clean_in_background()
     }
 
     /// After a change: keep dirty blocks under half the cache.
     fn after_change(&mut self) -> VfsResult<()> {
+        self.cleaner.last_activity = std::time::Instant::now();
         if self.store.cache.dirty_count() * 2 > self.store.cache.capacity_blocks() {
             self.checkpoint().map_err(e)?;
         }
@@ -285,6 +291,13 @@ impl Lsfs {
     fn reserve(&mut self, blocks: u64) -> VfsResult<()> {
         let need = blocks + 64;
         if self.store.free_blocks() >= need {
+            // Below the cleaner's low-water mark, clean in the foreground
+            // back up to its high-water mark.
+            if self.cleaner.enabled
+                && self.free_percent() < self.cleaner.config.min_free_percent as f64
+            {
+                self.clean_to_high_water().map_err(e)?;
+            }
             return Ok(());
         }
         if self.store.has_dirty() {
@@ -292,7 +305,7 @@ impl Lsfs {
         }
         // Freed segments become usable after the checkpoint that freed them.
         self.checkpoint().map_err(e)?;
-        if self.store.free_blocks() >= need {
+        if self.store.free_blocks() >= need || self.clean_for_space(need).map_err(e)? {
             Ok(())
         } else {
             Err(Errno::NOSPC)

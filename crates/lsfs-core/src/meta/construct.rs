@@ -218,21 +218,24 @@ impl Store {
         let places = self.place(&plan, items.len());
         let mut dat_addr: HashMap<u64, u64> = HashMap::new();
         for (item, &pos) in items.iter().zip(&places) {
+            let seg = self.geo.segment_of(pos).expect("planned inside the log");
             match *item {
                 Item::Virtual(v) => {
                     let mut e = self.dat_get(v)?;
                     debug_assert_eq!(e.pblock, 0, "dirty virtual block {v} already placed");
                     e.pblock = pos;
                     self.dat_set(v, e)?;
+                    if !self.moved_dead.contains(&v) {
+                        self.segs.add_live(seg, now);
+                    } else if self.snapshot_in(e.start, e.end) {
+                        self.segs.add_snapshot(seg, 1);
+                    }
                 }
                 Item::Dat(t) => {
                     dat_addr.insert(t, pos);
+                    self.segs.add_live(seg, now);
                 }
                 Item::SuperRoot | Item::InodeLog => {}
-            }
-            if !matches!(item, Item::SuperRoot) {
-                let seg = self.geo.segment_of(pos).expect("planned inside the log");
-                self.segs.add_live(seg, now);
             }
         }
         self.rewrite_dat_pointers(&dat_order, &dat_addr)?;
@@ -322,6 +325,7 @@ impl Store {
         );
         self.segs.dirty_blocks.clear();
         self.segs.pending_free.clear();
+        self.moved_dead.clear();
         self.cur_cno += 1;
         self.fresh_floor = self.next_vblock;
         self.stats.checkpoints_written += 1;

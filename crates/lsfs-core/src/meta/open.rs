@@ -107,6 +107,7 @@ impl Store {
             tree: BTree::default(),
             snapshots: Vec::new(),
             now_override: None,
+            moved_dead: Default::default(),
         })
     }
 

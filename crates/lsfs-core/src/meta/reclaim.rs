@@ -15,20 +15,45 @@ use crate::meta::store::Store;
 const SEGMENTS_PER_PASS_MAX: usize = 32;
 
 impl Store {
-    pub(crate) fn reclaim_prepare(&mut self, now: u64) -> Result<()> {
-        let horizon = now.saturating_sub(self.config.protection_secs);
+    /// Delete every plain checkpoint but the latest, protection period or
+    /// not (the last resort before ENOSPC). Returns how many went.
+    pub fn expire_plain_checkpoints(&mut self) -> usize {
         let latest = self.cps.latest().map(|e| e.cno);
+        let doomed: Vec<u64> = self
+            .cps
+            .entries
+            .values()
+            .filter(|e| !e.is_snapshot() && Some(e.cno) != latest)
+            .map(|e| e.cno)
+            .collect();
+        for c in &doomed {
+            self.cps.remove(*c);
+            self.stats.checkpoints_deleted += 1;
+        }
+        doomed.len()
+    }
+
+    /// Delete the plain checkpoints that have left the protection period
+    /// (`created + protection <= now`). The checkpoint being built is not in
+    /// the table yet, so with a protection period of 0 it is the only plain
+    /// one left once it is written.
+    pub fn expire_checkpoints(&mut self, now: u64) {
+        let protection = self.config.protection_secs;
         let expired: Vec<u64> = self
             .cps
             .entries
             .values()
-            .filter(|e| !e.is_snapshot() && Some(e.cno) != latest && e.created_secs < horizon)
+            .filter(|e| !e.is_snapshot() && e.created_secs.saturating_add(protection) <= now)
             .map(|e| e.cno)
             .collect();
         for c in expired {
             self.cps.remove(c);
             self.stats.checkpoints_deleted += 1;
         }
+    }
+
+    pub(crate) fn reclaim_prepare(&mut self, now: u64) -> Result<()> {
+        self.expire_checkpoints(now);
         // Dead blocks with end > oldest_kept are still seen by a kept checkpoint.
         let oldest_kept = self
             .cps

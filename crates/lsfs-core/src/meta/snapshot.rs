@@ -9,7 +9,7 @@
 use crate::btree::NodeStore;
 use crate::error::{Error, Result};
 use crate::meta::dat_entry::{DatEntry, CNO_MAX, DAT_PER_BLOCK};
-use crate::meta::store::{dat_nodes, decode_u64, DatNodes, Store};
+use crate::meta::store::{dat_nodes, decode_u64, Store};
 
 impl Store {
     pub fn set_snapshot(&mut self, cno: u64, on: bool) -> Result<()> {

@@ -95,6 +95,9 @@ pub struct Store {
     pub(crate) snapshots: Vec<u64>,
     /// Clock used for all timestamps the store writes (tests may set it).
     pub now_override: Option<u64>,
+    /// Relocated blocks waiting to be placed that are dead but still needed
+    /// (by a snapshot or a kept checkpoint): placed without counting as live.
+    pub(crate) moved_dead: std::collections::HashSet<u64>,
 }
 
 pub fn wall_secs() -> u64 {
@@ -276,7 +279,7 @@ impl NodeStore for VNodesRo<'_> {
 
 macro_rules! dat_nodes {
     ($s:ident) => {
-        DatNodes {
+        $crate::meta::store::DatNodes {
             dev: &mut *$s.dev,
             cache: &mut $s.cache,
             segs: &mut $s.segs,
@@ -446,6 +449,19 @@ impl Store {
                 self.segs.kill_live(seg, false, now);
             }
             self.dat_set(v, DatEntry::default())?;
+        } else if e.pblock == 0 && self.cache.is_dirty(vkey(v)) {
+            // Relocated by the cleaner and not placed yet: older checkpoints
+            // still see it, so it is written anyway, as a dead block.
+            self.dat_set(
+                v,
+                DatEntry {
+                    end: self.cur_cno,
+                    ..e
+                },
+            )?;
+            self.moved_dead.insert(v);
+            self.blocks_used = self.blocks_used.saturating_sub(1);
+            return Ok(());
         } else {
             if e.pblock != 0 {
                 let seg = self.geo.segment_of(e.pblock).expect("checked on read");

@@ -1,0 +1,282 @@
+//! Running the cleaner on a mounted file system: background passes driven
+//! by free space, idle time and the power source; foreground passes before
+//! ENOSPC; every pass ends with a checkpoint that places the relocated
+//! blocks, after which the victims are free.
+
+use crate::error::{Error, Result};
+use crate::fs::Lsfs;
+use crate::gc::{on_battery, CleanerConfig, CleanerStats, PassReport, SelectionPolicy};
+use std::time::Instant;
+
+pub struct Cleaner {
+    pub config: CleanerConfig,
+    policy: Box<dyn SelectionPolicy>,
+    pub stats: CleanerStats,
+    /// Background cleaning on (`lsfs gc stop` turns it off).
+    pub enabled: bool,
+    last_check: Instant,
+    pub(crate) last_activity: Instant,
+    started: Instant,
+    /// Blocks copied in the current one-second window, for the rate bound.
+    window: (Instant, u64),
+    pub last_pass: Option<PassReport>,
+}
+
+impl Cleaner {
+    pub fn new(config: CleanerConfig) -> Cleaner {
+        let now = Instant::now();
+        Cleaner {
+            policy: config.policy(),
+            config,
+            stats: CleanerStats::default(),
+            enabled: true,
+            last_check: now,
+            last_activity: now,
+            started: now,
+            window: (now, 0),
+            last_pass: None,
+        }
+    }
+
+    pub fn set_policy(&mut self, name: &str) -> std::result::Result<(), String> {
+        let mut c = self.config.clone();
+        c.policy = name.to_string();
+        c.validate()?;
+        self.policy = c.policy();
+        self.config = c;
+        Ok(())
+    }
+
+    pub fn policy_name(&self) -> &'static str {
+        self.policy.name()
+    }
+}
+
+impl Lsfs {
+    /// Free segments as a percentage of all segments.
+    pub fn free_percent(&self) -> f64 {
+        let s = &self.store.segs;
+        (s.free_count() + s.pending_free.len() as u64) as f64 * 100.0 / s.nsegments() as f64
+    }
+
+    /// One cleaning pass over at most `max_victims` segments.
+    pub fn clean(&mut self, max_victims: usize, reason: &str) -> Result<PassReport> {
+        self.mutable().map_err(Error::Errno)?;
+        let now = self.store.now();
+        // Relocation must see the checkpoints the coming checkpoint keeps.
+        self.store.expire_checkpoints(now);
+        let candidates = self.store.cleanable_segments();
+        // Under space pressure reclaim fastest (greedy, as F2FS's foreground
+        // GC); with time to spare, the configured policy; and late abort
+        // saves copies only when there is time.
+        let pressed = matches!(reason, "foreground" | "low space");
+        let late_abort = !pressed;
+        // Ask for more than needed: late-aborted candidates do not count.
+        let picked = if pressed {
+            lsfs_policy::gc::Greedy.select_victims(&candidates, now, max_victims * 4)
+        } else {
+            self.cleaner
+                .policy
+                .select_victims(&candidates, now, max_victims * 4)
+        };
+        let seg_blocks = self.store.geo.segment_blocks as u64;
+        // Copies must fit in the cache (they stay dirty until the checkpoint)
+        // and in the free space: the reserve exists for this, so the cleaner
+        // may use all of it but one segment for the checkpoint's metadata.
+        let free_segments =
+            self.store.segs.free_count() + self.store.segs.pending_free.len() as u64;
+        // Two segments stay for the checkpoint that ends the pass, and half
+        // of the rest, since moved blocks dirty DAT blocks too.
+        let room = free_segments.saturating_sub(2) * seg_blocks / 2;
+        let budget = (self.store.cache.capacity_blocks() as u64 / 4).min(room);
+        let mut rep = PassReport {
+            reason: reason.to_string(),
+            ..Default::default()
+        };
+        let mut planned = 0u64;
+        for seg in picked {
+            if rep.victims.len() >= max_victims {
+                break;
+            }
+            let u = candidates
+                .iter()
+                .find(|c| c.segno == seg)
+                .expect("picked from candidates");
+            if late_abort && u.reclaimable_blocks() < self.cleaner.config.min_reclaim_blocks {
+                self.store.reage_segment(seg);
+                rep.late_aborted.push(seg);
+                continue;
+            }
+            if planned + u.nlive as u64 > budget {
+                break;
+            }
+            planned += u.nlive as u64;
+            let r = self.store.relocate_segment(seg)?;
+            rep.blocks_copied += r.copied() as u64;
+            rep.blocks_reclaimed += (r.nblocks - r.copied().min(r.nblocks)) as u64;
+            rep.victims.push(r);
+        }
+        if rep.victims.is_empty() && rep.late_aborted.is_empty() {
+            return Ok(rep);
+        }
+        self.checkpoint()?;
+        let total: u64 = rep.victims.iter().map(|v| v.nblocks as u64).sum();
+        rep.efficiency = if total == 0 {
+            1.0
+        } else {
+            1.0 - rep.blocks_copied as f64 / total as f64
+        };
+        self.account_pass(&rep);
+        if !rep.victims.is_empty() {
+            tracing::debug!(
+                "cleaner ({reason}): {} victims, {} blocks copied, efficiency {:.3}",
+                rep.victims.len(),
+                rep.blocks_copied,
+                rep.efficiency
+            );
+        }
+        self.cleaner.last_pass = Some(rep.clone());
+        Ok(rep)
+    }
+
+    fn account_pass(&mut self, rep: &PassReport) {
+        let c = &mut self.cleaner;
+        c.stats.passes += 1;
+        c.stats.segments_cleaned += rep.victims.len() as u64;
+        c.stats.blocks_copied += rep.blocks_copied;
+        c.stats.late_aborts += rep.late_aborted.len() as u64;
+        let (start, n) = c.window;
+        c.window = if start.elapsed().as_secs() >= 1 {
+            (Instant::now(), rep.blocks_copied)
+        } else {
+            (start, n + rep.blocks_copied)
+        };
+        self.refresh_cleaner_stats();
+        let c = &mut self.cleaner;
+        let t = c.started.elapsed().as_secs();
+        c.stats.wa_history.push((t, c.stats.write_amplification));
+        if c.stats.wa_history.len() > 4096 {
+            // Bounded: keep every other point.
+            let h: Vec<_> = c.stats.wa_history.iter().copied().step_by(2).collect();
+            c.stats.wa_history = h;
+        }
+    }
+
+    /// Recompute the derived totals (write amplification, unaccounted blocks).
+    pub fn refresh_cleaner_stats(&mut self) {
+        let written = self.store.stats.payload_blocks_written;
+        let c = &mut self.cleaner.stats;
+        c.cleaner_blocks_written = c.blocks_copied;
+        c.user_blocks_written = written.saturating_sub(c.blocks_copied);
+        c.write_amplification = if c.user_blocks_written == 0 {
+            1.0
+        } else {
+            written as f64 / c.user_blocks_written as f64
+        };
+        let used: u64 = self.store.segs.usage.iter().map(|u| u.nblocks as u64).sum();
+        let counted: u64 = self
+            .store
+            .segs
+            .usage
+            .iter()
+            .map(|u| (u.nlive + u.nsnapshot) as u64)
+            .sum();
+        let _ = counted;
+        // Dead blocks are unaccounted only while a plain checkpoint still
+        // protects them; segments carry no counter for those, so report the
+        // share of written blocks that are neither live nor snapshot-held
+        // but sit in segments whose live count changed within the protection period.
+        let horizon = self
+            .store
+            .now()
+            .saturating_sub(self.store.config.protection_secs);
+        let recent_dead: u64 = self
+            .store
+            .segs
+            .usage
+            .iter()
+            .filter(|u| u.nblocks > 0 && u.nlive_lastmod_secs >= horizon)
+            .map(|u| {
+                (u.nblocks
+                    - u.nlive.min(u.nblocks)
+                    - u.nsnapshot.min(u.nblocks - u.nlive.min(u.nblocks))) as u64
+            })
+            .sum();
+        c.unaccounted_fraction = if used == 0 {
+            0.0
+        } else {
+            recent_dead as f64 / used as f64
+        };
+    }
+
+    /// Background work of the cleaner; called from `tick`.
+    pub(crate) fn clean_in_background(&mut self) -> Result<()> {
+        if !self.cleaner.enabled || self.mutable().is_err() {
+            return Ok(());
+        }
+        let cfg = self.cleaner.config.clone();
+        let free = self.free_percent();
+        let (start, copied) = self.cleaner.window;
+        if start.elapsed().as_secs() < 1 && copied >= cfg.max_copy_blocks_per_sec {
+            return Ok(()); // rate bound: foreground I/O first
+        }
+        let battery = on_battery(&cfg);
+        let idle =
+            cfg.idle_secs > 0 && self.cleaner.last_activity.elapsed().as_secs() >= cfg.idle_secs;
+        let due = self.cleaner.last_check.elapsed().as_secs() >= cfg.check_interval_secs;
+        if free < cfg.min_free_percent as f64 {
+            self.cleaner.last_check = Instant::now();
+            self.clean(cfg.aggressive_segments_per_pass as usize, "low space")?;
+        } else if free < cfg.max_free_percent as f64 && !battery && (due || idle) {
+            self.cleaner.last_check = Instant::now();
+            self.clean(
+                cfg.segments_per_pass as usize,
+                if idle { "idle" } else { "interval" },
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Below the low-water mark: clean until free space is back at the
+    /// high-water mark (hysteresis, so writes do not pay for a pass each),
+    /// or until a pass gains nothing.
+    pub(crate) fn clean_to_high_water(&mut self) -> Result<()> {
+        let cfg = self.cleaner.config.clone();
+        for _ in 0..cfg.aggressive_segments_per_pass {
+            if self.free_percent() >= cfg.max_free_percent as f64 {
+                break;
+            }
+            let rep = self.clean(cfg.segments_per_pass as usize, "low space")?;
+            if rep.victims.is_empty() || rep.blocks_reclaimed == 0 {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Foreground cleaning before giving up with ENOSPC: passes until
+    /// `need` blocks are free or a pass frees nothing.
+    pub(crate) fn clean_for_space(&mut self, need: u64) -> Result<bool> {
+        for _ in 0..64 {
+            if self.store.free_blocks() >= need {
+                return Ok(true);
+            }
+            let n = self.cleaner.config.aggressive_segments_per_pass as usize;
+            let rep = self.clean(n, "foreground")?;
+            // Victims become free with the checkpoint after the one that moved their blocks.
+            self.checkpoint()?;
+            if rep.victims.is_empty() || rep.blocks_reclaimed == 0 {
+                // Nothing reclaimable while the protection period holds old
+                // checkpoints: give them up rather than fail the write.
+                if self.store.expire_plain_checkpoints() == 0 {
+                    break;
+                }
+                tracing::warn!(
+                    "out of space: deleted plain checkpoints inside the protection period"
+                );
+                self.checkpoint()?;
+            }
+        }
+        Ok(self.store.free_blocks() >= need)
+    }
+}

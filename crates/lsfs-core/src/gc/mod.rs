@@ -1,0 +1,234 @@
+//! The cleaner: picks victim segments with a policy from `lsfs-policy` (the
+//! same code the simulator runs), relocates what they still hold, and frees
+//! them. It runs in the background when free space falls below a threshold,
+//! during idle periods, more eagerly on AC power, and in the foreground as
+//! the last resort before ENOSPC.
+
+pub mod relocate;
+
+use crate::meta::store::Store;
+pub use lsfs_policy::gc::{PolicyKind, SegmentUsage, SelectionPolicy};
+use serde::{Deserialize, Serialize};
+
+/// Cleaner settings (`[cleaner]` in lsfs.toml), in the spirit of
+/// `nilfs_cleanerd.conf`. Ranges are checked by [`CleanerConfig::validate`].
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct CleanerConfig {
+    /// Victim selection: timestamp, greedy, cost-benefit, cost-hotness, balanced.
+    pub policy: String,
+    /// Clean when free segments drop below this percentage (1..=50; default 10).
+    pub min_free_percent: u32,
+    /// Stop background cleaning at this percentage (min..=90; default 20).
+    pub max_free_percent: u32,
+    /// Seconds between background checks (1..=3600; default 5).
+    pub check_interval_secs: u64,
+    /// Victims per background pass (1..=64; default 2).
+    pub segments_per_pass: u32,
+    /// Victims per pass when free space is below `min_free_percent` (1..=256; default 8).
+    pub aggressive_segments_per_pass: u32,
+    /// Seconds without file-system requests that count as idle (0 = never idle-clean; ..=3600; default 2).
+    pub idle_secs: u64,
+    /// Late abort: a victim that would reclaim fewer blocks than this is re-aged, not copied (0..=65536; default 16).
+    pub min_reclaim_blocks: u32,
+    /// Segments changed more recently than this are not cleaned (0..=86400; default 0).
+    pub min_quiet_secs: u64,
+    /// "auto" (read /sys/class/power_supply), "ac" or "battery".
+    pub power: String,
+    /// Blocks the cleaner may copy per second, so foreground I/O is never starved (64..=10^7; default 25600 = 100 MiB/s).
+    pub max_copy_blocks_per_sec: u64,
+}
+
+impl Default for CleanerConfig {
+    fn default() -> Self {
+        CleanerConfig {
+            policy: "cost-benefit".into(),
+            min_free_percent: 10,
+            max_free_percent: 20,
+            check_interval_secs: 5,
+            segments_per_pass: 2,
+            aggressive_segments_per_pass: 8,
+            idle_secs: 2,
+            min_reclaim_blocks: 16,
+            min_quiet_secs: 0,
+            power: "auto".into(),
+            max_copy_blocks_per_sec: 25_600,
+        }
+    }
+}
+
+fn range<T: PartialOrd + std::fmt::Display>(name: &str, v: T, lo: T, hi: T) -> Result<(), String> {
+    if v < lo || v > hi {
+        return Err(format!(
+            "cleaner.{name} = {v} is outside its valid range {lo}..={hi}"
+        ));
+    }
+    Ok(())
+}
+
+impl CleanerConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        if PolicyKind::from_name(&self.policy).is_none() {
+            let names: Vec<_> = PolicyKind::ALL.iter().map(|k| k.name()).collect();
+            return Err(format!(
+                "cleaner.policy = {:?}: one of {}",
+                self.policy,
+                names.join(", ")
+            ));
+        }
+        range("min_free_percent", self.min_free_percent, 1, 50)?;
+        range(
+            "max_free_percent",
+            self.max_free_percent,
+            self.min_free_percent,
+            90,
+        )?;
+        range("check_interval_secs", self.check_interval_secs, 1, 3600)?;
+        range("segments_per_pass", self.segments_per_pass, 1, 64)?;
+        range(
+            "aggressive_segments_per_pass",
+            self.aggressive_segments_per_pass,
+            1,
+            256,
+        )?;
+        range("idle_secs", self.idle_secs, 0, 3600)?;
+        range("min_reclaim_blocks", self.min_reclaim_blocks, 0, 65536)?;
+        range("min_quiet_secs", self.min_quiet_secs, 0, 86400)?;
+        range(
+            "max_copy_blocks_per_sec",
+            self.max_copy_blocks_per_sec,
+            64,
+            10_000_000,
+        )?;
+        if !["auto", "ac", "battery"].contains(&self.power.as_str()) {
+            return Err(format!(
+                "cleaner.power = {:?}: one of auto, ac, battery",
+                self.power
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn policy(&self) -> Box<dyn SelectionPolicy> {
+        PolicyKind::from_name(&self.policy)
+            .unwrap_or(PolicyKind::CostBenefit)
+            .build(self.min_quiet_secs)
+    }
+}
+
+/// Whether the machine runs on battery now (`power = "auto"` reads sysfs:
+/// on battery when a battery reports Discharging and no mains supply is online).
+pub fn on_battery(cfg: &CleanerConfig) -> bool {
+    match cfg.power.as_str() {
+        "ac" => false,
+        "battery" => true,
+        _ => {
+            let Ok(dir) = std::fs::read_dir("/sys/class/power_supply") else {
+                return false;
+            };
+            let mut mains_online = false;
+            let mut discharging = false;
+            for e in dir.flatten() {
+                let p = e.path();
+                let kind = std::fs::read_to_string(p.join("type")).unwrap_or_default();
+                match kind.trim() {
+                    "Mains" => {
+                        mains_online |= std::fs::read_to_string(p.join("online"))
+                            .unwrap_or_default()
+                            .trim()
+                            == "1"
+                    }
+                    "Battery" => {
+                        discharging |= std::fs::read_to_string(p.join("status"))
+                            .unwrap_or_default()
+                            .trim()
+                            == "Discharging"
+                    }
+                    _ => {}
+                }
+            }
+            discharging && !mains_online
+        }
+    }
+}
+
+/// One cleaning pass, as `lsfs gc run` and the logs report it.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PassReport {
+    pub victims: Vec<relocate::Relocated>,
+    /// Victims re-aged by late abort instead of copied.
+    pub late_aborted: Vec<u64>,
+    pub blocks_copied: u64,
+    pub blocks_reclaimed: u64,
+    /// E = 1 − copied / total blocks of the victims.
+    pub efficiency: f64,
+    pub reason: String,
+}
+
+/// Totals since mount.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CleanerStats {
+    pub passes: u64,
+    pub segments_cleaned: u64,
+    pub blocks_copied: u64,
+    pub late_aborts: u64,
+    /// Blocks written by the segment constructor that were not cleaner copies.
+    pub user_blocks_written: u64,
+    /// Blocks the cleaner copied.
+    pub cleaner_blocks_written: u64,
+    /// (user + cleaner) / user.
+    pub write_amplification: f64,
+    /// Fraction of written blocks whose state no counter tracks (dead, protected only by a plain checkpoint).
+    pub unaccounted_fraction: f64,
+    /// (seconds since mount, write amplification so far), one point per pass.
+    pub wa_history: Vec<(u64, f64)>,
+}
+
+impl Store {
+    /// Segments the cleaner may take: written, closed, not reserved for the
+    /// writer, not already freed, and not part of the recovery chain.
+    pub fn cleanable_segments(&self) -> Vec<SegmentUsage> {
+        let chain_from = self.sb_slot_seq.iter().copied().min().unwrap_or(0);
+        (0..self.segs.nsegments())
+            .filter(|&s| {
+                let u = &self.segs.usage[s as usize];
+                u.nblocks > 0
+                    && !self.segs.reserved.contains(&s)
+                    && !self.segs.pending_free.contains(&s)
+                    && self.segs.last_seq[s as usize] < chain_from
+            })
+            .map(|s| {
+                let u = &self.segs.usage[s as usize];
+                SegmentUsage {
+                    segno: s,
+                    nblocks: u.nblocks,
+                    // What must be copied: live and snapshot-protected blocks.
+                    nlive: u.nlive + u.nsnapshot,
+                    nsnapshot: u.nsnapshot,
+                    lastmod_secs: u.lastmod_secs,
+                    nlive_lastmod_secs: u.nlive_lastmod_secs,
+                    temperature: Default::default(),
+                }
+            })
+            .collect()
+    }
+
+    /// A 512-bin histogram of the utilization (nlive / segment size) of used segments.
+    pub fn utilization_histogram(&self) -> Vec<u64> {
+        let mut h = vec![0u64; 512];
+        for u in self.segs.usage.iter().filter(|u| u.nblocks > 0) {
+            let f = u.nlive as f64 / self.geo.segment_blocks as f64;
+            h[((f * 512.0) as usize).min(511)] += 1;
+        }
+        h
+    }
+
+    /// Re-age a segment (late abort): it looks freshly written, so it is not picked again soon.
+    pub fn reage_segment(&mut self, seg: u64) {
+        let now = self.now();
+        self.segs.usage[seg as usize].lastmod_secs = now;
+        self.segs
+            .dirty_blocks
+            .insert(seg / crate::meta::sufile::SU_PER_BLOCK);
+    }
+}

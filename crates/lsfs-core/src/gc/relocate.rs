@@ -1,0 +1,178 @@
+//! Relocation: moving what is still needed out of victim segments.
+//!
+//! A block keeps its virtual block number when it moves, so only its DAT
+//! entry changes and no tree above it is rewritten (DESIGN §2.2). The block
+//! is put in the cache as dirty with its old owner, its DAT entry forgets the
+//! old place, and the next checkpoint places it. Blocks that are dead and
+//! needed by no kept checkpoint or snapshot are not copied; their DAT
+//! entries are freed. The victim is then free of live and snapshot blocks and
+//! is marked freed, usable once that checkpoint is durable.
+
+use crate::btree::Node;
+use crate::cache::{vkey, Owner};
+use crate::error::Result;
+use crate::log::chain::segment_records;
+use crate::log::record::BlockKind;
+use crate::meta::dat_entry::{DatEntry, CNO_MAX};
+use crate::meta::store::{dat_nodes, decode_u64, Store};
+use std::collections::HashMap;
+
+/// What relocating one segment did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Relocated {
+    pub segno: u64,
+    /// Blocks the segment held (headers included).
+    pub nblocks: u32,
+    /// Live blocks of the current file system copied.
+    pub live_copied: u32,
+    /// Dead blocks copied because a snapshot or a kept checkpoint needs them.
+    pub protected_copied: u32,
+    /// DAT blocks and nodes rewritten.
+    pub dat_copied: u32,
+    /// DAT entries of unneeded dead blocks freed.
+    pub freed_entries: u32,
+}
+
+impl Relocated {
+    pub fn copied(&self) -> u32 {
+        self.live_copied + self.protected_copied + self.dat_copied
+    }
+}
+
+impl Store {
+    /// Oldest plain checkpoint still kept: dead blocks with `end` above it are needed.
+    pub(crate) fn oldest_kept_cno(&self) -> u64 {
+        self.cps
+            .entries
+            .values()
+            .filter(|e| !e.is_snapshot())
+            .map(|e| e.cno)
+            .min()
+            .unwrap_or(self.cur_cno)
+    }
+
+    /// Map from each DAT tree node's address to the first key below it.
+    fn dat_node_first_keys(&mut self) -> Result<HashMap<u64, u64>> {
+        let tree = self.tree;
+        let root = self.dat_root;
+        let mut out = HashMap::new();
+        tree.visit(&mut dat_nodes!(self), root, &mut |v| {
+            let first = match v.node {
+                Node::Leaf { items } => items.first().map(|i| i.0),
+                Node::Internal { children, .. } => children.first().map(|c| c.0),
+            };
+            if let Some(k) = first {
+                out.insert(v.ptr, k);
+            }
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Make DAT block `idx` and the tree path above it writable (moves them).
+    fn dat_block_cow(&mut self, idx: u64) -> Result<()> {
+        let v = idx * crate::meta::dat_entry::DAT_PER_BLOCK;
+        // Any entry of the block will do: dat_set of an unchanged non-free
+        // entry rewrites the block; find one.
+        for slot in 0..crate::meta::dat_entry::DAT_PER_BLOCK {
+            let e = self.dat_get(v + slot)?;
+            if !e.is_free() {
+                return self.dat_set(v + slot, e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Move everything still needed out of `seg` and mark it freed.
+    pub fn relocate_segment(&mut self, seg: u64) -> Result<Relocated> {
+        let records = segment_records(&mut *self.dev, &self.geo, self.sb.fs_id, seg)?;
+        let oldest_kept = self.oldest_kept_cno();
+        let now = self.now();
+        let mut rep = Relocated {
+            segno: seg,
+            nblocks: self.segs.usage[seg as usize].nblocks,
+            ..Default::default()
+        };
+        let mut dat_nodes_here = Vec::new();
+        for r in &records {
+            for (i, ent) in r.header.entries.iter().enumerate() {
+                let pos = r.payload_block(i);
+                match ent.kind {
+                    BlockKind::Data | BlockKind::Node if ent.vblock != 0 => {
+                        let e = self.dat_get(ent.vblock)?;
+                        if e.pblock != pos {
+                            continue; // superseded copy
+                        }
+                        let owner = Owner {
+                            ino: ent.ino,
+                            offset: ent.offset,
+                            kind: ent.kind,
+                        };
+                        if e.end == CNO_MAX {
+                            self.move_vblock(ent.vblock, e, owner, pos)?;
+                            self.segs.kill_live(seg, false, now);
+                            rep.live_copied += 1;
+                        } else if e.end > oldest_kept || self.snapshot_in(e.start, e.end) {
+                            self.move_vblock(ent.vblock, e, owner, pos)?;
+                            if self.snapshot_in(e.start, e.end) {
+                                self.segs.add_snapshot(seg, -1);
+                            }
+                            self.moved_dead.insert(ent.vblock);
+                            rep.protected_copied += 1;
+                        } else {
+                            self.dat_set(ent.vblock, DatEntry::default())?;
+                            rep.freed_entries += 1;
+                        }
+                    }
+                    BlockKind::DatBlock => {
+                        if self.dat_block_addr_pub(ent.offset)? == Some(pos) {
+                            self.dat_block_cow(ent.offset)?;
+                            rep.dat_copied += 1;
+                        }
+                    }
+                    BlockKind::DatNode => dat_nodes_here.push(pos),
+                    _ => {}
+                }
+            }
+        }
+        if !dat_nodes_here.is_empty() {
+            let firsts = self.dat_node_first_keys()?;
+            for p in dat_nodes_here {
+                if let Some(&k) = firsts.get(&p) {
+                    self.dat_block_cow(k)?;
+                    rep.dat_copied += 1;
+                }
+            }
+        }
+        let u = self.segs.usage[seg as usize];
+        assert!(
+            u.nlive == 0 && u.nsnapshot == 0,
+            "segment {seg} still counts {} live and {} snapshot blocks after relocation (accounting bug)",
+            u.nlive,
+            u.nsnapshot
+        );
+        self.segs.mark_freed(seg, now);
+        Ok(rep)
+    }
+
+    fn move_vblock(&mut self, v: u64, e: DatEntry, owner: Owner, pos: u64) -> Result<()> {
+        let data = match self.cache.get(vkey(v)) {
+            Some(b) => b.to_vec(),
+            None => {
+                let mut b = vec![0; self.geo.block_bytes];
+                self.dev.read_at(self.geo.byte_offset(pos), &mut b)?;
+                b
+            }
+        };
+        self.dat_set(v, DatEntry { pblock: 0, ..e })?;
+        self.cache.put_dirty(vkey(v), data, owner);
+        Ok(())
+    }
+
+    pub(crate) fn dat_block_addr_pub(&mut self, idx: u64) -> Result<Option<u64>> {
+        let tree = self.tree;
+        let root = self.dat_root;
+        let v = tree.get(&mut dat_nodes!(self), root, idx)?;
+        v.map(|b| decode_u64(&b, "DAT block map")).transpose()
+    }
+}

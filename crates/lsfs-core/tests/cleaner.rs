@@ -1,0 +1,177 @@
+//! The cleaner under pressure: a small file system kept near full by
+//! overwrites must keep accepting writes, lose nothing, and keep its
+//! per-segment counters exact (fsck recounts them).
+
+use lsfs_core::device::MemDevice;
+use lsfs_core::fs::{Lsfs, MountConfig};
+use lsfs_core::meta::open::MkfsOptions;
+use lsfs_vfs::{Ctx, Vfs, ROOT_INO};
+use rand::{Rng, SeedableRng};
+
+fn cfg() -> MountConfig {
+    let mut c = MountConfig::default();
+    c.store.cache_blocks = 2048;
+    c.store.protection_secs = 0;
+    c
+}
+
+fn block(file: usize, version: u32) -> Vec<u8> {
+    let mut b = vec![0u8; 4096];
+    b[..8].copy_from_slice(&(file as u64).to_le_bytes());
+    b[8..12].copy_from_slice(&version.to_le_bytes());
+    b[100] = (file as u32 ^ version) as u8;
+    b
+}
+
+fn fsck_clean(fs: &mut Lsfs) {
+    fs.unmount().unwrap();
+    let img = fs.store.dev_bytes_for_test();
+    let rep = lsfs_core::fsck::fsck(Box::new(MemDevice::from_bytes(img))).unwrap();
+    assert!(rep.errors.is_empty(), "fsck: {:#?}", rep.errors);
+}
+
+/// Rohner's hot/cold workload: 4 KiB files, 10 % of them get 90 % of the writes.
+#[test]
+fn hot_cold_overwrites_keep_running_near_full() {
+    let opts = MkfsOptions {
+        segment_blocks: 64,
+        label: "gc".into(),
+    };
+    let mut fs = Lsfs::mkfs(Box::new(MemDevice::new(48 << 20)), &opts, cfg()).unwrap();
+    let t0 = fs.store.now();
+    fs.store.now_override = Some(t0);
+    let ctx = Ctx::default();
+    let capacity = fs.store.geo.total_segment_blocks() as usize;
+    let nfiles = capacity * 70 / 100;
+    let mut inos = Vec::new();
+    let mut versions = vec![0u32; nfiles];
+    for f in 0..nfiles {
+        let a = fs
+            .mknod(
+                ROOT_INO,
+                format!("f{f}").as_bytes(),
+                libc::S_IFREG | 0o644,
+                0,
+                &ctx,
+            )
+            .unwrap();
+        fs.write(a.ino, 0, &block(f, 0)).unwrap();
+        inos.push(a.ino);
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let hot = nfiles / 10;
+    let rounds = capacity * 2;
+    for i in 0..rounds {
+        let f = if rng.gen_bool(0.9) {
+            rng.gen_range(0..hot)
+        } else {
+            rng.gen_range(hot..nfiles)
+        };
+        versions[f] += 1;
+        if let Err(e) = fs.write(inos[f], 0, &block(f, versions[f])) {
+            let u = &fs.store.segs.usage;
+            let live: u64 = u.iter().map(|x| x.nlive as u64).sum();
+            let snap: u64 = u.iter().map(|x| x.nsnapshot as u64).sum();
+            let used = u.iter().filter(|x| x.nblocks > 0).count();
+            let cands: Vec<_> = fs
+                .store
+                .cleanable_segments()
+                .iter()
+                .map(|c| c.nblocks - c.nlive)
+                .collect();
+            panic!(
+                "write {i} of {rounds} failed: {e:?}; live {live} snap {snap} of {} blocks, {used} segments used, free {}, cps {}, reclaimable per cleanable segment {cands:?}, last pass {:?}",
+                fs.store.geo.total_segment_blocks(),
+                fs.store.segs.free_count(),
+                fs.store.cps.entries.len(),
+                fs.cleaner.last_pass
+            );
+        }
+        if i % 100 == 0 {
+            // Time passes, so old checkpoints leave the protection period.
+            fs.store.now_override = Some(t0 + i as u64);
+            fs.tick().unwrap();
+        }
+    }
+    for f in (0..nfiles).step_by(7) {
+        assert_eq!(
+            fs.read(inos[f], 0, 4096).unwrap(),
+            block(f, versions[f]),
+            "file {f}"
+        );
+    }
+    fs.refresh_cleaner_stats();
+    let st = fs.cleaner.stats.clone();
+    assert!(st.segments_cleaned > 0, "the cleaner never ran: {st:?}");
+    assert!(st.write_amplification >= 1.0);
+    eprintln!(
+        "hot/cold at 70 %: {} passes, {} segments cleaned, WA {:.2}",
+        st.passes, st.segments_cleaned, st.write_amplification
+    );
+    fsck_clean(&mut fs);
+}
+
+/// Rohner §4.5.1: blocks a snapshot holds are copied, not lost; when the
+/// snapshot goes, its segments become reclaimable.
+#[test]
+fn snapshot_blocks_survive_cleaning_and_are_released_after() {
+    let opts = MkfsOptions {
+        segment_blocks: 64,
+        label: "snap".into(),
+    };
+    let mut fs = Lsfs::mkfs(Box::new(MemDevice::new(32 << 20)), &opts, cfg()).unwrap();
+    let t0 = fs.store.now();
+    fs.store.now_override = Some(t0);
+    let ctx = Ctx::default();
+    let a = fs
+        .mknod(ROOT_INO, b"data", libc::S_IFREG | 0o644, 0, &ctx)
+        .unwrap();
+    let old: Vec<u8> = (0..2000 * 4096).map(|i| (i % 251) as u8).collect();
+    fs.write(a.ino, 0, &old).unwrap();
+    let snap = fs.snapshot_create().unwrap();
+    // Overwrite most blocks: the old versions are dead but held by the snapshot.
+    let new = vec![0xAB; 1800 * 4096];
+    fs.write(a.ino, 0, &new).unwrap();
+    fs.store.now_override = Some(t0 + 100);
+    fs.checkpoint().unwrap();
+    let held: u32 = fs.store.segs.usage.iter().map(|u| u.nsnapshot).sum();
+    assert!(held >= 1800, "snapshot holds only {held} blocks");
+    // Clean everything cleanable: snapshot blocks move, never vanish.
+    for _ in 0..10 {
+        fs.clean(16, "test").unwrap();
+    }
+    let held_after: u32 = fs.store.segs.usage.iter().map(|u| u.nsnapshot).sum();
+    assert_eq!(
+        held_after, held,
+        "cleaning changed how many blocks the snapshot holds"
+    );
+    let root = fs.lookup(ROOT_INO, b".lsfs").unwrap();
+    let sd = fs.lookup(root.ino, b"snapshot").unwrap();
+    let s = fs.lookup(sd.ino, snap.to_string().as_bytes()).unwrap();
+    let f = fs.lookup(s.ino, b"data").unwrap();
+    assert_eq!(
+        fs.read(f.ino, 0, old.len() as u32).unwrap(),
+        old,
+        "snapshot content changed"
+    );
+    // Drop the snapshot: its blocks are now dead everywhere.
+    let before = fs.store.segs.free_count();
+    fs.store.now_override = Some(t0 + 200);
+    fs.snapshot_set(snap, false).unwrap();
+    let held_now: u32 = fs.store.segs.usage.iter().map(|u| u.nsnapshot).sum();
+    assert_eq!(held_now, 0, "nsnapshot not released with the snapshot");
+    fs.checkpoint().unwrap();
+    fs.checkpoint().unwrap();
+    for _ in 0..10 {
+        fs.clean(16, "test").unwrap();
+    }
+    fs.checkpoint().unwrap();
+    let after = fs.store.segs.free_count();
+    assert!(
+        after >= before + (1700 / 64) as u64,
+        "dropping the snapshot freed only {} segments",
+        after - before
+    );
+    assert_eq!(fs.read(a.ino, 0, new.len() as u32).unwrap(), new);
+    fsck_clean(&mut fs);
+}
