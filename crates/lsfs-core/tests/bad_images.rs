@@ -217,19 +217,26 @@ fn damage_that_opening_misses_is_found_by_fsck() {
     assert!(f.contains("records cover"), "{f}");
     // 3. The SUFILE's live count of the first used segment, off by one: only
     // the brute-force recount can tell.
-    let su0 = recs
+    let (rec, su0) = recs
         .iter()
-        .flat_map(|r| r.entries.iter())
-        .filter(|e| e.kind == "Data" && e.ino == lsfs_core::layout::SUFILE_INO && e.offset == 0)
+        .flat_map(|r| r.entries.iter().map(move |e| (r, e)))
+        .filter(|(_, e)| {
+            e.kind == "Data" && e.ino == lsfs_core::layout::SUFILE_INO && e.offset == 0
+        })
         .last()
-        .unwrap()
-        .block as usize;
+        .map(|(r, e)| (r, e.block as usize))
+        .unwrap();
     let mut b = good.clone();
     // Entry 0 is segment 0: nblocks (u32), then nlive (u32).
     let at = su0 * BLOCK_BYTES + 4;
     let nlive = u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
     assert!(nlive > 0, "segment 0 holds live blocks");
     b[at..at + 4].copy_from_slice(&(nlive - 1).to_le_bytes());
+    // Reseal the record, as if the engine had written the wrong count.
+    let r = &mut b
+        [rec.block as usize * BLOCK_BYTES..(rec.block + rec.nblocks as u64) as usize * BLOCK_BYTES];
+    let crc = crc_with_hole(r, 8);
+    r[8..12].copy_from_slice(&crc.to_le_bytes());
     Lsfs::open(Box::new(MemDevice::from_bytes(b.clone())), cfg())
         .expect("a wrong counter does not stop a mount");
     let f = fsck_errors(b);
