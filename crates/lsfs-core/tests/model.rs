@@ -63,6 +63,11 @@ enum Op {
     /// Demote a snapshot taken earlier to a plain checkpoint.
     Demote(usize),
     Remount,
+    /// sync, then a power cut: the recovered file system is the model.
+    SyncCrash,
+    /// fsync one file, then look at a recovered copy of the image: that
+    /// file is what the model says, whatever else happened.
+    FsyncPeek(Path),
     OpenOld(usize),
 }
 
@@ -106,6 +111,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Snapshot),
         1 => (0usize..4).prop_map(Op::Demote),
         1 => Just(Op::Remount),
+        1 => Just(Op::SyncCrash),
+        2 => path().prop_map(Op::FsyncPeek),
         1 => (0usize..8).prop_map(Op::OpenOld),
     ]
 }
@@ -444,6 +451,48 @@ fn run(ops: &[Op], expire: bool) {
                 fs = Lsfs::open(Box::new(MemDevice::from_bytes(bytes)), config.clone())
                     .unwrap_or_else(|e| panic!("{what}: reopen: {e}"));
                 compare_dumps(&what, &dump(&mut fs), &dump(&mut model));
+            }
+            Op::SyncCrash => {
+                for (a, b) in handles.drain(..) {
+                    fs.release(a);
+                    model.release(b);
+                }
+                fs.sync().unwrap_or_else(|e| panic!("{what}: {e}"));
+                let bytes = image(&mut fs);
+                drop(fs); // no unmount
+                assert_clean(&fsck_bytes(bytes.clone()), &what);
+                fs = Lsfs::open(Box::new(MemDevice::from_bytes(bytes)), config.clone())
+                    .unwrap_or_else(|e| panic!("{what}: recover: {e}"));
+                compare_dumps(&what, &dump(&mut fs), &dump(&mut model));
+            }
+            Op::FsyncPeek(p) => {
+                let got = resolve(&mut fs, p).and_then(|i| fs.fsync(i, false));
+                let want = resolve(&mut model, p).and_then(|i| model.fsync(i, false));
+                assert!(got == want, "{what}: lsfs {got:?} model {want:?}");
+                if got.is_err() {
+                    continue;
+                }
+                // Recover a copy in memory only (read-only: replay is not written).
+                let mut c = config.clone();
+                c.store.read_only = true;
+                let mut copy = Lsfs::open(Box::new(MemDevice::from_bytes(image(&mut fs))), c)
+                    .unwrap_or_else(|e| panic!("{what}: recover a copy: {e}"));
+                let seen = |v: &mut dyn Vfs| -> VfsResult<(String, u64)> {
+                    let ino = resolve(v, p)?;
+                    let a = v.getattr(ino)?;
+                    let data = match a.kind {
+                        FileKind::File => v.read(ino, 0, 1 << 20)?,
+                        FileKind::Symlink => v.readlink(ino)?,
+                        _ => Vec::new(),
+                    };
+                    Ok((attr_summary(&a), hash(&data)))
+                };
+                let got = seen(&mut copy);
+                let want = seen(&mut model);
+                assert!(
+                    got == want,
+                    "{what}: after a crash lsfs {got:?} model {want:?}"
+                );
             }
             Op::OpenOld(i) => {
                 if history.is_empty() {
