@@ -55,9 +55,15 @@ pub struct GcArgs {
     /// Worker threads (0 = all cores).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
-    /// Write cost and WA against utilization, as SVG.
+    /// Write cost against utilization (Rosenblum's figure), as SVG.
     #[arg(long)]
     pub plot: Option<PathBuf>,
+    /// Write amplification against utilization, as SVG.
+    #[arg(long)]
+    pub plot_wa: Option<PathBuf>,
+    /// Do not simulate: load results saved with --json and only print / plot them.
+    #[arg(long)]
+    pub from_json: Option<PathBuf>,
     /// Segment utilization distribution at the highest utilization, as SVG.
     #[arg(long)]
     pub histogram: Option<PathBuf>,
@@ -127,9 +133,11 @@ impl GcArgs {
 }
 
 pub(super) fn run(args: GcArgs) -> Result<(), Box<dyn Error>> {
-    let jobs = args.jobs()?;
     let started = std::time::Instant::now();
-    let results = run_sweep(&jobs, args.threads, !args.common.quiet);
+    let results: Vec<GcResult> = match &args.from_json {
+        Some(path) => serde_json::from_str(&std::fs::read_to_string(path)?)?,
+        None => run_sweep(&args.jobs()?, args.threads, !args.common.quiet),
+    };
     let elapsed_secs = started.elapsed().as_secs_f64();
     if args.common.json {
         println!("{}", serde_json::to_string_pretty(&results)?);
@@ -138,7 +146,10 @@ pub(super) fn run(args: GcArgs) -> Result<(), Box<dyn Error>> {
         eprintln!("{} runs in {elapsed_secs:.1} s", results.len());
     }
     if let Some(path) = &args.plot {
-        plot_curves(path, &results)?;
+        plot_curves(path, &results, Metric::WriteCost)?;
+    }
+    if let Some(path) = &args.plot_wa {
+        plot_curves(path, &results, Metric::WriteAmplification)?;
     }
     if let Some(path) = &args.histogram {
         plot_histogram(path, &results, args.histogram_at)?;
@@ -180,26 +191,33 @@ fn by_policy(results: &[GcResult], value: impl Fn(&GcResult) -> f64) -> Vec<Seri
     series
 }
 
+#[derive(Clone, Copy)]
+pub(crate) enum Metric {
+    WriteCost,
+    WriteAmplification,
+}
+
 pub(crate) fn plot_curves(
     path: &std::path::Path,
     results: &[GcResult],
+    metric: Metric,
 ) -> Result<(), Box<dyn Error>> {
     let access = results
         .first()
         .map(|r| r.access.clone())
         .unwrap_or_default();
-    let mut series = by_policy(results, |r| r.write_cost);
-    for s in by_policy(results, |r| r.write_amplification) {
-        series.push(Series {
-            label: format!("{} (WA)", s.label),
-            points: s.points,
-        });
-    }
-    let title = format!("Write cost and WA vs disk utilization ({access})");
+    let (series, name) = match metric {
+        Metric::WriteCost => (by_policy(results, |r| r.write_cost), "Write cost"),
+        Metric::WriteAmplification => (
+            by_policy(results, |r| r.write_amplification),
+            "Write amplification",
+        ),
+    };
+    let title = format!("{name} vs disk utilization ({access})");
     let chart = Chart {
         title: &title,
         x_label: "disk utilization",
-        y_label: "write cost / write amplification",
+        y_label: name,
         y_max: Some(14.0),
         log_y: false,
         legend: plotters::prelude::SeriesLabelPosition::UpperLeft,

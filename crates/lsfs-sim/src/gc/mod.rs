@@ -18,7 +18,7 @@ mod placement;
 mod sweep;
 
 use lsfs_policy::gc::PolicyKind;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::access::AccessSpec;
 pub use sweep::{run_sweep, SweepJob};
@@ -107,7 +107,7 @@ impl GcConfig {
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct GcResult {
     pub policy: String,
     pub access: String,
