@@ -57,6 +57,8 @@ enum Op {
     Open(Path),
     /// Read through, then release, an open handle.
     ReadHandle(usize),
+    /// Give an open (maybe unlinked) file a new name.
+    LinkHandle(usize, Path),
     Release(usize),
     Checkpoint,
     Snapshot,
@@ -107,6 +109,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => path().prop_map(Op::Open),
         2 => (0usize..4).prop_map(Op::ReadHandle),
         2 => (0usize..4).prop_map(Op::Release),
+        1 => (0usize..4, path()).prop_map(|(i, p)| Op::LinkHandle(i, p)),
         2 => Just(Op::Checkpoint),
         1 => Just(Op::Snapshot),
         1 => (0usize..4).prop_map(Op::Demote),
@@ -420,6 +423,24 @@ fn run(ops: &[Op], expire: bool) {
                     handles.push((a, b));
                 }
             }
+            Op::LinkHandle(i, p) => {
+                if handles.is_empty() {
+                    continue;
+                }
+                let (a, b) = handles[i % handles.len()];
+                let name = comp(*p.last().unwrap());
+                let got = parent(&mut fs, p).and_then(|d| fs.link(a, d, &name));
+                let want = parent(&mut model, p).and_then(|d| model.link(b, d, &name));
+                let got = got.map(|x| {
+                    fs.forget(x.ino, 1);
+                    attr_summary(&x)
+                });
+                let want = want.map(|x| {
+                    model.forget(x.ino, 1);
+                    attr_summary(&x)
+                });
+                assert!(got == want, "{what}: lsfs {got:?} model {want:?}");
+            }
             Op::ReadHandle(i) | Op::Release(i) => {
                 if handles.is_empty() {
                     continue;
@@ -579,6 +600,22 @@ fn old_checkpoint_does_not_see_later_fsyncs() {
             },
             Op::Fsync(vec![1]),
             Op::OpenOld(0),
+        ],
+        false,
+    );
+}
+
+/// An unlinked file that is still open cannot get a new name (Linux: ENOENT);
+/// linking it would leave a name pointing at an inode deleted at next mount.
+#[test]
+fn unlinked_open_file_cannot_be_linked() {
+    run(
+        &[
+            Op::Create(vec![0]),
+            Op::Open(vec![0]),
+            Op::Unlink(vec![0]),
+            Op::LinkHandle(0, vec![1]),
+            Op::Remount,
         ],
         false,
     );

@@ -987,6 +987,11 @@ impl Vfs for Lsfs {
         if i.kind() == FileKind::Dir {
             return Err(Errno::PERM);
         }
+        if i.nlink == 0 {
+            // Unlinked but still open: it sits in the orphan directory and is
+            // deleted at the next mount, so it must not get a name (Linux: ENOENT).
+            return Err(Errno::NOENT);
+        }
         if i.nlink >= 65000 {
             return Err(Errno::MLINK);
         }
