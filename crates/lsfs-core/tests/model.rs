@@ -59,6 +59,8 @@ enum Op {
     ReadHandle(usize),
     /// Give an open (maybe unlinked) file a new name.
     LinkHandle(usize, Path),
+    /// Create a file in an open (maybe removed) directory.
+    CreateInHandle(usize, u8),
     Release(usize),
     Checkpoint,
     Snapshot,
@@ -110,6 +112,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0usize..4).prop_map(Op::ReadHandle),
         2 => (0usize..4).prop_map(Op::Release),
         1 => (0usize..4, path()).prop_map(|(i, p)| Op::LinkHandle(i, p)),
+        1 => (0usize..4, 0u8..4).prop_map(|(i, n)| Op::CreateInHandle(i, n)),
         2 => Just(Op::Checkpoint),
         1 => Just(Op::Snapshot),
         1 => (0usize..4).prop_map(Op::Demote),
@@ -441,6 +444,26 @@ fn run(ops: &[Op], expire: bool) {
                 });
                 assert!(got == want, "{what}: lsfs {got:?} model {want:?}");
             }
+            Op::CreateInHandle(i, n) => {
+                if handles.is_empty() {
+                    continue;
+                }
+                let (a, b) = handles[i % handles.len()];
+                let c = ctx();
+                let got = fs
+                    .mknod(a, &comp(*n), libc::S_IFREG | 0o644, 0, &c)
+                    .map(|x| {
+                        fs.forget(x.ino, 1);
+                        attr_summary(&x)
+                    });
+                let want = model
+                    .mknod(b, &comp(*n), libc::S_IFREG | 0o644, 0, &c)
+                    .map(|x| {
+                        model.forget(x.ino, 1);
+                        attr_summary(&x)
+                    });
+                assert!(got == want, "{what}: lsfs {got:?} model {want:?}");
+            }
             Op::ReadHandle(i) | Op::Release(i) => {
                 if handles.is_empty() {
                     continue;
@@ -615,6 +638,22 @@ fn unlinked_open_file_cannot_be_linked() {
             Op::Open(vec![0]),
             Op::Unlink(vec![0]),
             Op::LinkHandle(0, vec![1]),
+            Op::Remount,
+        ],
+        false,
+    );
+}
+
+/// A removed directory that is still open accepts no new entries (Linux:
+/// ENOENT); they would be lost when the directory is deleted.
+#[test]
+fn removed_open_directory_takes_no_new_entries() {
+    run(
+        &[
+            Op::Mkdir(vec![0]),
+            Op::Open(vec![0]),
+            Op::Rmdir(vec![0]),
+            Op::CreateInHandle(0, 1),
             Op::Remount,
         ],
         false,

@@ -509,6 +509,17 @@ impl Lsfs {
         Ok(d)
     }
 
+    /// A directory that may take new entries: not removed (while still
+    /// open, a removed directory is in the orphan directory and its entries
+    /// would be lost with it). Linux says ENOENT.
+    fn live_dir(&mut self, ino: u64) -> VfsResult<Inode> {
+        let d = self.dir_inode(ino)?;
+        if d.nlink == 0 {
+            return Err(Errno::NOENT);
+        }
+        Ok(d)
+    }
+
     fn lookup_entry(&mut self, parent: u64, name: &[u8]) -> VfsResult<Option<dir::Entry>> {
         if name.len() > NAME_MAX_BYTES {
             return Err(Errno::NAMETOOLONG);
@@ -522,7 +533,7 @@ impl Lsfs {
         check_name(name)?;
         self.check_reserved(parent, name)?;
         self.reserve(8)?;
-        let mut d = self.dir_inode(parent)?;
+        let mut d = self.live_dir(parent)?;
         if dir::lookup(&mut self.store, &d, name).map_err(e)?.is_some() {
             return Err(Errno::EXIST);
         }
@@ -856,6 +867,7 @@ impl Vfs for Lsfs {
         self.check_reserved(parent, name)?;
         let src = self.lookup_entry(parent, name)?.ok_or(Errno::NOENT)?;
         let dst = self.lookup_entry(newparent, newname)?;
+        self.live_dir(newparent)?;
         if flags & RENAME_NOREPLACE != 0 && dst.is_some() {
             return Err(Errno::EXIST);
         }
@@ -995,7 +1007,7 @@ impl Vfs for Lsfs {
         if i.nlink >= 65000 {
             return Err(Errno::MLINK);
         }
-        let mut d = self.dir_inode(newparent)?;
+        let mut d = self.live_dir(newparent)?;
         if dir::lookup(&mut self.store, &d, newname)
             .map_err(e)?
             .is_some()
