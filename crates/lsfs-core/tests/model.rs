@@ -53,6 +53,9 @@ enum Op {
     RemoveXattr(Path, u8),
     Fsync(Path),
     Chmod(Path, u32),
+    Fallocate(Path, u64, u64),
+    /// List a directory a few entries at a time, resuming from cookies.
+    ReaddirPaged(Path, usize),
     /// Open a file and keep it open (unlinking it then makes an orphan).
     Open(Path),
     /// Read through, then release, an open handle.
@@ -108,6 +111,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (path(), 0u8..3).prop_map(|(p, n)| Op::RemoveXattr(p, n)),
         3 => path().prop_map(Op::Fsync),
         1 => (path(), 0u32..0o7777).prop_map(|(p, m)| Op::Chmod(p, m)),
+        1 => (path(), offset(), 0u64..300_000).prop_map(|(p, o, l)| Op::Fallocate(p, o, l)),
+        2 => (prop::collection::vec(0u8..4, 0..=2), 1usize..4).prop_map(|(p, n)| Op::ReaddirPaged(p, n)),
         2 => path().prop_map(Op::Open),
         2 => (0usize..4).prop_map(Op::ReadHandle),
         2 => (0usize..4).prop_map(Op::Release),
@@ -264,6 +269,34 @@ fn apply(fs: &mut dyn Vfs, op: &Op) -> VfsResult<String> {
                 },
             )?;
             Ok(attr_summary(&a))
+        }
+        Op::Fallocate(p, off, len) => {
+            let ino = resolve(fs, p)?;
+            fs.fallocate(ino, *off, *len, 0)?;
+            let a = fs.getattr(ino)?;
+            let back = fs.read(ino, off.saturating_sub(10), 20_000)?;
+            Ok(format!("{} {:x}", attr_summary(&a), hash(&back)))
+        }
+        Op::ReaddirPaged(p, n) => {
+            let d = if p.is_empty() {
+                ROOT_INO
+            } else {
+                resolve(fs, p)?
+            };
+            let mut names = Vec::new();
+            let mut cookie = 0;
+            loop {
+                let page = fs.readdir(d, cookie, *n)?;
+                let Some(last) = page.last() else { break };
+                cookie = last.offset;
+                names.extend(page.into_iter().map(|e| e.name));
+                assert!(names.len() < 10_000, "readdir does not end");
+            }
+            let total = names.len();
+            names.sort();
+            names.dedup();
+            assert_eq!(names.len(), total, "readdir repeated a name");
+            Ok(format!("{names:?}"))
         }
         _ => unreachable!("handled by the driver"),
     }

@@ -1243,8 +1243,10 @@ impl Vfs for Lsfs {
             return Err(Errno::INVAL);
         }
         let mut i = self.get(ino).map_err(e)?;
-        if i.kind() != FileKind::File {
-            return Err(Errno(libc::ENODEV));
+        match i.kind() {
+            FileKind::File => {}
+            FileKind::Dir => return Err(Errno::ISDIR), // as Linux
+            _ => return Err(Errno(libc::ENODEV)),
         }
         self.reserve(length / file::BLOCK + 2)?;
         if offset
