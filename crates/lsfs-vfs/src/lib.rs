@@ -96,7 +96,10 @@ impl Timespec {
         let d = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
-        Timespec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
+        Timespec {
+            sec: d.as_secs() as i64,
+            nsec: d.subsec_nanos(),
+        }
     }
 }
 
@@ -225,13 +228,27 @@ pub trait Vfs: Send {
     fn readlink(&mut self, ino: Ino) -> VfsResult<Vec<u8>>;
     /// Create a regular file, fifo, socket or device node. `mode` includes the
     /// `S_IFMT` type bits.
-    fn mknod(&mut self, parent: Ino, name: &[u8], mode: u32, rdev: u32, ctx: &Ctx) -> VfsResult<Attr>;
+    fn mknod(
+        &mut self,
+        parent: Ino,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+        ctx: &Ctx,
+    ) -> VfsResult<Attr>;
     fn mkdir(&mut self, parent: Ino, name: &[u8], mode: u32, ctx: &Ctx) -> VfsResult<Attr>;
     fn unlink(&mut self, parent: Ino, name: &[u8]) -> VfsResult<()>;
     fn rmdir(&mut self, parent: Ino, name: &[u8]) -> VfsResult<()>;
     fn symlink(&mut self, parent: Ino, name: &[u8], target: &[u8], ctx: &Ctx) -> VfsResult<Attr>;
     /// `flags` is 0, [`RENAME_NOREPLACE`] or [`RENAME_EXCHANGE`].
-    fn rename(&mut self, parent: Ino, name: &[u8], newparent: Ino, newname: &[u8], flags: u32) -> VfsResult<()>;
+    fn rename(
+        &mut self,
+        parent: Ino,
+        name: &[u8],
+        newparent: Ino,
+        newname: &[u8],
+        flags: u32,
+    ) -> VfsResult<()>;
     fn link(&mut self, ino: Ino, newparent: Ino, newname: &[u8]) -> VfsResult<Attr>;
     /// Count an open file handle (directories included); see [`Vfs::release`].
     fn open(&mut self, ino: Ino, flags: i32) -> VfsResult<()>;
