@@ -146,6 +146,18 @@ fn run_workload(seed: u64, steps: usize) -> Recorded {
                     fs.snapshot_set(cno, false).unwrap();
                 }
             }
+            96..=97 => {
+                // The cleaner moves live blocks: crashes meet relocation.
+                fs.clean(
+                    3,
+                    if step % 2 == 0 {
+                        "foreground"
+                    } else {
+                        "background"
+                    },
+                )
+                .unwrap();
+            }
             _ => {
                 fs.sync().unwrap();
             }
