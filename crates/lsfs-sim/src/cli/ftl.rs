@@ -161,7 +161,7 @@ pub fn figure_2_1_point(
     let s = ftl.stats();
     FtlRow {
         ftl: kind.name().into(),
-        range_mib: range_pages * geometry.page_bytes as u64 >> 20,
+        range_mib: (range_pages * geometry.page_bytes as u64) >> 20,
         block_utilization: utilization,
         host_pages: s.host_pages,
         copied_pages: s.copied_pages,
