@@ -3,7 +3,10 @@
 # Safe to run again: every step checks first. Run as root on Debian.
 set -euo pipefail
 
-APT_PACKAGES=(fuse3 libfuse3-dev pkg-config fio postmark dbench btrfs-progs xfsprogs e2fsprogs)
+# python3: scripts/bench.sh's report (bench/report.py, standard library only);
+# linux-perf: bench/profile.sh.
+APT_PACKAGES=(fuse3 libfuse3-dev pkg-config fio postmark dbench btrfs-progs xfsprogs e2fsprogs
+              python3 linux-perf)
 
 if [[ $(id -u) -ne 0 ]]; then
     echo "install-deps.sh: must run as root (apt-get, newusers)" >&2

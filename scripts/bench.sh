@@ -1,0 +1,372 @@
+#!/usr/bin/env bash
+# Benchmarks lsfs against ext4, btrfs and xfs in one run.
+#
+#   scripts/bench.sh [--quick] [--out DIR] [--rounds N] [--fs "lsfs ext4 btrfs xfs"] [--size 4G]
+#
+# Every file system gets a fresh image file of the same size for every
+# workload: ext4, btrfs and xfs through a loop device (losetup), lsfs directly
+# on its image file through FUSE. Workloads (in this order; for each workload
+# the file systems run one after another, so machine drift hits all of them):
+#
+#   seqwrite   fio, 1 MiB sequential write of one file, fsync at the end
+#   seqread    fio, 1 MiB sequential read of that file after unmount, drop_caches
+#              and mount (so both the kernel's and lsfs's own cache are cold)
+#   randwrite  fio, 4 KiB random writes with an fsync after every write, into a
+#              preallocated (written and fsynced) file, fixed size and runtime
+#   postmark   small-file create/read/append/delete (bench/postmark.cfg),
+#              followed by a syncfs; timed by wall clock
+#   dbench     dbench with /usr/share/dbench/client.txt for a fixed time
+#
+# The whole sequence runs --rounds times (default 2, --quick 1); the report
+# gives the median per file system and the spread. The machine is shared, so
+# one round alone can be off by a factor of two or more.
+#
+# Results: DIR/results.json, DIR/results.md (absolute numbers and the ratios
+# lsfs/ext4, lsfs/btrfs, lsfs/xfs) and DIR/results.svg, made by bench/report.py
+# from the raw tool outputs kept in DIR/raw/. For lsfs it also records the
+# `lsfs stats` counters before and after each workload and the RSS of the
+# `lsfs mount` process (sampled every 0.5 s).
+#
+# Images live under $BENCH_TMP (default /var/tmp); everything this script
+# mounts, attaches or creates is removed by an EXIT trap, also on failure.
+# Needs root and the tools from scripts/install-deps.sh.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT=$REPO/docs/bench
+QUICK=false
+FSLIST="lsfs ext4 btrfs xfs"
+IMG_SIZE=4G
+LSFS=${LSFS:-$REPO/target/release/lsfs}
+ROUNDS=""
+
+usage() { sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+while (($#)); do
+    case $1 in
+        --quick) QUICK=true ;;
+        --rounds) ROUNDS=$2; shift ;;
+        --out) OUT=$2; shift ;;
+        --fs) FSLIST=$2; shift ;;
+        --size) IMG_SIZE=$2; shift ;;
+        -h|--help) usage 0 ;;
+        *) echo "bench.sh: unknown argument $1" >&2; usage 2 >&2 ;;
+    esac
+    shift
+done
+[[ $OUT = /* ]] || OUT=$PWD/$OUT
+
+if $QUICK; then
+    SEQ_MB=128      # seqwrite/seqread file size
+    RW_MB=32        # randwrite file size
+    RW_SECS=5       # randwrite runtime
+    PM_FILES=500    # postmark files
+    PM_TX=1000      # postmark transactions
+    DB_SECS=5       # dbench runtime
+    ROUNDS=${ROUNDS:-1}
+else
+    SEQ_MB=512
+    RW_MB=128
+    RW_SECS=10
+    PM_FILES=2000
+    PM_TX=5000
+    DB_SECS=10
+    ROUNDS=${ROUNDS:-2}
+fi
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "bench.sh: --rounds needs a positive number" >&2; exit 2; }
+DB_CLIENTS=2
+WORKLOADS="seqwrite seqread randwrite postmark dbench"
+
+# --- checks -----------------------------------------------------------------
+die() { echo "bench.sh: $*" >&2; exit 1; }
+[[ $(id -u) -eq 0 ]] || die "must run as root (losetup, mount, drop_caches)"
+for tool in fio postmark dbench losetup mkfs.ext4 mkfs.btrfs mkfs.xfs fusermount3 python3; do
+    command -v "$tool" >/dev/null || die "$tool not found; run scripts/install-deps.sh"
+done
+[[ -f /usr/share/dbench/client.txt ]] || die "dbench's client.txt is missing"
+if [[ " $FSLIST " = *" lsfs "* && ! -x $LSFS ]]; then
+    die "$LSFS not found; run: cargo build --release -p lsfs"
+fi
+
+WORK=$(mktemp -d "${BENCH_TMP:-/var/tmp}/lsfs-bench.XXXXXX")
+RAW=$OUT/raw
+mkdir -p "$OUT"
+rm -rf "$RAW"
+mkdir -p "$RAW"
+
+# --- state and cleanup ------------------------------------------------------
+CUR_FS=""        # file system now set up, or ""
+CUR_MNT=""       # its mount point while mounted
+CUR_LOOP=""      # its loop device (kernel file systems)
+CUR_IMG=""       # its image file
+LSFS_PID=""      # the `lsfs mount` serving process
+RSS_PID=""       # the RSS sampler
+
+stop_rss() {
+    if [[ -n $RSS_PID ]]; then
+        kill "$RSS_PID" 2>/dev/null || true
+        wait "$RSS_PID" 2>/dev/null || true
+        RSS_PID=""
+    fi
+}
+
+unmount_fs() {
+    stop_rss
+    [[ -n $CUR_MNT ]] || return 0
+    if [[ $CUR_FS = lsfs ]]; then
+        fusermount3 -u "$CUR_MNT" 2>/dev/null || {
+            sleep 1
+            fusermount3 -u "$CUR_MNT" 2>/dev/null || fusermount3 -uz "$CUR_MNT" || true
+        }
+        # The serving process writes its last checkpoint and exits.
+        if [[ -n $LSFS_PID ]]; then
+            local i
+            for ((i = 0; i < 600; i++)); do
+                kill -0 "$LSFS_PID" 2>/dev/null || break
+                sleep 0.1
+            done
+            if kill -0 "$LSFS_PID" 2>/dev/null; then
+                echo "bench.sh: lsfs mount $LSFS_PID did not exit; killing it" >&2
+                kill "$LSFS_PID" 2>/dev/null || true
+            fi
+            LSFS_PID=""
+        fi
+    else
+        umount "$CUR_MNT" 2>/dev/null || { sleep 1; umount "$CUR_MNT" || umount -l "$CUR_MNT" || true; }
+    fi
+    CUR_MNT=""
+}
+
+teardown_fs() {
+    unmount_fs
+    if [[ -n $CUR_LOOP ]]; then
+        losetup -d "$CUR_LOOP" || true
+        CUR_LOOP=""
+    fi
+    if [[ -n $CUR_IMG ]]; then
+        rm -f "$CUR_IMG"
+        CUR_IMG=""
+    fi
+    CUR_FS=""
+}
+
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    teardown_fs
+    rm -rf "$WORK"
+    if ((rc)); then echo "bench.sh: failed (exit $rc); cleaned up" >&2; fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# --- file systems -----------------------------------------------------------
+drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
+
+# mount_fs: mounts the current image at $WORK/mnt.
+mount_fs() {
+    local mnt=$WORK/mnt
+    mkdir -p "$mnt"
+    if [[ $CUR_FS = lsfs ]]; then
+        # The serving process keeps this stderr: its log goes to the raw dir.
+        "$LSFS" mount "$CUR_IMG" "$mnt" --background >/dev/null 2>>"$RAW/lsfs-mount.log"
+        LSFS_PID=$(pgrep -f -x -- "$LSFS mount $CUR_IMG $mnt( --background)?" | head -n1 || true)
+        [[ -n $LSFS_PID ]] || die "cannot find the lsfs mount process"
+    else
+        mount "$CUR_LOOP" "$mnt"
+    fi
+    CUR_MNT=$mnt
+    mountpoint -q "$mnt" || die "$CUR_FS did not mount on $mnt"
+}
+
+# setup_fs FS: a fresh image of $IMG_SIZE with a new FS on it, mounted.
+setup_fs() {
+    CUR_FS=$1
+    CUR_IMG=$WORK/$1.img
+    case $1 in
+        lsfs)
+            "$LSFS" mkfs "$CUR_IMG" --size "$IMG_SIZE" >/dev/null ;;
+        ext4|btrfs|xfs)
+            truncate -s "$IMG_SIZE" "$CUR_IMG"
+            CUR_LOOP=$(losetup --find --show "$CUR_IMG")
+            case $1 in
+                ext4) mkfs.ext4 -q -F "$CUR_LOOP" ;;
+                btrfs) mkfs.btrfs -q -f "$CUR_LOOP" >/dev/null ;;
+                xfs) mkfs.xfs -q -f "$CUR_LOOP" ;;
+            esac ;;
+        *) die "unknown file system $1" ;;
+    esac
+    mount_fs
+}
+
+# remount_cold: unmount, drop the kernel's caches, mount again.
+remount_cold() {
+    unmount_fs
+    drop_caches
+    mount_fs
+}
+
+# --- lsfs instrumentation ---------------------------------------------------
+start_rss() { # start_rss FILE: samples the RSS (KiB) of the lsfs mount process
+    [[ $CUR_FS = lsfs && -n $LSFS_PID ]] || return 0
+    local pid=$LSFS_PID file=$1
+    (
+        while kill -0 "$pid" 2>/dev/null; do
+            ps -o rss= -p "$pid" >>"$file" 2>/dev/null || break
+            sleep 0.5
+        done
+    ) &
+    RSS_PID=$!
+}
+
+lsfs_stats() { # lsfs_stats FILE
+    [[ $CUR_FS = lsfs ]] || return 0
+    "$LSFS" stats --mount "$CUR_MNT" --json >"$1" 2>/dev/null || echo '{}' >"$1"
+}
+
+now() { date +%s.%N; }
+
+# timed NAME CMD...: runs CMD, writes its wall time in seconds to $RAW/NAME.time
+timed() {
+    local name=$1 t0 t1
+    shift
+    t0=$(now)
+    "$@"
+    t1=$(now)
+    echo "$t0 $t1" | awk '{printf "%.6f\n", $2 - $1}' >"$RAW/$name.time"
+}
+
+FIO_COMMON=(--ioengine=psync --numjobs=1 --output-format=json)
+
+# --- workloads --------------------------------------------------------------
+# Each run_WORKLOAD FS sets up what it needs on the mounted file system; the
+# measured part is bracketed by lsfs stats / RSS sampling.
+
+# lsfs_cpu FILE: user and system CPU time (clock ticks) of the lsfs mount
+# process, a measure that contention from other work on the machine barely moves.
+lsfs_cpu() {
+    [[ $CUR_FS = lsfs && -n $LSFS_PID ]] || return 0
+    # Fields 14 and 15 of /proc/PID/stat; the name (field 2) has no spaces here.
+    awk -v hz="$(getconf CLK_TCK)" '{print $14, $15, hz}' "/proc/$LSFS_PID/stat" >>"$1"
+}
+
+measure_begin() { lsfs_stats "$RAW/$1.stats0.json"; lsfs_cpu "$RAW/$1.cpu"; start_rss "$RAW/$1.rss"; }
+measure_end() { stop_rss; lsfs_cpu "$RAW/$1.cpu"; lsfs_stats "$RAW/$1.stats1.json"; }
+
+run_seqwrite_seqread() { # both workloads share the file
+    local fs=$1
+    setup_fs "$fs"
+    measure_begin "seqwrite-$fs.r$ROUND"
+    timed "seqwrite-$fs.r$ROUND" fio --name=seqwrite --filename="$CUR_MNT/seq" --rw=write --bs=1M \
+        --size="${SEQ_MB}M" --end_fsync=1 "${FIO_COMMON[@]}" --output="$RAW/seqwrite-$fs.r$ROUND.json"
+    measure_end "seqwrite-$fs.r$ROUND"
+    remount_cold
+    measure_begin "seqread-$fs.r$ROUND"
+    timed "seqread-$fs.r$ROUND" fio --name=seqread --filename="$CUR_MNT/seq" --rw=read --bs=1M \
+        --size="${SEQ_MB}M" "${FIO_COMMON[@]}" --output="$RAW/seqread-$fs.r$ROUND.json"
+    measure_end "seqread-$fs.r$ROUND"
+    teardown_fs
+}
+
+run_randwrite() {
+    local fs=$1
+    setup_fs "$fs"
+    # Write the whole file first (and fsync), so the measured phase overwrites
+    # allocated blocks and fio does no layout of its own.
+    fio --name=prefill --filename="$CUR_MNT/rand" --rw=write --bs=1M --size="${RW_MB}M" \
+        --end_fsync=1 "${FIO_COMMON[@]}" --output=/dev/null
+    measure_begin "randwrite-$fs.r$ROUND"
+    timed "randwrite-$fs.r$ROUND" fio --name=randwrite --filename="$CUR_MNT/rand" --rw=randwrite \
+        --bs=4k --size="${RW_MB}M" --fsync=1 --time_based --runtime="$RW_SECS" \
+        --randrepeat=1 "${FIO_COMMON[@]}" --output="$RAW/randwrite-$fs.r$ROUND.json"
+    measure_end "randwrite-$fs.r$ROUND"
+    teardown_fs
+}
+
+run_postmark() {
+    local fs=$1 cfg=$WORK/postmark.cfg
+    setup_fs "$fs"
+    mkdir -p "$CUR_MNT/pm"
+    sed -e "s|@LOCATION@|$CUR_MNT/pm|" -e "s|@NUMBER@|$PM_FILES|" \
+        -e "s|@TRANSACTIONS@|$PM_TX|" "$REPO/bench/postmark.cfg" | grep -v '^#' >"$cfg"
+    measure_begin "postmark-$fs.r$ROUND"
+    # The file system's own sync is part of the measured time: postmark never
+    # fsyncs, so without it the kernel file systems would only fill the page cache.
+    timed "postmark-$fs.r$ROUND" bash -c 'postmark "$1" >"$2" && sync -f "$3"' _ \
+        "$cfg" "$RAW/postmark-$fs.r$ROUND.txt" "$CUR_MNT/pm"
+    measure_end "postmark-$fs.r$ROUND"
+    teardown_fs
+}
+
+run_dbench() {
+    local fs=$1
+    setup_fs "$fs"
+    measure_begin "dbench-$fs.r$ROUND"
+    timed "dbench-$fs.r$ROUND" dbench -D "$CUR_MNT" -t "$DB_SECS" -c /usr/share/dbench/client.txt \
+        "$DB_CLIENTS" >"$RAW/dbench-$fs.r$ROUND.txt" 2>&1
+    measure_end "dbench-$fs.r$ROUND"
+    teardown_fs
+}
+
+# --- the run ----------------------------------------------------------------
+mode=default
+$QUICK && mode=quick
+started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+echo "bench.sh: $mode run, file systems: $FSLIST, images of $IMG_SIZE in $WORK"
+t_all=$(now)
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+for ((ROUND = 1; ROUND <= ROUNDS; ROUND++)); do
+    # Odd rounds run the file systems in the given order, even rounds reversed.
+    order=$FSLIST
+    ((ROUND % 2)) || order=$(echo "$FSLIST" | tr ' ' '\n' | tac | tr '\n' ' ')
+    for wl in seqwrite randwrite postmark dbench; do
+        for fs in $order; do
+            echo "bench.sh: $(date -u +%H:%M:%S) round $ROUND/$ROUNDS: $wl on $fs"
+            case $wl in
+                seqwrite) run_seqwrite_seqread "$fs" ;;
+                randwrite) run_randwrite "$fs" ;;
+                postmark) run_postmark "$fs" ;;
+                dbench) run_dbench "$fs" ;;
+            esac
+        done
+    done
+done
+elapsed=$(echo "$t_all $(now)" | awk '{printf "%.1f", $2 - $1}')
+
+# --- metadata and report ----------------------------------------------------
+backing_src=$(findmnt -n -o SOURCE -T "$WORK")
+backing_dev=$(basename "$(readlink -f "$backing_src")")
+cat >"$RAW/meta.json" <<EOF
+{
+  "mode": "$mode",
+  "started_utc": "$started",
+  "elapsed_s": $elapsed,
+  "command": "scripts/bench.sh$($QUICK && echo ' --quick')",
+  "rounds": $ROUNDS,
+  "loadavg_before": "$load_before",
+  "loadavg_after": "$(cut -d' ' -f1-3 /proc/loadavg)",
+  "filesystems": "$FSLIST",
+  "workloads": "$WORKLOADS",
+  "image_size": "$IMG_SIZE",
+  "seq_mb": $SEQ_MB,
+  "randwrite_mb": $RW_MB,
+  "randwrite_s": $RW_SECS,
+  "postmark_files": $PM_FILES,
+  "postmark_transactions": $PM_TX,
+  "dbench_s": $DB_SECS,
+  "dbench_clients": $DB_CLIENTS,
+  "lsfs_binary": "$LSFS, built $(date -u -r "$LSFS" +%Y-%m-%dT%H:%M:%SZ 2>/dev/null || echo '?')",
+  "repo_head_at_run": "$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$REPO" diff --quiet HEAD -- crates 2>/dev/null || echo '+dirty')",
+  "machine": {
+    "nproc": $(nproc),
+    "mem_total_kib": $(awk '/MemTotal/ {print $2}' /proc/meminfo),
+    "kernel": "$(uname -r)",
+    "cpu": "$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)",
+    "backing": "$(findmnt -n -o FSTYPE,SOURCE -T "$WORK" | tr -s ' ') ($(cat "/sys/block/$backing_dev/queue/rotational" 2>/dev/null | sed 's/1/rotational flag set/;s/0/non-rotational/'))",
+    "fio": "$(fio --version)"
+  }
+}
+EOF
+python3 "$REPO/bench/report.py" "$OUT"
+echo "bench.sh: done in ${elapsed}s; $OUT/results.md"
