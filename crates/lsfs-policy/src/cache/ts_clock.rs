@@ -19,6 +19,9 @@
 //! bit operations). `victim` is O(1) amortised: every t-hand step but the last decrements some
 //! R, and R only grows by at most 4 per access; the s-hand scan is bounded by
 //! 2 · pages_per_block bitmap positions, which is a constant of the configuration.
+//! Clean-only eviction (`victim(false)`) skips dirty pages with R = 0 without changing them,
+//! so its cost grows with the share of such pages (one sweep per clean victim in the worst
+//! case); callers keep dirty pages bounded and use `writeback_candidates` to drain them.
 
 use std::collections::HashMap;
 
