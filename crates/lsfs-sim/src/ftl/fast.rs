@@ -185,6 +185,39 @@ impl FastFtl {
         self.program(lpn, block, offset);
         self.random_active = (offset + 1 < self.ppb).then_some((block, offset + 1));
     }
+
+    /// Logical pages that currently have a valid copy.
+    pub fn mapped_pages(&self) -> usize {
+        self.l2p.iter().filter(|&&p| p != NONE).count()
+    }
+
+    /// l2p and p2l are inverse maps and every block's valid count matches its pages; `Err`
+    /// names the first violation. For tests.
+    pub fn check_consistency(&self) -> Result<(), String> {
+        let mut valid = vec![0u32; self.valid.len()];
+        for (lpn, &ppn) in self.l2p.iter().enumerate() {
+            if ppn == NONE {
+                continue;
+            }
+            if self.p2l[ppn as usize] != lpn as u32 {
+                return Err(format!(
+                    "logical {lpn} → physical {ppn}, which maps back elsewhere"
+                ));
+            }
+            valid[(ppn / self.ppb) as usize] += 1;
+        }
+        for (ppn, &lpn) in self.p2l.iter().enumerate() {
+            if lpn != NONE && self.l2p[lpn as usize] != ppn as u32 {
+                return Err(format!(
+                    "physical {ppn} claims logical {lpn}, which maps elsewhere"
+                ));
+            }
+        }
+        if valid != self.valid {
+            return Err("per-block valid counts disagree with the maps".into());
+        }
+        Ok(())
+    }
 }
 
 impl Ftl for FastFtl {
