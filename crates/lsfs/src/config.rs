@@ -14,6 +14,9 @@ pub struct FileConfig {
     pub checkpoint_interval_secs: Option<u64>,
     /// Seconds plain checkpoints are kept (default 3600; 0..=31536000).
     pub protection_secs: Option<u64>,
+    /// The cleaner (see lsfs_core::gc::CleanerConfig for every key, default and range).
+    #[serde(default)]
+    pub cleaner: lsfs_core::gc::CleanerConfig,
 }
 
 pub const CACHE_BYTES_DEFAULT: u64 = 64 << 20;
@@ -69,6 +72,8 @@ impl FileConfig {
         )?;
         c.store.read_only = read_only || checkpoint.is_some();
         c.checkpoint = checkpoint;
+        self.cleaner.validate()?;
+        c.cleaner = self.cleaner.clone();
         Ok(c)
     }
 }

@@ -95,8 +95,39 @@ pub fn execute(fs: &mut Lsfs, req: &Value) -> Result<Value, String> {
         "delete" => fs.checkpoint_delete(cno()?).map(|_| json!({ "ok": true })).map_err(s),
         "list" => Ok(json!({ "ok": true, "checkpoints": fs.checkpoints() })),
         "stats" => Ok(json!({ "ok": true, "stats": stats(fs) })),
-        other => Err(format!("unknown command '{other}' (checkpoint, snapshot, promote, demote, delete, list, stats)")),
+        "gc-status" => Ok(json!({ "ok": true, "status": gc_status(fs) })),
+        "gc-run" => {
+            let n = req.get("segments").and_then(Value::as_u64).unwrap_or(fs.cleaner.config.segments_per_pass as u64);
+            let rep = fs.clean(n.clamp(1, 256) as usize, "manual").map_err(s)?;
+            Ok(json!({ "ok": true, "pass": rep }))
+        }
+        "gc-stats" => {
+            fs.refresh_cleaner_stats();
+            Ok(json!({ "ok": true, "stats": fs.cleaner.stats, "histogram": fs.store.utilization_histogram() }))
+        }
+        "gc-start" | "gc-stop" => {
+            fs.cleaner.enabled = req["cmd"] == "gc-start";
+            Ok(json!({ "ok": true, "enabled": fs.cleaner.enabled }))
+        }
+        "gc-policy" => {
+            let p = req.get("policy").and_then(Value::as_str).ok_or("missing \"policy\"")?;
+            fs.cleaner.set_policy(p)?;
+            Ok(json!({ "ok": true, "policy": fs.cleaner.policy_name() }))
+        }
+        other => Err(format!("unknown command '{other}' (checkpoint, snapshot, promote, demote, delete, list, stats, gc-status, gc-run, gc-stats, gc-start, gc-stop, gc-policy)")),
     }
+}
+
+/// What `lsfs gc status` shows.
+pub fn gc_status(fs: &Lsfs) -> Value {
+    json!({
+        "enabled": fs.cleaner.enabled,
+        "policy": fs.cleaner.policy_name(),
+        "free_percent": fs.free_percent(),
+        "config": fs.cleaner.config,
+        "on_battery": lsfs_core::gc::on_battery(&fs.cleaner.config),
+        "last_pass": fs.cleaner.last_pass,
+    })
 }
 
 /// What `lsfs stats` shows.

@@ -3,6 +3,7 @@
 
 mod config;
 mod control;
+mod gc_cmd;
 mod inspect_cmd;
 mod size;
 
@@ -42,10 +43,51 @@ enum Cmd {
     Snapshot(SnapArgs),
     /// Counters of a mounted file system: flushes, records, cache, segments.
     Stats(StatsArgs),
+    /// The cleaner of a mounted file system.
+    Gc(GcArgs),
+    /// Simulators: cleaning policies, caches, FTLs, workloads (see docs/REPRODUCTION.md).
+    #[command(subcommand)]
+    Sim(lsfs_sim::cli::SimCommand),
     /// Check an unmounted image (exit 0 clean, 4 errors left, 8 could not check).
     Fsck(FsckArgs),
     /// Show an unmounted image's superblocks, segments, checkpoints or log records.
     Inspect(InspectArgs),
+}
+
+#[derive(Args)]
+struct GcArgs {
+    #[command(subcommand)]
+    action: GcAction,
+    /// The mount point.
+    #[arg(long, global = true)]
+    mount: Option<PathBuf>,
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+enum GcAction {
+    /// Whether it runs, its policy, free space and the last pass.
+    Status,
+    /// Run one pass now.
+    Run {
+        /// Victim segments (1..=256).
+        #[arg(long, default_value_t = 2)]
+        segments: u64,
+    },
+    /// Totals: passes, copies, write amplification, utilization histogram.
+    Stats,
+    /// Start background cleaning.
+    Start,
+    /// Stop background cleaning (foreground cleaning before ENOSPC stays).
+    Stop,
+    /// Change the selection policy (timestamp, greedy, cost-benefit, cost-hotness, balanced).
+    Policy { name: String },
+    /// Write an SVG of the utilization histogram and write amplification over time.
+    Plot {
+        #[arg(long, default_value = "gc.svg")]
+        out: PathBuf,
+    },
 }
 
 #[derive(Args)]
@@ -210,6 +252,8 @@ fn main() -> ExitCode {
         Cmd::Checkpoint(a) => checkpoint_cmd(a),
         Cmd::Snapshot(a) => snapshot_cmd(a),
         Cmd::Stats(a) => stats_cmd(a),
+        Cmd::Gc(a) => gc(a),
+        Cmd::Sim(c) => lsfs_sim::cli::run(c).map_err(|e| e.to_string()),
         Cmd::Fsck(a) => match inspect_cmd::fsck(&a.image, a.json) {
             Ok(code) => return ExitCode::from(code),
             Err(e) => Err(e),
@@ -517,4 +561,23 @@ fn stats_cmd(a: StatsArgs) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+fn gc(a: GcArgs) -> Result<(), String> {
+    let m = a.mount.as_deref().ok_or("give --mount MOUNTPOINT")?;
+    match a.action {
+        GcAction::Status => gc_cmd::status(m, a.json),
+        GcAction::Run { segments } => gc_cmd::run(m, segments, a.json),
+        GcAction::Stats => gc_cmd::stats(m, a.json).map(|_| ()),
+        GcAction::Start => gc_cmd::control(m, json!({ "cmd": "gc-start" })),
+        GcAction::Stop => gc_cmd::control(m, json!({ "cmd": "gc-stop" })),
+        GcAction::Policy { name } => {
+            gc_cmd::control(m, json!({ "cmd": "gc-policy", "policy": name }))
+        }
+        GcAction::Plot { out } => {
+            gc_cmd::plot(m, &out)?;
+            println!("wrote {}", out.display());
+            Ok(())
+        }
+    }
 }

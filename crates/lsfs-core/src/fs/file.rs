@@ -81,11 +81,16 @@ pub fn read(s: &mut Store, ino: &Inode, off: u64, len: u64) -> Result<Vec<u8>> {
     }
     let mut out = Vec::with_capacity((end - off) as usize);
     let mut pos = off;
+    // The extent (or hole) found last: sequential reads look up once per extent.
+    let mut cur: Option<Extent> = None;
     while pos < end {
         let b = pos / BLOCK;
         let in_block = (pos % BLOCK) as usize;
         let n = ((BLOCK as usize - in_block) as u64).min(end - pos) as usize;
-        match extent_at(s, ino, b)? {
+        if !cur.is_some_and(|e| b >= e.file_block && b < e.file_block + e.len) {
+            cur = extent_at(s, ino, b)?;
+        }
+        match cur {
             Some(e) => {
                 let data = s.vread(e.vstart + (b - e.file_block), owner(ino.ino, b))?;
                 out.extend_from_slice(&data[in_block..in_block + n]);
@@ -97,15 +102,29 @@ pub fn read(s: &mut Store, ino: &Inode, off: u64, len: u64) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// Map file block `b` to virtual block `v` (or unmap it with `None`),
-/// splitting and merging extents. Returns the virtual block it replaced.
-fn remap(s: &mut Store, ino: &mut Inode, b: u64, v: Option<u64>) -> Result<Option<u64>> {
-    let old = extent_at(s, ino, b)?;
-    let mut replaced = None;
-    if let Some(e) = old {
-        replaced = Some(e.vstart + (b - e.file_block));
+/// Map file blocks `[b, b + n)` to virtual blocks `[vs, vs + n)`, splitting
+/// the extents they overlap and merging with contiguous neighbours. Returns
+/// the virtual blocks that were mapped there before.
+fn remap_run(s: &mut Store, ino: &mut Inode, b: u64, n: u64, vs: u64) -> Result<Vec<u64>> {
+    let end = b + n;
+    let mut overlapping = Vec::new();
+    if let Some(e) = extent_at(s, ino, b)? {
+        overlapping.push(e);
+    }
+    let mut k = b + 1;
+    while let Some((ks, v)) = map::get_ceil(s, ino, k)? {
+        if ks >= end {
+            break;
+        }
+        overlapping.push(decode_ext(ks, &v)?);
+        k = ks + 1;
+    }
+    let mut replaced = Vec::new();
+    for e in overlapping {
+        let (lo, hi) = (b.max(e.file_block), end.min(e.file_block + e.len));
+        replaced.extend((lo..hi).map(|f| e.vstart + (f - e.file_block)));
         map::remove(s, ino, e.file_block)?;
-        if b > e.file_block {
+        if e.file_block < b {
             let left = Extent {
                 file_block: e.file_block,
                 vstart: e.vstart,
@@ -113,64 +132,99 @@ fn remap(s: &mut Store, ino: &mut Inode, b: u64, v: Option<u64>) -> Result<Optio
             };
             map::insert(s, ino, left.file_block, &encode_ext(&left))?;
         }
-        if b + 1 < e.file_block + e.len {
-            let d = b + 1 - e.file_block;
+        if e.file_block + e.len > end {
+            let d = end - e.file_block;
             let right = Extent {
-                file_block: b + 1,
+                file_block: end,
                 vstart: e.vstart + d,
                 len: e.len - d,
             };
             map::insert(s, ino, right.file_block, &encode_ext(&right))?;
         }
     }
-    if let Some(v) = v {
-        let mut new = Extent {
-            file_block: b,
-            vstart: v,
-            len: 1,
-        };
-        // Merge with the extent ending right before, when contiguous in both spaces.
-        if b > 0 {
-            if let Some(p) = extent_at(s, ino, b - 1)? {
-                if p.file_block + p.len == b && p.vstart + p.len == v && p.len < u32::MAX as u64 {
-                    map::remove(s, ino, p.file_block)?;
-                    new = Extent {
-                        file_block: p.file_block,
-                        vstart: p.vstart,
-                        len: p.len + 1,
-                    };
+    let mut new = Extent {
+        file_block: b,
+        vstart: vs,
+        len: n,
+    };
+    // Merge with the extents right before and after when contiguous in both spaces.
+    if b > 0 {
+        if let Some(p) = extent_at(s, ino, b - 1)? {
+            if p.file_block + p.len == b && p.vstart + p.len == vs && p.len + n <= u32::MAX as u64 {
+                map::remove(s, ino, p.file_block)?;
+                new = Extent {
+                    file_block: p.file_block,
+                    vstart: p.vstart,
+                    len: p.len + n,
+                };
+            }
+        }
+    }
+    if let Some((k, val)) = map::get_ceil(s, ino, end)? {
+        let next = decode_ext(k, &val)?;
+        if k == end && next.vstart == vs + n && new.len + next.len <= u32::MAX as u64 {
+            map::remove(s, ino, k)?;
+            new.len += next.len;
+        }
+    }
+    map::insert(s, ino, new.file_block, &encode_ext(&new))?;
+    Ok(replaced)
+}
+
+/// Give file blocks `[b0, b0 + data.len() / BLOCK)` the contents `data`:
+/// blocks already fresh in this checkpoint are rewritten in place, the others
+/// get one new run of consecutive virtual blocks (one extent).
+fn write_blocks(s: &mut Store, ino: &mut Inode, b0: u64, data: &[u8]) -> Result<()> {
+    let n = data.len() as u64 / BLOCK;
+    let chunk = |i: u64| data[(i * BLOCK) as usize..((i + 1) * BLOCK) as usize].to_vec();
+    let mut i = 0;
+    while i < n {
+        let b = b0 + i;
+        let ext = extent_at(s, ino, b)?;
+        if let Some(e) = ext.filter(|e| s.is_fresh(e.vstart + (b - e.file_block))) {
+            // Virtual blocks grow along an extent, so the rest of it is fresh too.
+            let m = (n - i).min(e.file_block + e.len - b);
+            for j in 0..m {
+                s.vwrite(
+                    e.vstart + (b - e.file_block) + j,
+                    chunk(i + j),
+                    owner(ino.ino, b + j),
+                )?;
+            }
+            i += m;
+            continue;
+        }
+        // How far the blocks needing new virtual blocks go: through mapped
+        // old extents and holes, up to the first fresh block.
+        let mut m = 0;
+        while i + m < n {
+            let at = b + m;
+            match extent_at(s, ino, at)? {
+                Some(e) if s.is_fresh(e.vstart + (at - e.file_block)) => break,
+                Some(e) => m += (n - i - m).min(e.file_block + e.len - at),
+                None => {
+                    let next = map::get_ceil(s, ino, at)?
+                        .map(|(k, _)| k)
+                        .unwrap_or(u64::MAX);
+                    m += (n - i - m).min(next - at);
                 }
             }
         }
-        if let Some((k, val)) = map::get_ceil(s, ino, b + 1)? {
-            let n = decode_ext(k, &val)?;
-            if k == b + 1 && n.vstart == v + 1 && new.len + n.len <= u32::MAX as u64 {
-                map::remove(s, ino, k)?;
-                new.len += n.len;
-            }
+        let vs = s.valloc_run(m)?;
+        for j in 0..m {
+            s.vfill(vs + j, chunk(i + j), owner(ino.ino, b + j));
         }
-        map::insert(s, ino, new.file_block, &encode_ext(&new))?;
+        let replaced = remap_run(s, ino, b, m, vs)?;
+        ino.blocks += m - replaced.len() as u64;
+        s.vkill_many(&replaced)?;
+        i += m;
     }
-    Ok(replaced)
+    Ok(())
 }
 
 /// Give file block `b` the contents `data` (a whole block).
 fn write_block(s: &mut Store, ino: &mut Inode, b: u64, data: Vec<u8>) -> Result<()> {
-    match extent_at(s, ino, b)? {
-        Some(e) if s.is_fresh(e.vstart + (b - e.file_block)) => {
-            s.vwrite(e.vstart + (b - e.file_block), data, owner(ino.ino, b))
-        }
-        existing => {
-            let nv = s.vnew(data, owner(ino.ino, b))?;
-            let replaced = remap(s, ino, b, Some(nv))?;
-            debug_assert_eq!(replaced, existing.map(|e| e.vstart + (b - e.file_block)));
-            match replaced {
-                Some(old) => s.vkill(old)?,
-                None => ino.blocks += 1,
-            }
-            Ok(())
-        }
-    }
+    write_blocks(s, ino, b, &data)
 }
 
 /// Move inline bytes into block 0 so that the file can grow past the inode.
@@ -212,18 +266,21 @@ pub fn write(s: &mut Store, ino: &mut Inode, off: u64, data: &[u8]) -> Result<()
     while !src.is_empty() {
         let b = pos / BLOCK;
         let in_block = (pos % BLOCK) as usize;
+        if in_block == 0 && src.len() >= BLOCK as usize {
+            // Whole blocks: one run.
+            let full = src.len() / BLOCK as usize * BLOCK as usize;
+            write_blocks(s, ino, b, &src[..full])?;
+            pos += full as u64;
+            src = &src[full..];
+            continue;
+        }
         let n = (BLOCK as usize - in_block).min(src.len());
-        let block = if n == BLOCK as usize {
-            src[..n].to_vec()
-        } else {
-            let mut cur = match extent_at(s, ino, b)? {
-                Some(e) => s.vread(e.vstart + (b - e.file_block), owner(ino.ino, b))?,
-                None => vec![0; BLOCK as usize],
-            };
-            cur[in_block..in_block + n].copy_from_slice(&src[..n]);
-            cur
+        let mut cur = match extent_at(s, ino, b)? {
+            Some(e) => s.vread(e.vstart + (b - e.file_block), owner(ino.ino, b))?,
+            None => vec![0; BLOCK as usize],
         };
-        write_block(s, ino, b, block)?;
+        cur[in_block..in_block + n].copy_from_slice(&src[..n]);
+        write_block(s, ino, b, cur)?;
         pos += n as u64;
         src = &src[n..];
     }
@@ -243,10 +300,11 @@ fn drop_blocks_from(s: &mut Store, ino: &mut Inode, from: u64) -> Result<()> {
             break;
         }
         let cut = from.max(e.file_block);
-        for i in (cut - e.file_block)..e.len {
-            s.vkill(e.vstart + i)?;
-            ino.blocks -= 1;
-        }
+        let dead: Vec<u64> = ((cut - e.file_block)..e.len)
+            .map(|i| e.vstart + i)
+            .collect();
+        s.vkill_many(&dead)?;
+        ino.blocks -= dead.len() as u64;
         map::remove(s, ino, k)?;
         if cut > e.file_block {
             let left = Extent {
@@ -311,27 +369,18 @@ pub fn destroy(s: &mut Store, ino: &mut Inode) -> Result<()> {
     Ok(())
 }
 
-/// Allocate (zero-fill) every hole in `[off, off + len)` and extend the size:
-/// fallocate mode 0. Blocks already present keep their contents.
+/// fallocate mode 0: extend the size to cover `[off, off + len)`. Holes in
+/// the range keep reading as zeros and are not written: a log-structured
+/// file system writes every block anew anyway, so writing zeros now would
+/// only double the writes. The caller checks that the space exists.
 pub fn allocate(s: &mut Store, ino: &mut Inode, off: u64, len: u64) -> Result<()> {
     let end = off
         .checked_add(len)
         .filter(|&e| e <= MAX_FILE_BYTES)
         .ok_or(Error::Errno(Errno::FBIG))?;
-    if ino.format == Format::InlineData && end <= AREA_BYTES as u64 {
-        if end > ino.size {
-            ino.area.resize(end as usize, 0);
-            ino.size = end;
-        }
-        return Ok(());
+    if end > ino.size {
+        truncate(s, ino, end)?;
     }
-    uninline(s, ino)?;
-    for b in off / BLOCK..end.div_ceil(BLOCK) {
-        if extent_at(s, ino, b)?.is_none() {
-            write_block(s, ino, b, vec![0; BLOCK as usize])?;
-        }
-    }
-    ino.size = ino.size.max(end);
     Ok(())
 }
 

@@ -126,3 +126,45 @@ pub fn follow_chain(
     }
     Ok(out)
 }
+
+/// Like [`segment_records`], but reads only each record's header and summary
+/// blocks, not its payload, and so does not verify the payload's CRC. For
+/// callers that check every entry against the DAT before acting on it.
+pub fn segment_summaries(
+    dev: &mut dyn BlockDevice,
+    geo: &Geometry,
+    fs_id: u64,
+    seg: u64,
+) -> Result<Vec<FoundRecord>> {
+    let start = geo.segment_start(seg);
+    let end = start + geo.segment_blocks as u64;
+    let mut out: Vec<FoundRecord> = Vec::new();
+    let mut block = start;
+    let mut first = vec![0; geo.block_bytes];
+    while block + 2 <= end {
+        dev.read_at(geo.byte_offset(block), &mut first)?;
+        let Some((_, seq, nblocks, nsum)) = RecordHeader::peek(&first, fs_id) else {
+            break;
+        };
+        if out.last().is_some_and(|p| p.header.seq >= seq)
+            || nsum == 0
+            || nsum >= nblocks
+            || block + nblocks as u64 > end
+        {
+            break;
+        }
+        let mut sum = vec![0; nsum as usize * geo.block_bytes];
+        dev.read_at(geo.byte_offset(block), &mut sum)?;
+        match RecordHeader::decode_summary(&sum) {
+            Ok(header) if header.segno == seg && header.nblocks == nblocks => {
+                block += nblocks as u64;
+                out.push(FoundRecord {
+                    block: block - nblocks as u64,
+                    header,
+                });
+            }
+            _ => break,
+        }
+    }
+    Ok(out)
+}

@@ -150,9 +150,19 @@ impl RecordHeader {
         Some((flags, seq, nblocks, nsum))
     }
 
+    /// Decode the header and summary from a record's first `nsum` blocks,
+    /// without the payload (so without checking the CRC).
+    pub fn decode_summary(buf: &[u8]) -> Result<RecordHeader> {
+        Self::decode_inner(buf, "record summary", false)
+    }
+
     /// Decode a whole record (header, summary and payload) and verify its CRC.
     /// `where_` names the record for messages.
     pub fn decode(buf: &[u8], where_: &str) -> Result<RecordHeader> {
+        Self::decode_inner(buf, where_, true)
+    }
+
+    fn decode_inner(buf: &[u8], where_: &str, with_payload: bool) -> Result<RecordHeader> {
         let what = format!("log record at {where_}");
         let mut r = Reader::new(buf, &what);
         if r.u32()? != RECORD_MAGIC {
@@ -185,19 +195,25 @@ impl RecordHeader {
                 "{what}: inconsistent sizes ({nblocks} blocks, {nsum_blocks} summary blocks, {nentries} entries)"
             )));
         }
-        if buf.len() < nblocks as usize * BLOCK_BYTES {
+        let need = if with_payload {
+            nblocks as usize
+        } else {
+            nsum_blocks as usize
+        } * BLOCK_BYTES;
+        if buf.len() < need {
             return Err(Error::corrupt(format!(
-                "{what}: {} bytes, needs {}",
-                buf.len(),
-                nblocks as usize * BLOCK_BYTES
+                "{what}: {} bytes, needs {need}",
+                buf.len()
             )));
         }
-        let body = &buf[..nblocks as usize * BLOCK_BYTES];
-        let crc = crc_with_hole(body, CRC_AT);
-        if crc != stored {
-            return Err(Error::corrupt(format!(
-                "{what}: checksum mismatch (stored {stored:#010x}, computed {crc:#010x})"
-            )));
+        let body = &buf[..need];
+        if with_payload {
+            let crc = crc_with_hole(body, CRC_AT);
+            if crc != stored {
+                return Err(Error::corrupt(format!(
+                    "{what}: checksum mismatch (stored {stored:#010x}, computed {crc:#010x})"
+                )));
+            }
         }
         let mut r = Reader::at(body, HEADER_BYTES, &what);
         let mut entries = Vec::with_capacity(nentries);

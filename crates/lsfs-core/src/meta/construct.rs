@@ -239,6 +239,11 @@ impl Store {
             }
         }
         self.rewrite_dat_pointers(&dat_order, &dat_addr)?;
+        for &(t, idx, kind) in &dat_order {
+            if kind == BlockKind::DatBlock {
+                self.remember_dat_block(idx, dat_addr[&t]);
+            }
+        }
         if is_temp(self.dat_root) {
             self.dat_root = dat_addr[&self.dat_root];
         }

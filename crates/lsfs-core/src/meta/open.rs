@@ -108,6 +108,7 @@ impl Store {
             snapshots: Vec::new(),
             now_override: None,
             moved_dead: Default::default(),
+            dat_map: Default::default(),
         })
     }
 

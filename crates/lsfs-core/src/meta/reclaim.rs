@@ -6,9 +6,9 @@
 //! (The copying cleaner, which makes segments dead, is separate.)
 
 use crate::error::Result;
-use crate::log::chain::segment_records;
+use crate::log::chain::segment_summaries;
 use crate::log::record::BlockKind;
-use crate::meta::dat_entry::{DatEntry, CNO_MAX};
+use crate::meta::dat_entry::CNO_MAX;
 use crate::meta::store::Store;
 
 /// Segments examined per checkpoint, to bound the work of one pass.
@@ -64,12 +64,23 @@ impl Store {
             .min()
             .unwrap_or(self.cur_cno);
         let chain_from = self.sb_slot_seq.iter().copied().min().unwrap_or(0);
+        // A block that died at time t is seen by no kept plain checkpoint if
+        // the oldest kept one was made after t. Segments whose last death is
+        // younger are skipped without reading them (they would only be read
+        // and found protected, again at every checkpoint).
+        let kept_since = self
+            .cps
+            .entries
+            .get(&oldest_kept)
+            .map(|e| e.created_secs)
+            .unwrap_or(now.saturating_add(1));
         let candidates: Vec<u64> = (0..self.segs.nsegments())
             .filter(|&s| {
                 let u = &self.segs.usage[s as usize];
                 u.nblocks > 0
                     && u.nlive == 0
                     && u.nsnapshot == 0
+                    && u.nlive_lastmod_secs < kept_since
                     && !self.segs.reserved.contains(&s)
                     && !self.segs.pending_free.contains(&s)
                     && self.segs.last_seq[s as usize] < chain_from
@@ -78,9 +89,7 @@ impl Store {
             .collect();
         for seg in candidates {
             if let Some(dead) = self.dead_vblocks_if_reclaimable(seg, oldest_kept)? {
-                for v in dead {
-                    self.dat_set(v, DatEntry::default())?;
-                }
+                self.dat_free_many(&dead)?;
                 self.segs.mark_freed(seg, now);
                 self.stats.segments_reclaimed += 1;
             }
@@ -96,7 +105,7 @@ impl Store {
         seg: u64,
         oldest_kept: u64,
     ) -> Result<Option<Vec<u64>>> {
-        let records = segment_records(&mut *self.dev, &self.geo, self.sb.fs_id, seg)?;
+        let records = segment_summaries(&mut *self.dev, &self.geo, self.sb.fs_id, seg)?;
         let mut dead = Vec::new();
         for r in &records {
             for (i, e) in r.header.entries.iter().enumerate() {

@@ -98,7 +98,13 @@ pub struct Store {
     /// Relocated blocks waiting to be placed that are dead but still needed
     /// (by a snapshot or a kept checkpoint): placed without counting as live.
     pub(crate) moved_dead: std::collections::HashSet<u64>,
+    /// DAT block index → address, mirroring the DAT's block map.
+    pub(crate) dat_map: std::collections::HashMap<u64, u64>,
 }
+
+/// Bound of the in-memory mirror of the DAT's block map: 1M entries (about
+/// 32 MiB) cover 2^27 virtual blocks, 512 GiB of data.
+const DAT_MAP_MAX_ENTRIES: usize = 1 << 20;
 
 pub fn wall_secs() -> u64 {
     std::time::SystemTime::now()
@@ -322,28 +328,56 @@ impl Store {
 
     /// The address of DAT block `idx`, if it exists.
     fn dat_block_addr(&mut self, idx: u64) -> Result<Option<u64>> {
+        if let Some(&a) = self.dat_map.get(&idx) {
+            return Ok(Some(a));
+        }
         let tree = self.tree;
         let root = self.dat_root;
         let v = tree.get(&mut dat_nodes!(self), root, idx)?;
-        v.map(|b| decode_u64(&b, "DAT block map")).transpose()
+        let a = v.map(|b| decode_u64(&b, "DAT block map")).transpose()?;
+        if let Some(a) = a {
+            self.remember_dat_block(idx, a);
+        }
+        Ok(a)
     }
 
-    pub fn dat_get(&mut self, vblock: u64) -> Result<DatEntry> {
-        let idx = vblock / DAT_PER_BLOCK;
+    /// Note where DAT block `idx` is: the DAT's block map is consulted for
+    /// every virtual block, so its leaves are mirrored in memory (bounded).
+    pub(crate) fn remember_dat_block(&mut self, idx: u64, addr: u64) {
+        if self.dat_map.len() >= DAT_MAP_MAX_ENTRIES {
+            self.dat_map.clear();
+        }
+        self.dat_map.insert(idx, addr);
+    }
+
+    /// A copy of DAT block `idx`, zeros if it does not exist.
+    fn dat_block(&mut self, idx: u64) -> Result<Vec<u8>> {
         let Some(addr) = self.dat_block_addr(idx)? else {
-            return Ok(DatEntry::default());
+            return Ok(vec![0; self.geo.block_bytes]);
         };
         let owner = Owner {
             ino: DAT_INO,
             offset: idx,
             kind: BlockKind::DatBlock,
         };
-        let b = dat_nodes!(self).read_phys(addr, owner)?;
+        dat_nodes!(self).read_phys(addr, owner)
+    }
+
+    pub fn dat_get(&mut self, vblock: u64) -> Result<DatEntry> {
+        let b = self.dat_block(vblock / DAT_PER_BLOCK)?;
         DatEntry::read(&b, (vblock % DAT_PER_BLOCK) as usize)
     }
 
     pub fn dat_set(&mut self, vblock: u64, e: DatEntry) -> Result<()> {
-        let idx = vblock / DAT_PER_BLOCK;
+        self.dat_update(
+            vblock / DAT_PER_BLOCK,
+            &[((vblock % DAT_PER_BLOCK) as usize, e)],
+        )
+    }
+
+    /// Write entries (slot, entry) of DAT block `idx`, copying the block on
+    /// write once for all of them; a block left all free is punched out.
+    fn dat_update(&mut self, idx: u64, changes: &[(usize, DatEntry)]) -> Result<()> {
         let owner = Owner {
             ino: DAT_INO,
             offset: idx,
@@ -360,16 +394,19 @@ impl Store {
             }
             None => (n.new_temp(), vec![0; self.geo.block_bytes]),
         };
-        e.write(&mut block, (vblock % DAT_PER_BLOCK) as usize);
-        let empty = block.iter().all(|&x| x == 0);
-        if empty {
+        for (slot, e) in changes {
+            e.write(&mut block, *slot);
+        }
+        if block.iter().all(|&x| x == 0) {
             // Every entry of this DAT block is free: punch it out of the DAT.
             n.cache.remove(pkey(t));
             tree.remove(&mut n, &mut self.dat_root, idx)?;
+            self.dat_map.remove(&idx);
         } else {
             n.cache.put_dirty(pkey(t), block, owner);
             if Some(t) != addr {
                 tree.insert(&mut n, &mut self.dat_root, idx, &t.to_le_bytes())?;
+                self.remember_dat_block(idx, t);
             }
         }
         Ok(())
@@ -420,64 +457,116 @@ impl Store {
 
     /// A new virtual block, visible from the checkpoint being built on.
     pub fn valloc(&mut self) -> Result<u64> {
-        let v = self.next_vblock;
-        self.next_vblock += 1;
-        self.dat_set(
-            v,
-            DatEntry {
-                pblock: 0,
-                start: self.cur_cno,
-                end: CNO_MAX,
-            },
-        )?;
-        self.blocks_used += 1;
-        Ok(v)
+        self.valloc_run(1)
+    }
+
+    /// `n` new consecutive virtual blocks (one extent), their DAT entries
+    /// written a DAT block at a time.
+    pub fn valloc_run(&mut self, n: u64) -> Result<u64> {
+        let v0 = self.next_vblock;
+        self.next_vblock += n;
+        let fresh = DatEntry {
+            pblock: 0,
+            start: self.cur_cno,
+            end: CNO_MAX,
+        };
+        let mut v = v0;
+        while v < v0 + n {
+            let idx = v / DAT_PER_BLOCK;
+            let end = ((idx + 1) * DAT_PER_BLOCK).min(v0 + n);
+            let changes: Vec<(usize, DatEntry)> = (v..end)
+                .map(|x| ((x % DAT_PER_BLOCK) as usize, fresh))
+                .collect();
+            self.dat_update(idx, &changes)?;
+            v = end;
+        }
+        self.blocks_used += n;
+        Ok(v0)
+    }
+
+    /// Contents of a block `valloc_run` just handed out (no placed copy to retire).
+    pub fn vfill(&mut self, v: u64, data: Vec<u8>, owner: Owner) {
+        debug_assert!(self.is_fresh(v));
+        self.cache.put_dirty(vkey(v), data, owner);
+    }
+
+    /// Free the DAT entries of dead blocks no checkpoint needs any more.
+    pub(crate) fn dat_free_many(&mut self, vs: &[u64]) -> Result<()> {
+        let mut sorted = vs.to_vec();
+        sorted.sort_unstable();
+        for run in sorted.chunk_by(|a, b| a / DAT_PER_BLOCK == b / DAT_PER_BLOCK) {
+            let changes: Vec<(usize, DatEntry)> = run
+                .iter()
+                .map(|v| ((v % DAT_PER_BLOCK) as usize, DatEntry::default()))
+                .collect();
+            self.dat_update(run[0] / DAT_PER_BLOCK, &changes)?;
+        }
+        Ok(())
     }
 
     /// The current file system stops using `v`.
     pub fn vkill(&mut self, v: u64) -> Result<()> {
-        let e = self.dat_get(v)?;
-        assert!(
-            e.is_current(),
-            "killing virtual block {v} that is not live: {e:?}"
-        );
+        self.vkill_many(&[v])
+    }
+
+    /// The current file system stops using these blocks; DAT entries are
+    /// updated a DAT block at a time.
+    pub fn vkill_many(&mut self, vs: &[u64]) -> Result<()> {
+        let mut sorted = vs.to_vec();
+        sorted.sort_unstable();
         let now = self.now();
-        if self.is_fresh(v) {
-            // No checkpoint ever saw it: it is simply gone.
-            if e.pblock != 0 {
-                let seg = self.geo.segment_of(e.pblock).expect("checked on read");
-                self.segs.kill_live(seg, false, now);
+        let mut i = 0;
+        while i < sorted.len() {
+            let idx = sorted[i] / DAT_PER_BLOCK;
+            let block = self.dat_block(idx)?;
+            let mut changes = Vec::new();
+            while i < sorted.len() && sorted[i] / DAT_PER_BLOCK == idx {
+                let v = sorted[i];
+                i += 1;
+                let slot = (v % DAT_PER_BLOCK) as usize;
+                let e = DatEntry::read(&block, slot)?;
+                assert!(
+                    e.is_current(),
+                    "killing virtual block {v} that is not live: {e:?}"
+                );
+                self.blocks_used = self.blocks_used.saturating_sub(1);
+                if self.is_fresh(v) {
+                    // No checkpoint ever saw it: it is simply gone.
+                    if e.pblock != 0 {
+                        let seg = self.geo.segment_of(e.pblock).expect("checked on read");
+                        self.segs.kill_live(seg, false, now);
+                    }
+                    changes.push((slot, DatEntry::default()));
+                } else if e.pblock == 0 && self.cache.is_dirty(vkey(v)) {
+                    // Relocated by the cleaner and not placed yet: older
+                    // checkpoints still see it, so it is written anyway, dead.
+                    changes.push((
+                        slot,
+                        DatEntry {
+                            end: self.cur_cno,
+                            ..e
+                        },
+                    ));
+                    self.moved_dead.insert(v);
+                    continue;
+                } else {
+                    if e.pblock != 0 {
+                        let seg = self.geo.segment_of(e.pblock).expect("checked on read");
+                        let protected = self.snapshot_in(e.start, self.cur_cno);
+                        self.segs.kill_live(seg, protected, now);
+                    }
+                    changes.push((
+                        slot,
+                        DatEntry {
+                            end: self.cur_cno,
+                            ..e
+                        },
+                    ));
+                }
+                self.cache.remove(vkey(v));
             }
-            self.dat_set(v, DatEntry::default())?;
-        } else if e.pblock == 0 && self.cache.is_dirty(vkey(v)) {
-            // Relocated by the cleaner and not placed yet: older checkpoints
-            // still see it, so it is written anyway, as a dead block.
-            self.dat_set(
-                v,
-                DatEntry {
-                    end: self.cur_cno,
-                    ..e
-                },
-            )?;
-            self.moved_dead.insert(v);
-            self.blocks_used = self.blocks_used.saturating_sub(1);
-            return Ok(());
-        } else {
-            if e.pblock != 0 {
-                let seg = self.geo.segment_of(e.pblock).expect("checked on read");
-                let protected = self.snapshot_in(e.start, self.cur_cno);
-                self.segs.kill_live(seg, protected, now);
-            }
-            self.dat_set(
-                v,
-                DatEntry {
-                    end: self.cur_cno,
-                    ..e
-                },
-            )?;
+            self.dat_update(idx, &changes)?;
         }
-        self.cache.remove(vkey(v));
-        self.blocks_used = self.blocks_used.saturating_sub(1);
         Ok(())
     }
 

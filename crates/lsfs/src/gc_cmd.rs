@@ -1,0 +1,160 @@
+//! `lsfs gc`: the cleaner of a mounted file system, and its plots.
+
+use crate::control;
+use plotters::prelude::*;
+use serde_json::{json, Value};
+use std::path::Path;
+
+pub fn status(mnt: &Path, json_out: bool) -> Result<(), String> {
+    let v = control::request(mnt, &json!({ "cmd": "gc-status" }))?;
+    let s = &v["status"];
+    if json_out {
+        println!("{s}");
+    } else {
+        println!(
+            "cleaner {} · policy {} · {:.1} % free (cleans below {} %, up to {} %) · {}",
+            if s["enabled"].as_bool() == Some(true) {
+                "on"
+            } else {
+                "off"
+            },
+            s["policy"].as_str().unwrap_or("?"),
+            s["free_percent"].as_f64().unwrap_or(0.0),
+            s["config"]["min_free_percent"],
+            s["config"]["max_free_percent"],
+            if s["on_battery"].as_bool() == Some(true) {
+                "on battery"
+            } else {
+                "on AC"
+            }
+        );
+        if !s["last_pass"].is_null() {
+            let p = &s["last_pass"];
+            println!(
+                "last pass ({}): {} victims, {} blocks copied, efficiency {:.3}",
+                p["reason"].as_str().unwrap_or(""),
+                p["victims"].as_array().map(|a| a.len()).unwrap_or(0),
+                p["blocks_copied"],
+                p["efficiency"].as_f64().unwrap_or(0.0)
+            );
+        }
+    }
+    Ok(())
+}
+
+pub fn run(mnt: &Path, segments: u64, json_out: bool) -> Result<(), String> {
+    let v = control::request(mnt, &json!({ "cmd": "gc-run", "segments": segments }))?;
+    let p = &v["pass"];
+    if json_out {
+        println!("{p}");
+    } else {
+        for vic in p["victims"].as_array().into_iter().flatten() {
+            println!(
+                "segment {:>6}: {} live + {} protected + {} DAT blocks copied, {} dead entries freed",
+                vic["segno"], vic["live_copied"], vic["protected_copied"], vic["dat_copied"], vic["freed_entries"]
+            );
+        }
+        println!(
+            "{} victims, {} late-aborted, {} blocks copied, {} reclaimed, efficiency {:.3}",
+            p["victims"].as_array().map(|a| a.len()).unwrap_or(0),
+            p["late_aborted"].as_array().map(|a| a.len()).unwrap_or(0),
+            p["blocks_copied"],
+            p["blocks_reclaimed"],
+            p["efficiency"].as_f64().unwrap_or(0.0)
+        );
+    }
+    Ok(())
+}
+
+pub fn stats(mnt: &Path, json_out: bool) -> Result<Value, String> {
+    let v = control::request(mnt, &json!({ "cmd": "gc-stats" }))?;
+    if json_out {
+        println!(
+            "{}",
+            json!({ "stats": v["stats"], "histogram": v["histogram"] })
+        );
+    } else {
+        let s = &v["stats"];
+        println!(
+            "{} passes, {} segments cleaned, {} blocks copied, {} late aborts\nuser blocks {}, cleaner blocks {}, write amplification {:.3}, unaccounted {:.4}",
+            s["passes"],
+            s["segments_cleaned"],
+            s["blocks_copied"],
+            s["late_aborts"],
+            s["user_blocks_written"],
+            s["cleaner_blocks_written"],
+            s["write_amplification"].as_f64().unwrap_or(1.0),
+            s["unaccounted_fraction"].as_f64().unwrap_or(0.0)
+        );
+    }
+    Ok(v)
+}
+
+pub fn control(mnt: &Path, req: Value) -> Result<(), String> {
+    let v = control::request(mnt, &req)?;
+    println!("{v}");
+    Ok(())
+}
+
+/// An SVG with the utilization histogram (512 bins) and write amplification over time.
+pub fn plot(mnt: &Path, out: &Path) -> Result<(), String> {
+    let v = control::request(mnt, &json!({ "cmd": "gc-stats" }))?;
+    let hist: Vec<u64> = v["histogram"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_u64)
+        .collect();
+    let wa: Vec<(f64, f64)> = v["stats"]["wa_history"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| Some((p[0].as_f64()?, p[1].as_f64()?)))
+        .collect();
+    plot_to(out, &hist, &wa).map_err(|e| format!("plot {}: {e}", out.display()))
+}
+
+pub fn plot_to(
+    out: &Path,
+    hist: &[u64],
+    wa: &[(f64, f64)],
+) -> Result<(), Box<dyn std::error::Error>> {
+    let root = SVGBackend::new(out, (1000, 420)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let (left, right) = root.split_horizontally(560);
+    let ymax = hist.iter().copied().max().unwrap_or(1).max(1);
+    let mut c = ChartBuilder::on(&left)
+        .caption("segment utilization (512 bins)", ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(40)
+        .build_cartesian_2d(0f64..1f64, 0u64..ymax + 1)?;
+    c.configure_mesh()
+        .x_desc("live blocks / segment size")
+        .y_desc("segments")
+        .draw()?;
+    c.draw_series(
+        hist.iter()
+            .enumerate()
+            .filter(|(_, &n)| n > 0)
+            .map(|(i, &n)| {
+                let x0 = i as f64 / hist.len() as f64;
+                Rectangle::new([(x0, 0), (x0 + 1.0 / hist.len() as f64, n)], BLUE.filled())
+            }),
+    )?;
+    let tmax = wa.iter().map(|p| p.0).fold(1.0, f64::max);
+    let wmax = wa.iter().map(|p| p.1).fold(2.0, f64::max);
+    let mut c = ChartBuilder::on(&right)
+        .caption("write amplification", ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(40)
+        .build_cartesian_2d(0f64..tmax, 1f64..wmax)?;
+    c.configure_mesh()
+        .x_desc("seconds since mount")
+        .y_desc("(user + cleaner) / user")
+        .draw()?;
+    c.draw_series(LineSeries::new(wa.iter().copied(), &RED))?;
+    root.present()?;
+    Ok(())
+}
