@@ -104,3 +104,77 @@ fn full_fs_says_enospc_keeps_data_and_recovers_after_deletes() {
     fs.unmount().unwrap();
     assert_clean(&fsck_bytes(image(&mut fs)), "the image after refilling");
 }
+
+/// A snapshot keeps deleted data: space comes back only when the snapshot
+/// is demoted, and the counters stay exact all along.
+#[test]
+fn snapshot_holds_space_until_demoted() {
+    let mut fs = mkfs(DEV_BYTES, cfg_no_protection());
+    let clock0 = lsfs_core::meta::store::wall_secs();
+    let c = ctx();
+    let mut names = Vec::new();
+    for i in 0..1000u64 {
+        fs.store.now_override = Some(clock0 + i);
+        let name = format!("f{i}").into_bytes();
+        let a = match fs.mknod(ROOT_INO, &name, libc::S_IFREG | 0o644, 0, &c) {
+            Ok(a) => a,
+            Err(e) => {
+                assert_eq!(e, Errno::NOSPC);
+                break;
+            }
+        };
+        fs.forget(a.ino, 1);
+        if let Err(e) = fs.write(a.ino, 0, &pattern(i, FILE_BYTES)) {
+            assert_eq!(e, Errno::NOSPC);
+            fs.unlink(ROOT_INO, &name).unwrap();
+            break;
+        }
+        names.push(name);
+    }
+    // A snapshot of the full file system: it keeps every file.
+    let snap = fs
+        .snapshot_create()
+        .expect("a checkpoint fits in the reserve");
+    assert!(names.len() > 12, "only {} files fit", names.len());
+    for n in &names {
+        fs.unlink(ROOT_INO, n).unwrap();
+    }
+    let mut t = 2000;
+    let mut settle = |fs: &mut Lsfs| {
+        for _ in 0..4 {
+            t += 1;
+            fs.store.now_override = Some(clock0 + t);
+            fs.checkpoint().unwrap();
+        }
+    };
+    settle(&mut fs);
+    assert_clean(&fsck_bytes(image(&mut fs)), "all deleted, snapshot kept");
+    // The snapshot still has the first files, readable from the image.
+    let mut old_cfg = cfg_no_protection();
+    old_cfg.checkpoint = Some(snap);
+    old_cfg.store.read_only = true;
+    let mut old = Lsfs::open(Box::new(MemDevice::from_bytes(image(&mut fs))), old_cfg).unwrap();
+    let a = old.lookup(ROOT_INO, b"f3").unwrap();
+    assert!(old.read(a.ino, 0, FILE_BYTES as u32).unwrap() == pattern(3, FILE_BYTES));
+    drop(old);
+    let a = fs
+        .mknod(ROOT_INO, b"big", libc::S_IFREG | 0o644, 0, &c)
+        .unwrap();
+    assert_eq!(
+        fs.write(a.ino, 0, &pattern(4, 2 * MIB as usize)),
+        Err(Errno::NOSPC),
+        "deleted files held by a snapshot must not free space"
+    );
+    fs.unlink(ROOT_INO, b"big").unwrap();
+    fs.snapshot_set(snap, false).unwrap();
+    settle(&mut fs);
+    assert_clean(&fsck_bytes(image(&mut fs)), "after demoting the snapshot");
+    let a = fs
+        .mknod(ROOT_INO, b"again", libc::S_IFREG | 0o644, 0, &c)
+        .unwrap();
+    let data = pattern(5, 6 * MIB as usize);
+    fs.write(a.ino, 0, &data)
+        .expect("space is back once the snapshot is gone");
+    fs.unmount().unwrap();
+    assert_clean(&fsck_bytes(image(&mut fs)), "refilled");
+}
