@@ -372,11 +372,18 @@ impl Checker {
         }
         let mut owner_of: HashMap<u64, String> = HashMap::new();
         for &n in &nodes {
-            self.claim_phys(s, &mut owner_of, &mut dat, n, "DAT tree node".into());
+            self.claim_phys(s, &mut owner_of, &mut dat, n, true, "DAT tree node".into());
         }
         let max_idx = s.next_vblock / DAT_PER_BLOCK;
         for &(idx, addr) in &blocks {
-            self.claim_phys(s, &mut owner_of, &mut dat, addr, format!("DAT block {idx}"));
+            self.claim_phys(
+                s,
+                &mut owner_of,
+                &mut dat,
+                addr,
+                true,
+                format!("DAT block {idx}"),
+            );
             if idx > max_idx {
                 self.err(format!(
                     "DAT block {idx} is beyond the last virtual block {}",
@@ -405,12 +412,13 @@ impl Checker {
                 }
                 any = true;
                 self.check_dat_entry(s, v, &e);
-                if e.pblock != 0 && check_phys(&s.geo, e.pblock, "").is_ok() {
+                if e.pblock != 0 {
                     self.claim_phys(
                         s,
                         &mut owner_of,
                         &mut dat,
                         e.pblock,
+                        false,
                         format!("virtual block {v}"),
                     );
                 }
@@ -437,13 +445,15 @@ impl Checker {
         dat
     }
 
-    /// Record that `addr` holds `what`; a second owner is an error.
+    /// Record that `addr` holds `what` (a block of the DAT's own tree if
+    /// `dat_tree`); a second owner is an error.
     fn claim_phys(
         &mut self,
         s: &Store,
         owner_of: &mut HashMap<u64, String>,
         dat: &mut Dat,
         addr: u64,
+        dat_tree: bool,
         what: String,
     ) {
         if is_temp(addr) {
@@ -453,7 +463,7 @@ impl Checker {
             self.err(e.to_string());
             return;
         }
-        if !what.starts_with("virtual") {
+        if dat_tree {
             dat.tree_phys.push(addr);
         }
         if let Some(prev) = owner_of.get(&addr) {

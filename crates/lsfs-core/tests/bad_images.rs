@@ -208,6 +208,15 @@ fn damage_that_opening_misses_is_found_by_fsck() {
     b[dat0 * BLOCK_BYTES + 32] ^= 0x01;
     let f = fsck_errors(b);
     assert!(f.contains("virtual block 1"), "{f}");
+    // ... or far outside the device.
+    let mut b = good.clone();
+    b[dat0 * BLOCK_BYTES + 32..dat0 * BLOCK_BYTES + 40]
+        .copy_from_slice(&(1u64 << 40).to_le_bytes());
+    let f = fsck_errors(b);
+    assert!(
+        f.contains("virtual block 1 points at block 1099511627776, outside the log area"),
+        "{f}"
+    );
     // 2. An old record's header: its segment's records no longer cover
     // what the SUFILE says was written there.
     let old = &recs[1];
