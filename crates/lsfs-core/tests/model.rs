@@ -543,17 +543,22 @@ fn run(ops: &[Op], expire: bool) {
                 compare_dumps(&what, &dump(&mut fs), &dump(&mut model));
             }
             Op::SyncCrash => {
-                for (a, b) in handles.drain(..) {
-                    fs.release(a);
-                    model.release(b);
-                }
                 fs.sync().unwrap_or_else(|e| panic!("{what}: {e}"));
                 let bytes = image(&mut fs);
-                drop(fs); // no unmount
+                drop(fs); // no unmount, files still open
                 assert_clean(&fsck_bytes(bytes.clone()), &what);
                 fs = Lsfs::open(Box::new(MemDevice::from_bytes(bytes)), config.clone())
                     .unwrap_or_else(|e| panic!("{what}: recover: {e}"));
+                // The crash closed every file: unlinked ones are gone now.
+                for (_, b) in handles.drain(..) {
+                    model.release(b);
+                }
                 compare_dumps(&what, &dump(&mut fs), &dump(&mut model));
+                // Recovery deleted the orphans without leaking their blocks.
+                fs.sync().unwrap_or_else(|e| panic!("{what}: {e}"));
+                let r = fsck_bytes(image(&mut fs));
+                assert_clean(&r, &format!("{what}, after recovery"));
+                assert_eq!(r.stats.orphans, 0, "{what}: orphans left after recovery");
             }
             Op::FsyncPeek(p) => {
                 let got = resolve(&mut fs, p).and_then(|i| fs.fsync(i, false));
