@@ -577,8 +577,7 @@ impl Checker {
                 match (summary.get(&p), v) {
                     (Some(&(sv, k)), Some(v))
                         if sv == v && matches!(k, BlockKind::Data | BlockKind::Node) => {}
-                    (Some(&(_, k)), None)
-                        if matches!(k, BlockKind::DatBlock | BlockKind::DatNode) => {}
+                    (Some(&(_, BlockKind::DatBlock | BlockKind::DatNode)), None) => {}
                     (found, _) => self.err(format!(
                         "block {p} holds {} per the DAT, but its summary entry says {}",
                         v.map(|v| format!("virtual block {v}"))
@@ -1008,15 +1007,15 @@ impl Checker {
             (FileKind::Dir, Format::InlineData) => {
                 self.err(format!("directory {ino} has inline data format"))
             }
-            (_, Format::InlineData) => {
-                if i.area.len() as u64 > i.size || i.area.len() > AREA_BYTES || i.blocks != 0 {
-                    self.err(format!(
-                        "inode {ino}: inline data of {} bytes, size {}, {} blocks",
-                        i.area.len(),
-                        i.size,
-                        i.blocks
-                    ));
-                }
+            (_, Format::InlineData)
+                if i.area.len() as u64 > i.size || i.area.len() > AREA_BYTES || i.blocks != 0 =>
+            {
+                self.err(format!(
+                    "inode {ino}: inline data of {} bytes, size {}, {} blocks",
+                    i.area.len(),
+                    i.size,
+                    i.blocks
+                ));
             }
             _ => {}
         }

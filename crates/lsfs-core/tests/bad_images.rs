@@ -200,8 +200,7 @@ fn damage_that_opening_misses_is_found_by_fsck() {
     let dat0 = recs
         .iter()
         .flat_map(|r| r.entries.iter())
-        .filter(|e| e.kind == "DatBlock" && e.offset == 0)
-        .last()
+        .rfind(|e| e.kind == "DatBlock" && e.offset == 0)
         .unwrap()
         .block as usize;
     let mut b = good.clone();
@@ -229,10 +228,7 @@ fn damage_that_opening_misses_is_found_by_fsck() {
     let (rec, su0) = recs
         .iter()
         .flat_map(|r| r.entries.iter().map(move |e| (r, e)))
-        .filter(|(_, e)| {
-            e.kind == "Data" && e.ino == lsfs_core::layout::SUFILE_INO && e.offset == 0
-        })
-        .last()
+        .rfind(|(_, e)| e.kind == "Data" && e.ino == lsfs_core::layout::SUFILE_INO && e.offset == 0)
         .map(|(r, e)| (r, e.block as usize))
         .unwrap();
     let mut b = good.clone();
