@@ -296,3 +296,18 @@ fn random_damage_never_panics() {
         );
     }
 }
+
+/// A directory entry whose key no name can hash to (a crafted or damaged
+/// node with a valid checksum) is reported, not an overflow or endless loop.
+#[test]
+fn out_of_range_directory_key_is_an_error() {
+    use lsfs_core::fs::{dir, inode::Inode, map};
+    let mut fs = mkfs(DEV_BYTES, cfg());
+    let mut d = Inode::new(100, libc::S_IFDIR | 0o755, 0, 0, lsfs_vfs::Timespec::now());
+    let mut entry = 5u64.to_le_bytes().to_vec();
+    entry.push(1); // a regular file
+    entry.extend_from_slice(b"x");
+    map::insert(&mut fs.store, &mut d, u64::MAX, &entry).unwrap();
+    let e = dir::list_after(&mut fs.store, &d, 0, usize::MAX).unwrap_err();
+    assert!(e.to_string().contains("out of range"), "{e}");
+}

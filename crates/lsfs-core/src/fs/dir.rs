@@ -147,6 +147,14 @@ pub fn list_after(
         let Some((key, v)) = map::get_ceil(s, dir, k)? else {
             break;
         };
+        if key >= 1 << 62 {
+            // name_hash never makes such keys; on a damaged image the
+            // cookie (key + 3) and the next key would overflow.
+            return Err(Error::corrupt(format!(
+                "directory {}: entry key {key:#x} is out of range",
+                dir.ino
+            )));
+        }
         out.push((key + COOKIE_BASE, decode(key, &v)?));
         k = key + 1;
     }
