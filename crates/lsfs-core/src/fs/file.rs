@@ -12,6 +12,10 @@ use crate::meta::store::Store;
 use lsfs_vfs::Errno;
 
 pub const BLOCK: u64 = 4096;
+/// Blocks read ahead of a sequential read, within one extent.
+const READ_AHEAD_BLOCKS: u64 = 32;
+/// Largest single device read a file read issues (1 MiB).
+const MAX_READ_RUN_BLOCKS: u64 = 256;
 /// Largest file size: 2^44 bytes (16 TiB), far above the 1 TiB required.
 pub const MAX_FILE_BYTES: u64 = 1 << 44;
 
@@ -92,7 +96,15 @@ pub fn read(s: &mut Store, ino: &Inode, off: u64, len: u64) -> Result<Vec<u8>> {
         }
         match cur {
             Some(e) => {
-                let data = s.vread(e.vstart + (b - e.file_block), owner(ino.ino, b))?;
+                let v = e.vstart + (b - e.file_block);
+                // Read ahead within the extent: up to the end of this request
+                // plus READ_AHEAD_BLOCKS, in one device read.
+                let want = (end.div_ceil(BLOCK) - b + READ_AHEAD_BLOCKS)
+                    .min(e.file_block + e.len - b)
+                    .min(MAX_READ_RUN_BLOCKS);
+                let ino_no = ino.ino;
+                s.vread_ahead(v, want, |i| owner(ino_no, b + i))?;
+                let data = s.vread(v, owner(ino.ino, b))?;
                 out.extend_from_slice(&data[in_block..in_block + n]);
             }
             None => out.resize(out.len() + n, 0),

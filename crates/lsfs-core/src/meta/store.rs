@@ -455,6 +455,51 @@ impl Store {
         Ok(b)
     }
 
+    /// Read the uncached blocks `v0, v0 + 1, …` (at most `n`) that lie one
+    /// after another on the device, with one device read, and cache them
+    /// clean. `owner(i)` names block `v0 + i`. Returns how many were read
+    /// (0 when `v0` is cached or not yet placed).
+    pub fn vread_ahead(&mut self, v0: u64, n: u64, owner: impl Fn(u64) -> Owner) -> Result<u64> {
+        let first = self.dat_get(v0)?;
+        if first.pblock == 0 || self.cache.contains(vkey(v0)) {
+            return Ok(0);
+        }
+        let mut run = 1;
+        while run < n {
+            let v = v0 + run;
+            if self.cache.contains(vkey(v)) {
+                break;
+            }
+            let e = self.dat_get(v)?;
+            if e.pblock != first.pblock + run {
+                break;
+            }
+            run += 1;
+        }
+        check_phys(
+            &self.geo,
+            first.pblock,
+            &format!("DAT entry of virtual block {v0}"),
+        )?;
+        check_phys(
+            &self.geo,
+            first.pblock + run - 1,
+            &format!("DAT entry of virtual block {}", v0 + run - 1),
+        )?;
+        let bb = self.geo.block_bytes;
+        let mut buf = vec![0; run as usize * bb];
+        self.dev
+            .read_at(self.geo.byte_offset(first.pblock), &mut buf)?;
+        for i in 0..run {
+            self.cache.insert_clean(
+                vkey(v0 + i),
+                &buf[i as usize * bb..(i as usize + 1) * bb],
+                owner(i),
+            );
+        }
+        Ok(run)
+    }
+
     /// A new virtual block, visible from the checkpoint being built on.
     pub fn valloc(&mut self) -> Result<u64> {
         self.valloc_run(1)
