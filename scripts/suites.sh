@@ -9,6 +9,8 @@ lsfs=$(realpath "${1:?usage: suites.sh PATH_TO_LSFS}")
 ops=${FSX_OPS:-100000}
 
 work=$(mktemp -d /tmp/lsfs-suites.XXXXXX)
+# pjdfstest acts as other users too: they must be able to reach the mount.
+chmod 0755 "$work"
 img=$work/lsfs.img
 mnt=$work/mnt
 mkdir -p "$mnt"
