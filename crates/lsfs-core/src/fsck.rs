@@ -17,7 +17,6 @@
 //! reported where they occur, and a panic anywhere becomes an error too.
 
 use crate::btree::NodeStore;
-use crate::cache::pkey;
 use crate::device::BlockDevice;
 use crate::error::{Error, Result};
 use crate::fs::inode::{Format, Inode, AREA_BYTES};
@@ -136,18 +135,7 @@ struct PhysRo<'a> {
 }
 
 fn read_phys(s: &mut Store, addr: u64) -> Result<Vec<u8>> {
-    if let Some(b) = s.cache.get(pkey(addr)) {
-        return Ok(b.to_vec());
-    }
-    if is_temp(addr) {
-        return Err(Error::corrupt(format!(
-            "DAT block at temporary address {addr:#x} is not in memory"
-        )));
-    }
-    check_phys(&s.geo, addr, "DAT tree")?;
-    let mut b = vec![0; s.geo.block_bytes];
-    s.dev.read_at(s.geo.byte_offset(addr), &mut b)?;
-    Ok(b)
+    s.read_dat_phys(addr)
 }
 
 impl NodeStore for PhysRo<'_> {

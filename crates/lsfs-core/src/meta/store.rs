@@ -350,6 +350,11 @@ impl Store {
         self.dat_map.insert(idx, addr);
     }
 
+    /// A block of the DAT or its tree at `addr` (physical, or temporary and cached).
+    pub(crate) fn read_dat_phys(&mut self, addr: u64) -> Result<Vec<u8>> {
+        dat_nodes!(self).read_phys(addr, DAT_NODE_OWNER)
+    }
+
     /// A copy of DAT block `idx`, zeros if it does not exist.
     fn dat_block(&mut self, idx: u64) -> Result<Vec<u8>> {
         let Some(addr) = self.dat_block_addr(idx)? else {
