@@ -2,10 +2,15 @@
 //! through [`BlockDevice`]; only this layer knows about files and syscalls.
 
 mod crash;
+mod fault;
 mod file;
 mod memory;
 
-pub use crash::{CrashDevice, CrashLog, LoggedOp};
+pub use crash::{
+    CrashChoice, CrashDevice, CrashLog, CrashState, Epoch, LoggedOp, PartialWrite, Sectors,
+    SECTOR_BYTES,
+};
+pub use fault::{FaultDevice, FaultPlan};
 pub use file::FileDevice;
 pub use memory::MemDevice;
 
