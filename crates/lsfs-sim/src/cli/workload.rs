@@ -3,10 +3,13 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
+use crate::access::AccessSpec;
 use crate::cache::write_trace;
 use crate::workload::aging::Aging;
-use crate::workload::hot_cold_files::HotColdFiles;
 use crate::workload::kang::KangWorkload;
+use crate::workload::nfs_replay::{replay_file, ReplayOptions};
+use crate::workload::nfs_synth::{NfsSynth, SynthOptions};
+use crate::workload::small_files::SmallFiles;
 
 use super::CommonArgs;
 
@@ -20,22 +23,30 @@ pub struct WorkloadArgs {
 
 #[derive(clap::Subcommand, Debug, Clone)]
 pub enum WorkloadKind {
-    /// Rohner's hot/cold small-file workload in DIR.
+    /// Rohner's hot/cold small-file workload in DIR: FILES files, then ROUNDS × FILES overwrites,
+    /// HOT_WRITES of them to the first HOT_FRACTION of the files.
     HotCold {
         dir: PathBuf,
-        #[arg(long, default_value_t = 100_000)]
-        files: u64,
-        #[arg(long, default_value_t = 4096)]
-        file_bytes: usize,
+        #[command(flatten)]
+        files: SmallFileArgs,
         #[arg(long, default_value_t = 0.1)]
         hot_fraction: f64,
         #[arg(long, default_value_t = 0.9)]
         hot_writes: f64,
-        /// Overwrites after creation, in multiples of the file count.
-        #[arg(long, default_value_t = 4.0)]
-        rounds: f64,
-        #[arg(long)]
-        fsync: bool,
+    },
+    /// The same small files, overwritten uniformly at random.
+    Uniform {
+        dir: PathBuf,
+        #[command(flatten)]
+        files: SmallFileArgs,
+    },
+    /// The same small files, file of rank r overwritten with probability ∝ 1/(r+1)^EXPONENT.
+    Zipf {
+        dir: PathBuf,
+        #[command(flatten)]
+        files: SmallFileArgs,
+        #[arg(long, default_value_t = 1.0)]
+        exponent: f64,
     },
     /// yFS's aging workload in DIR.
     Aging {
@@ -46,6 +57,37 @@ pub enum WorkloadKind {
         max_files: usize,
         #[arg(long, default_value_t = 64 << 20)]
         max_file_bytes: u64,
+    },
+    /// Replay an NFS trace in Ellard's text format (Harvard EECS03/DEAS03/CAMPUS/lair62) as
+    /// system calls in DIR. TRACE `-` reads standard input (`zcat t.txt.gz | … nfs-replay - DIR`).
+    /// Prints a JSON summary: calls applied, and skipped with the reason, per procedure.
+    NfsReplay {
+        trace: PathBuf,
+        dir: PathBuf,
+        /// A call without a reply after this many seconds of trace time is given up.
+        #[arg(long, default_value_t = 300.0)]
+        reply_timeout_secs: f64,
+        /// Writes and truncates beyond this size are skipped.
+        #[arg(long, default_value_t = 1 << 32)]
+        max_file_bytes: u64,
+    },
+    /// Write a seeded synthetic NFS trace in Ellard's text format (see workload::nfs_synth).
+    NfsSynth {
+        out: PathBuf,
+        #[arg(long, default_value_t = 100_000)]
+        operations: u64,
+        #[arg(long, default_value_t = 8)]
+        clients: u32,
+        #[arg(long, default_value_t = 5_000)]
+        max_files: usize,
+        #[arg(long, default_value_t = 1 << 20)]
+        max_file_bytes: u64,
+        #[arg(long, default_value_t = 0.03)]
+        error_fraction: f64,
+        #[arg(long, default_value_t = 0.0)]
+        lost_reply_fraction: f64,
+        #[arg(long, default_value_t = 8)]
+        reorder_window: usize,
     },
     /// Write a synthetic Kang Table 2-2 page trace (video, mixed, fileserver, tpcc).
     KangTrace {
@@ -59,6 +101,33 @@ pub enum WorkloadKind {
     Run { tool: String, dir: PathBuf },
 }
 
+/// What the small-file workloads (hot-cold, uniform, zipf) share.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SmallFileArgs {
+    #[arg(long, default_value_t = 100_000)]
+    pub files: u64,
+    #[arg(long, default_value_t = 4096)]
+    pub file_bytes: usize,
+    /// Overwrites after creation, in multiples of the file count.
+    #[arg(long, default_value_t = 4.0)]
+    pub rounds: f64,
+    #[arg(long)]
+    pub fsync: bool,
+}
+
+impl SmallFileArgs {
+    fn workload(&self, access: AccessSpec, seed: u64) -> SmallFiles {
+        SmallFiles {
+            files: self.files,
+            file_bytes: self.file_bytes,
+            access,
+            overwrites: (self.rounds * self.files as f64) as u64,
+            fsync: self.fsync,
+            seed,
+        }
+    }
+}
+
 pub(super) fn run(args: WorkloadArgs) -> Result<(), Box<dyn Error>> {
     let seed = args.common.seed;
     let progress = !args.common.quiet;
@@ -67,23 +136,29 @@ pub(super) fn run(args: WorkloadArgs) -> Result<(), Box<dyn Error>> {
         WorkloadKind::HotCold {
             dir,
             files,
-            file_bytes,
             hot_fraction,
             hot_writes,
-            rounds,
-            fsync,
         } => {
-            let w = HotColdFiles {
-                files,
-                file_bytes,
+            let access = AccessSpec::HotCold {
                 hot_fraction,
                 hot_write_fraction: hot_writes,
-                overwrites: (rounds * files as f64) as u64,
-                fsync,
-                seed,
             };
-            json(&w.run(&dir, progress)?)
+            json(&files.workload(access, seed).run(&dir, progress)?)
         }
+        WorkloadKind::Uniform { dir, files } => json(
+            &files
+                .workload(AccessSpec::Uniform, seed)
+                .run(&dir, progress)?,
+        ),
+        WorkloadKind::Zipf {
+            dir,
+            files,
+            exponent,
+        } => json(
+            &files
+                .workload(AccessSpec::Zipf { exponent }, seed)
+                .run(&dir, progress)?,
+        ),
         WorkloadKind::Aging {
             dir,
             operations,
@@ -113,6 +188,45 @@ pub(super) fn run(args: WorkloadArgs) -> Result<(), Box<dyn Error>> {
             )?;
             eprintln!("{} requests written to {}", trace.len(), out.display());
             Ok(())
+        }
+        WorkloadKind::NfsReplay {
+            trace,
+            dir,
+            reply_timeout_secs,
+            max_file_bytes,
+        } => {
+            let opts = ReplayOptions {
+                reply_timeout_secs,
+                max_file_bytes,
+                ..ReplayOptions::default()
+            };
+            json(&replay_file(&trace, &dir, opts, progress)?)
+        }
+        WorkloadKind::NfsSynth {
+            out,
+            operations,
+            clients,
+            max_files,
+            max_file_bytes,
+            error_fraction,
+            lost_reply_fraction,
+            reorder_window,
+        } => {
+            let opts = SynthOptions {
+                operations,
+                clients,
+                max_files,
+                max_file_bytes,
+                error_fraction,
+                lost_reply_fraction,
+                reorder_window,
+                seed,
+                ..SynthOptions::default()
+            };
+            let mut w = std::io::BufWriter::new(std::fs::File::create(&out)?);
+            let (report, _) = NfsSynth::new(opts).write_trace(&mut w)?;
+            w.flush()?;
+            json(&report)
         }
         WorkloadKind::Run { tool, dir } => run_external(&tool, &dir),
     }

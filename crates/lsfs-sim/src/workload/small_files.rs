@@ -1,7 +1,8 @@
-//! Rohner's hot/cold small-file workload (§4.4) against any directory: `files` files of
-//! `file_bytes` each; `hot_fraction` of them receive `hot_write_fraction` of the overwrites.
-//! Run it on a mounted lsfs, or on ext4/btrfs on a loop device, to compare cleaners and file
-//! systems under the same writes.
+//! Small-file overwrite workloads against any directory: `files` files of `file_bytes` each are
+//! created, then overwritten in place `overwrites` times, the file chosen by an access pattern
+//! ([`AccessSpec`]): Rohner's hot/cold (§4.4: 10 % of the files receive 90 % of the writes),
+//! uniform, or Zipf. Run it on a mounted lsfs, or on ext4/btrfs on a loop device, to compare
+//! cleaners and file systems under the same writes.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -9,14 +10,15 @@ use std::path::{Path, PathBuf};
 
 use lsfs_policy::SplitMix64;
 
+use crate::access::{Access, AccessSpec};
 use crate::progress::progress_bar;
 
 #[derive(Clone, Debug)]
-pub struct HotColdFiles {
+pub struct SmallFiles {
     pub files: u64,
     pub file_bytes: usize,
-    pub hot_fraction: f64,
-    pub hot_write_fraction: f64,
+    /// Which file each overwrite goes to (file ids 0..files; hot/cold's hot set is the lowest ids).
+    pub access: AccessSpec,
     /// Overwrites after the initial creation.
     pub overwrites: u64,
     /// fsync every file write (makes each write reach the log).
@@ -25,21 +27,23 @@ pub struct HotColdFiles {
 }
 
 #[derive(Debug, Default, serde::Serialize)]
-pub struct HotColdReport {
+pub struct SmallFilesReport {
+    pub access: String,
     pub files_created: u64,
     pub overwrites: u64,
-    pub hot_overwrites: u64,
+    /// Overwrites that went to the 10 % most-written files (by construction of the pattern).
+    pub top_decile_overwrites: u64,
     pub bytes_written: u64,
     pub elapsed_secs: f64,
 }
 
-fn file_path(dir: &Path, i: u64) -> PathBuf {
+pub fn file_path(dir: &Path, i: u64) -> PathBuf {
     // 256 files per subdirectory keeps directories small on every file system.
     dir.join(format!("d{:05}", i / 256))
         .join(format!("f{i:08}"))
 }
 
-impl HotColdFiles {
+impl SmallFiles {
     fn write_file(&self, path: &Path, rng: &mut SplitMix64, buf: &mut [u8]) -> io::Result<()> {
         // Fresh contents each time, so compressing or deduplicating layers see new data.
         for chunk in buf.chunks_mut(8) {
@@ -58,13 +62,17 @@ impl HotColdFiles {
         Ok(())
     }
 
-    pub fn run(&self, dir: &Path, show_progress: bool) -> io::Result<HotColdReport> {
+    pub fn run(&self, dir: &Path, show_progress: bool) -> io::Result<SmallFilesReport> {
         assert!(self.files > 1 && self.file_bytes > 0);
         let started = std::time::Instant::now();
         let mut rng = SplitMix64::new(self.seed);
+        let mut access = Access::new(&self.access, self.files, self.seed ^ 0xACCE55);
         let mut buf = vec![0u8; self.file_bytes];
-        let mut report = HotColdReport::default();
-        let bar = progress_bar(self.files + self.overwrites, "hot-cold", show_progress);
+        let mut report = SmallFilesReport {
+            access: self.access.label(),
+            ..Default::default()
+        };
+        let bar = progress_bar(self.files + self.overwrites, "small-files", show_progress);
         for i in 0..self.files {
             if i % 256 == 0 {
                 fs::create_dir_all(file_path(dir, i).parent().expect("has parent"))?;
@@ -73,14 +81,11 @@ impl HotColdFiles {
             report.files_created += 1;
             bar.inc(1);
         }
-        let hot = ((self.files as f64 * self.hot_fraction).round() as u64).clamp(1, self.files - 1);
+        let top_decile = (self.files / 10).max(1);
         for _ in 0..self.overwrites {
-            let i = if rng.unit_f64() < self.hot_write_fraction {
-                report.hot_overwrites += 1;
-                rng.below(hot)
-            } else {
-                hot + rng.below(self.files - hot)
-            };
+            let i = access.next_block();
+            debug_assert!(i < self.files);
+            report.top_decile_overwrites += u64::from(i < top_decile);
             self.write_file(&file_path(dir, i), &mut rng, &mut buf)?;
             report.overwrites += 1;
             bar.inc(1);
@@ -97,24 +102,43 @@ impl HotColdFiles {
 mod tests {
     use super::*;
 
-    #[test]
-    fn writes_every_file_and_skews_overwrites_to_the_hot_set() {
-        let dir = std::env::temp_dir().join(format!("lsfs-hotcold-{}", std::process::id()));
+    fn run_in_temp(access: AccessSpec, tag: &str) -> SmallFilesReport {
+        let dir = std::env::temp_dir().join(format!("lsfs-small-{tag}-{}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
-        let w = HotColdFiles {
+        let w = SmallFiles {
             files: 300,
             file_bytes: 100,
-            hot_fraction: 0.1,
-            hot_write_fraction: 0.9,
-            overwrites: 2000,
+            access,
+            overwrites: 4000,
             fsync: false,
             seed: 3,
         };
         let r = w.run(&dir, false).unwrap();
         assert_eq!(r.files_created, 300);
-        assert!((r.hot_overwrites as f64 / 2000.0 - 0.9).abs() < 0.03);
         assert_eq!(fs::metadata(file_path(&dir, 299)).unwrap().len(), 100);
-        assert_eq!(r.bytes_written, 2300 * 100);
+        assert_eq!(r.bytes_written, 4300 * 100);
         fs::remove_dir_all(&dir).unwrap();
+        r
+    }
+
+    #[test]
+    fn hot_cold_skews_overwrites_to_the_hot_set() {
+        let r = run_in_temp(
+            AccessSpec::HotCold {
+                hot_fraction: 0.1,
+                hot_write_fraction: 0.9,
+            },
+            "hc",
+        );
+        assert!((r.top_decile_overwrites as f64 / 4000.0 - 0.9).abs() < 0.03);
+    }
+
+    #[test]
+    fn uniform_spreads_and_zipf_concentrates() {
+        let u = run_in_temp(AccessSpec::Uniform, "u");
+        assert!((u.top_decile_overwrites as f64 / 4000.0 - 0.1).abs() < 0.03);
+        // Zipf(1) over 300 files: the top 30 ranks hold H_30 / H_300 ≈ 0.64 of the writes.
+        let z = run_in_temp(AccessSpec::Zipf { exponent: 1.0 }, "z");
+        assert!((z.top_decile_overwrites as f64 / 4000.0 - 0.64).abs() < 0.04);
     }
 }
