@@ -463,3 +463,95 @@ fn losing_the_newer_superblock_loses_nothing() {
     }
     assert!(compared >= 5, "only {compared} points compared");
 }
+
+/// Every superblock write of one epoch torn (only its first sector lands):
+/// the other copy must still name a checkpoint. Found by tests/ace.rs: the
+/// checkpoint at mount left its superblock write unflushed, and
+/// settle_superblocks wrote the other copy in the same epoch.
+#[test]
+fn tearing_every_superblock_write_of_an_epoch_leaves_a_mountable_image() {
+    use lsfs_core::device::{CrashState, LoggedOp, PartialWrite, Sectors};
+    let mut fs = mkfs(DEV_BYTES, cfg());
+    let c = ctx();
+    let a = fs
+        .mknod(ROOT_INO, b"a", libc::S_IFREG | 0o644, 0, &c)
+        .unwrap();
+    fs.write(a.ino, 0, &pattern(1, 9000)).unwrap();
+    fs.unmount().unwrap();
+    let base = image(&mut fs);
+    drop(fs);
+    let (dev, log) = CrashDevice::new(MemDevice::from_bytes(base));
+    let mut fs = Lsfs::open(Box::new(dev), cfg()).unwrap();
+    fs.write(a.ino, 0, b"new").unwrap();
+    fs.sync().unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    let last_block = DEV_BYTES / 4096 - 1;
+    let ops = log.ops();
+    let mut torn_epochs = 0;
+    for epoch in log.epochs() {
+        let writes: Vec<PartialWrite> = epoch
+            .writes
+            .iter()
+            .map(|&op| {
+                let LoggedOp::Write { offset, .. } = &ops[op] else {
+                    unreachable!()
+                };
+                let sb = [0, last_block].contains(&(offset / 4096));
+                PartialWrite {
+                    op,
+                    sectors: if sb { Sectors::Only(vec![0]) } else { Sectors::All },
+                }
+            })
+            .collect();
+        torn_epochs += writes.iter().any(|w| w.sectors != Sectors::All) as usize;
+        let st = CrashState {
+            durable_ops: epoch.durable_ops,
+            writes,
+            flip_bits: vec![],
+        };
+        let img = log.materialize(&st).unwrap();
+        let bytes = img.bytes().to_vec();
+        assert_clean(&fsck_bytes(bytes.clone()), &format!("crash state {st}"));
+        let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(bytes)), cfg())
+            .unwrap_or_else(|e| panic!("crash state {st} does not open: {e}"));
+        assert!(fs.lookup(ROOT_INO, b"a").is_ok());
+    }
+    assert!(torn_epochs >= 3, "only {torn_epochs} epochs wrote a superblock");
+}
+
+/// fsync of a file whose name is durable must keep the xattrs it set: the
+/// fsync record carries only data and the inode's attributes, so an xattr
+/// change needs a checkpoint. Found by tests/ace.rs.
+#[test]
+fn fsync_keeps_a_files_xattrs() {
+    for datasync in [false, true] {
+        let mut fs = mkfs(DEV_BYTES, cfg());
+        let c = ctx();
+        let a = fs
+            .mknod(ROOT_INO, b"a", libc::S_IFREG | 0o644, 0, &c)
+            .unwrap();
+        fs.write(a.ino, 0, &pattern(1, 5000)).unwrap();
+        fs.setxattr(a.ino, b"user.gone", b"old", 0).unwrap();
+        fs.unmount().unwrap();
+        let base = image(&mut fs);
+        drop(fs);
+        let (dev, log) = CrashDevice::new(MemDevice::from_bytes(base));
+        let mut fs = Lsfs::open(Box::new(dev), cfg()).unwrap();
+        fs.setxattr(a.ino, b"user.new", b"value", 0).unwrap();
+        fs.removexattr(a.ino, b"user.gone").unwrap();
+        fs.fsync(a.ino, datasync).unwrap();
+        let at = log.len();
+        drop(fs);
+        let img = log.materialize(&lsfs_core::device::CrashState::at_flush(at)).unwrap();
+        let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(img.bytes().to_vec())), cfg())
+            .unwrap();
+        let a = fs.lookup(ROOT_INO, b"a").unwrap();
+        assert_eq!(
+            fs.listxattr(a.ino).unwrap(),
+            vec![b"user.new".to_vec()],
+            "datasync {datasync}"
+        );
+        assert_eq!(fs.getxattr(a.ino, b"user.new").unwrap(), b"value");
+    }
+}

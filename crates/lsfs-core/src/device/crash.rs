@@ -39,7 +39,7 @@ pub struct Epoch {
 }
 
 /// Which 512-byte sectors of one write reached the medium.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Sectors {
     All,
     /// Only these sectors (indices within the write), in any order.
@@ -47,7 +47,7 @@ pub enum Sectors {
 }
 
 /// One write of the crash epoch as it reached the medium.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct PartialWrite {
     /// Index of the write in the log; it must lie in the crash epoch.
     pub op: usize,
