@@ -541,8 +541,9 @@ fn fsync_keeps_a_files_xattrs() {
         fs.setxattr(a.ino, b"user.new", b"value", 0).unwrap();
         fs.removexattr(a.ino, b"user.gone").unwrap();
         fs.fsync(a.ino, datasync).unwrap();
-        let at = log.len();
         drop(fs);
+        // Right after the fsync's last flush; nothing written since survives.
+        let at = log.epochs().last().unwrap().durable_ops;
         let img = log.materialize(&lsfs_core::device::CrashState::at_flush(at)).unwrap();
         let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(img.bytes().to_vec())), cfg())
             .unwrap();

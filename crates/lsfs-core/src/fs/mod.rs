@@ -28,7 +28,7 @@ struct Cached {
     dirty: bool,
     lookups: u64,
     opens: u64,
-    /// Its name or size shrank since the last checkpoint: fsync must write a
+    /// Its names, xattrs or size (shrunk) changed since the last checkpoint: fsync must write a
     /// checkpoint, because a roll-forward record cannot express it.
     needs_checkpoint: bool,
 }
@@ -1203,7 +1203,8 @@ impl Vfs for Lsfs {
         let mut i = self.get(ino).map_err(e)?;
         xattr::set(&mut self.store, &mut i, name, value, flags).map_err(e)?;
         i.ctime = Timespec::now();
-        self.put(i, false);
+        // fsync records carry no xattrs: fsync must write a checkpoint.
+        self.put(i, true);
         self.after_change()
     }
 
@@ -1230,7 +1231,8 @@ impl Vfs for Lsfs {
         let mut i = self.get(ino).map_err(e)?;
         xattr::remove(&mut self.store, &mut i, name).map_err(e)?;
         i.ctime = Timespec::now();
-        self.put(i, false);
+        // fsync records carry no xattrs: fsync must write a checkpoint.
+        self.put(i, true);
         self.after_change()
     }
 

@@ -637,6 +637,10 @@ impl Store {
             self.sb.cp_record_block,
             self.sb.cp_record_seq,
         );
+        // A checkpoint leaves its superblock write unflushed: make it
+        // durable first, so that no epoch holds writes to both copies (a
+        // crash could tear both).
+        self.dev.flush()?;
         self.write_superblock(cno, block, seq)?;
         self.dev.flush()?;
         self.write_superblock(cno, block, seq)?;
