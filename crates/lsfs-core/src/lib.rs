@@ -15,6 +15,8 @@ pub mod device;
 pub mod error;
 pub mod fs;
 pub mod fsck;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod gc;
 pub mod inspect;
 pub mod layout;

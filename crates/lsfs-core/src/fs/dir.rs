@@ -68,7 +68,7 @@ fn encode(ino: u64, kind: FileKind, name: &[u8]) -> Vec<u8> {
     v
 }
 
-fn decode(key: u64, v: &[u8]) -> Result<Entry> {
+pub(crate) fn decode(key: u64, v: &[u8]) -> Result<Entry> {
     if v.len() < 10 || v.len() > 9 + lsfs_vfs::NAME_MAX_BYTES {
         return Err(Error::corrupt(format!(
             "directory entry {key:#x}: {} bytes",

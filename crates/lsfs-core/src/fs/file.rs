@@ -26,7 +26,7 @@ pub struct Extent {
     pub len: u64,
 }
 
-fn decode_ext(k: u64, v: &[u8]) -> Result<Extent> {
+pub(crate) fn decode_ext(k: u64, v: &[u8]) -> Result<Extent> {
     if v.len() != 12 {
         return Err(Error::corrupt(format!(
             "extent at file block {k}: value of {} bytes",

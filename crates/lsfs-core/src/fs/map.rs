@@ -8,7 +8,7 @@ use crate::error::Result;
 use crate::fs::inode::{Format, Inode, AREA_BYTES};
 use crate::meta::store::{Store, VNodes, VNodesRo};
 
-fn decode_inline(area: &[u8]) -> Result<Vec<(u64, Vec<u8>)>> {
+pub(crate) fn decode_inline(area: &[u8]) -> Result<Vec<(u64, Vec<u8>)>> {
     let mut r = Reader::new(area, "inline map");
     if area.is_empty() {
         return Ok(Vec::new());

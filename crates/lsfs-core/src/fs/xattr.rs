@@ -24,14 +24,14 @@ fn base(name: &[u8]) -> u64 {
 }
 
 /// One attribute as stored: its collision slot, name, and value.
-struct Found {
+pub(crate) struct Found {
     slot: u64,
     name: Vec<u8>,
     total: usize,
     first: Vec<u8>,
 }
 
-fn decode_head(key: u64, v: &[u8]) -> Result<Found> {
+pub(crate) fn decode_head(key: u64, v: &[u8]) -> Result<Found> {
     let bad = || {
         Error::corrupt(format!(
             "xattr item {key:#x} is malformed ({} bytes)",

@@ -1,0 +1,13 @@
+//! Whole images: patches to a small valid image (`fuzz/base-image.rle`, see
+//! `lsfs_fuzz::ImageInput` for the input format), then a read-only mount, a
+//! walk that reads every directory, file, symlink and xattr, and fsck.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use lsfs_fuzz::{base, exercise_image, ImageInput};
+
+fuzz_target!(|data: &[u8]| {
+    let input = ImageInput::parse(data);
+    let img = base().patched(&input);
+    exercise_image(img, input.checkpoint);
+});
