@@ -118,7 +118,10 @@ impl CpTable {
     }
     pub fn decode_block(&mut self, idx: u64, b: &[u8]) -> Result<()> {
         let mut r = Reader::new(b, "CPFILE block");
-        let first = idx * CP_PER_BLOCK;
+        // `idx` is a B-tree key read from the disk.
+        let first = idx.checked_mul(CP_PER_BLOCK).ok_or_else(|| {
+            Error::corrupt(format!("CPFILE block {idx}: index out of range"))
+        })?;
         for slot in 0..CP_PER_BLOCK {
             let e = CpEntry::decode(&mut r)?;
             if e.flags & CP_VALID != 0 {
@@ -132,5 +135,23 @@ impl CpTable {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by the `meta_entries` fuzz target (input
+    /// `0b 00 00 00 00 00 00 00 55 02 6b`): a CPFILE block index read from a
+    /// B-tree key overflowed the first checkpoint number of the block.
+    #[test]
+    fn huge_block_index_is_corrupt_not_overflow() {
+        let input = [0x0b, 0, 0, 0, 0, 0, 0, 0, 0x55, 0x02, 0x6b];
+        let idx = u64::from_le_bytes(input[1..9].try_into().unwrap());
+        let mut t = CpTable::default();
+        let e = t.decode_block(idx, &[0; BLOCK_BYTES]).unwrap_err();
+        assert!(e.to_string().contains("out of range"), "{e}");
+        assert!(t.entries.is_empty());
     }
 }
