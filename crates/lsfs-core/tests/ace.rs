@@ -1,0 +1,950 @@
+//! ACE-style systematic crash exploration (after CrashMonkey's ACE).
+//!
+//! Workloads are sequences of one to three core operations over a small
+//! fixed set of names and a small initial tree, each followed by a
+//! persistence point (fsync or fdatasync of what it touched, fsync of the
+//! parent directory, sync, or none). Each runs on lsfs over a recording
+//! device and on the reference model `MemFs` in lockstep. Then, for every
+//! epoch of the device log (the writes between two flushes), the crash
+//! states are: the durable prefix alone, and seeded random subsets of the
+//! epoch's writes, reordered and torn at 512-byte sectors. Every state must
+//! pass fsck, mount, and keep exactly what `docs/CRASH.md` promises:
+//!
+//! - namespace: the names are those of the model after some operation
+//!   between the last completed sync / directory fsync / snapshot and the
+//!   crash (no partial rename, no name both lost and kept);
+//! - fsync'd files: content, size, xattrs and names as at their fsync or later;
+//! - every file: a content it really had since that sync (no garbage);
+//! - completed snapshots: exactly the model at the time they were taken.
+//!
+//! Half the workloads (the cleaner variant) run on an image with
+//! partly dead segments and a cleaner pass before every core operation, so
+//! crash states hit relocation too.
+//!
+//! Default: a CI sample (seq-1 exhaustive, seq-2 and seq-3 sampled).
+//! `LSFS_ACE_STATES=100000` runs seq-1, then seq-2 in a spread order (all of
+//! it if the target allows), then sampled seq-3, until that many crash
+//! states are checked, with a progress line every 30 s.
+
+mod common;
+use common::*;
+use lsfs_core::device::{CrashChoice, CrashDevice, CrashLog, CrashState, MemDevice, Sectors};
+use lsfs_core::fs::{Lsfs, MountConfig};
+use lsfs_core::meta::open::MkfsOptions;
+use lsfs_vfs::model::MemFs;
+use lsfs_vfs::{Errno, FileKind, Ino, SetAttr, Vfs, VfsResult, ROOT_INO};
+use rand::{Rng, SeedableRng};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::time::Instant;
+
+/// A tiny image of small segments, so that the log wraps and the cleaner
+/// has victims within a few operations.
+const DEV_BYTES: u64 = 3 * MIB;
+const SEGMENT_BLOCKS: u32 = 64;
+
+fn ace_opts() -> MkfsOptions {
+    MkfsOptions {
+        segment_blocks: SEGMENT_BLOCKS,
+        label: "ace".into(),
+    }
+}
+
+fn ace_cfg() -> MountConfig {
+    let mut c = cfg_no_protection();
+    c.checkpoint_interval_secs = 3600;
+    c
+}
+
+// ---- workloads ----
+
+/// Regular-file names, directory names, and all of them.
+const FILES: [&str; 4] = ["foo", "bar", "A/foo", "A/bar"];
+const DIRS: [&str; 3] = ["A", "B", "A/C"];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Op {
+    Creat(&'static str),
+    Mkdir(&'static str),
+    /// Append 5000 bytes.
+    Write(&'static str),
+    /// Write at an offset: 3000 bytes at 0 (overwrite), or 4096 past the end.
+    PWrite(&'static str, u64),
+    Truncate(&'static str, u64),
+    Link(&'static str, &'static str),
+    Unlink(&'static str),
+    Rename(&'static str, &'static str),
+    Rmdir(&'static str),
+    /// A symlink to "foo".
+    Symlink(&'static str),
+    SetXattr(&'static str),
+    Fsync(&'static str),
+    Fdatasync(&'static str),
+    Sync,
+    Snapshot,
+    /// A foreground cleaner pass (not a user operation: the model ignores it).
+    Clean,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Persist {
+    None,
+    Fsync,
+    Fdatasync,
+    FsyncParent,
+    Sync,
+}
+
+fn parent_path(p: &'static str) -> &'static str {
+    p.rfind('/').map_or("", |i| &p[..i])
+}
+
+/// The core operations, with their arguments from the fixed name sets.
+fn core_ops() -> Vec<Op> {
+    let mut v = Vec::new();
+    let all: Vec<&'static str> = FILES.iter().chain(DIRS.iter()).copied().collect();
+    for f in FILES {
+        v.push(Op::Creat(f));
+    }
+    for d in DIRS {
+        v.push(Op::Mkdir(d));
+    }
+    for f in FILES {
+        v.push(Op::Write(f));
+        v.push(Op::PWrite(f, 0));
+        v.push(Op::PWrite(f, 20_000));
+        for s in [0, 2500, 30_000] {
+            v.push(Op::Truncate(f, s));
+        }
+        v.push(Op::Unlink(f));
+        v.push(Op::Symlink(f));
+    }
+    for a in FILES {
+        for b in FILES {
+            if a != b {
+                v.push(Op::Link(a, b));
+                v.push(Op::Rename(a, b));
+            }
+        }
+    }
+    for a in DIRS {
+        for b in DIRS {
+            if a != b {
+                v.push(Op::Rename(a, b));
+            }
+        }
+        v.push(Op::Rmdir(a));
+    }
+    for p in &all {
+        v.push(Op::SetXattr(p));
+        v.push(Op::Fsync(p));
+        v.push(Op::Fdatasync(p));
+    }
+    v.push(Op::Sync);
+    v.push(Op::Snapshot);
+    v
+}
+
+/// The object a core operation touched, which its persistence point syncs.
+fn touched(op: Op) -> Option<&'static str> {
+    match op {
+        Op::Creat(p) | Op::Mkdir(p) | Op::Write(p) | Op::PWrite(p, _) | Op::Truncate(p, _) => {
+            Some(p)
+        }
+        Op::Symlink(p) | Op::SetXattr(p) => Some(p),
+        Op::Link(_, d) | Op::Rename(_, d) => Some(d),
+        Op::Unlink(p) | Op::Rmdir(p) => Some(parent_path(p)),
+        _ => None,
+    }
+}
+
+/// The persistence operation `p` after core operation `op` (none if it
+/// makes no sense there).
+fn persistence(op: Op, p: Persist) -> Option<Op> {
+    let t = touched(op);
+    match p {
+        Persist::None => None,
+        Persist::Sync => Some(Op::Sync),
+        Persist::Fsync => t.map(Op::Fsync),
+        Persist::Fdatasync => t.map(Op::Fdatasync),
+        Persist::FsyncParent => t.map(|t| Op::Fsync(parent_path(t))),
+    }
+}
+
+/// A core operation and its persistence point.
+type Step = (Op, Persist);
+
+/// All steps; `last` leaves out "no persistence point" (nothing to check).
+fn steps(last: bool) -> Vec<Step> {
+    let mut out = Vec::new();
+    let mut seen = HashSet::new();
+    for op in core_ops() {
+        for p in [
+            Persist::None,
+            Persist::Fsync,
+            Persist::Fdatasync,
+            Persist::FsyncParent,
+            Persist::Sync,
+        ] {
+            if last && p == Persist::None && touched(op).is_some() {
+                continue;
+            }
+            let pers = persistence(op, p);
+            if p != Persist::None && pers.is_none() {
+                continue;
+            }
+            if seen.insert((op, pers)) {
+                out.push((op, p));
+            }
+        }
+    }
+    out
+}
+
+/// The flat operation list of a workload.
+fn expand(steps: &[Step], cleaner: bool) -> Vec<Op> {
+    let mut ops = Vec::new();
+    for &(op, p) in steps {
+        if cleaner {
+            ops.push(Op::Clean);
+        }
+        ops.push(op);
+        ops.extend(persistence(op, p));
+    }
+    ops
+}
+
+// ---- running operations ----
+
+fn comps(p: &str) -> Vec<&[u8]> {
+    if p.is_empty() {
+        Vec::new()
+    } else {
+        p.split('/').map(str::as_bytes).collect()
+    }
+}
+
+/// Resolve a path from the root, giving back the lookup references.
+fn resolve(fs: &mut dyn Vfs, p: &str) -> VfsResult<Ino> {
+    let mut cur = ROOT_INO;
+    for c in comps(p) {
+        let a = fs.lookup(cur, c)?;
+        fs.forget(a.ino, 1);
+        cur = a.ino;
+    }
+    Ok(cur)
+}
+
+fn split(p: &'static str) -> (&'static str, &'static [u8]) {
+    (parent_path(p), p.rsplit('/').next().unwrap().as_bytes())
+}
+
+/// What an operation did: an inode it created (for the inode map).
+type Outcome = VfsResult<Option<Ino>>;
+
+/// Run `op` on a file system (lsfs or the model); `seed` makes the data.
+fn run(fs: &mut dyn Vfs, op: Op, seed: u64) -> Outcome {
+    let c = ctx();
+    match op {
+        Op::Creat(p) => {
+            let (d, n) = split(p);
+            let dir = resolve(fs, d)?;
+            let a = fs.mknod(dir, n, libc::S_IFREG | 0o644, 0, &c)?;
+            fs.forget(a.ino, 1);
+            Ok(Some(a.ino))
+        }
+        Op::Mkdir(p) => {
+            let (d, n) = split(p);
+            let dir = resolve(fs, d)?;
+            let a = fs.mkdir(dir, n, 0o755, &c)?;
+            fs.forget(a.ino, 1);
+            Ok(Some(a.ino))
+        }
+        Op::Symlink(p) => {
+            let (d, n) = split(p);
+            let dir = resolve(fs, d)?;
+            let a = fs.symlink(dir, n, b"foo", &c)?;
+            fs.forget(a.ino, 1);
+            Ok(Some(a.ino))
+        }
+        Op::Write(p) => {
+            let ino = resolve(fs, p)?;
+            let size = fs.getattr(ino)?.size;
+            fs.write(ino, size, &pattern(seed, 5000))?;
+            Ok(None)
+        }
+        Op::PWrite(p, off) => {
+            let ino = resolve(fs, p)?;
+            if off == 0 {
+                fs.write(ino, 0, &pattern(seed, 3000))?;
+            } else {
+                let size = fs.getattr(ino)?.size;
+                fs.write(ino, size + off, &pattern(seed, 4096))?;
+            }
+            Ok(None)
+        }
+        Op::Truncate(p, size) => {
+            let ino = resolve(fs, p)?;
+            let set = SetAttr {
+                size: Some(size),
+                ..SetAttr::default()
+            };
+            fs.setattr(ino, &set)?;
+            Ok(None)
+        }
+        Op::Link(a, b) => {
+            let ino = resolve(fs, a)?;
+            if fs.getattr(ino)?.kind != FileKind::File {
+                return Err(Errno::PERM); // keep workloads to regular files
+            }
+            let (d, n) = split(b);
+            let dir = resolve(fs, d)?;
+            let at = fs.link(ino, dir, n)?;
+            fs.forget(at.ino, 1);
+            Ok(None)
+        }
+        Op::Unlink(p) => {
+            let (d, n) = split(p);
+            let dir = resolve(fs, d)?;
+            fs.unlink(dir, n).map(|_| None)
+        }
+        Op::Rmdir(p) => {
+            let (d, n) = split(p);
+            let dir = resolve(fs, d)?;
+            fs.rmdir(dir, n).map(|_| None)
+        }
+        Op::Rename(a, b) => {
+            let (da, na) = split(a);
+            let (db, nb) = split(b);
+            let (pa, pb) = (resolve(fs, da)?, resolve(fs, db)?);
+            fs.rename(pa, na, pb, nb, 0).map(|_| None)
+        }
+        Op::SetXattr(p) => {
+            let ino = resolve(fs, p)?;
+            fs.setxattr(ino, b"user.ace", &pattern(seed, 20), 0)
+                .map(|_| None)
+        }
+        Op::Fsync(p) | Op::Fdatasync(p) => {
+            let ino = resolve(fs, p)?;
+            fs.fsync(ino, matches!(op, Op::Fdatasync(_))).map(|_| None)
+        }
+        Op::Sync => fs.sync().map(|_| None),
+        // Engine-only operations: see `run_lsfs`.
+        Op::Snapshot | Op::Clean => Ok(None),
+    }
+}
+
+// ---- the state the checker compares ----
+
+/// An inode as the checker sees it: kind, bytes (file data with its size,
+/// or symlink target) and xattrs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Node {
+    kind: FileKind,
+    data: Vec<u8>,
+    xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
+}
+
+/// A whole file system in model inode numbers: every directory entry, and
+/// every reachable inode.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Tree {
+    entries: BTreeMap<(Ino, Vec<u8>), Ino>,
+    nodes: BTreeMap<Ino, Node>,
+}
+
+impl Tree {
+    fn names(&self, ino: Ino) -> BTreeSet<(Ino, Vec<u8>)> {
+        self.entries
+            .iter()
+            .filter(|(_, &i)| i == ino)
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+}
+
+/// Walk a file system; `to_model` maps its inode numbers to the model's.
+fn walk(fs: &mut dyn Vfs, to_model: &HashMap<Ino, Ino>) -> Result<Tree, String> {
+    let map = |i: Ino| -> Result<Ino, String> {
+        if to_model.is_empty() {
+            return Ok(i);
+        }
+        to_model
+            .get(&i)
+            .copied()
+            .ok_or_else(|| format!("inode {i} that no operation created"))
+    };
+    let mut t = Tree::default();
+    let mut todo = vec![ROOT_INO];
+    let err = |what: &str, e: Errno| format!("{what}: {e:?}");
+    t.nodes.insert(ROOT_INO, node(fs, ROOT_INO, FileKind::Dir)?);
+    while let Some(dir) = todo.pop() {
+        let mdir = map(dir)?;
+        for ent in fs
+            .readdir(dir, 0, usize::MAX)
+            .map_err(|e| err(&format!("readdir of inode {dir}"), e))?
+        {
+            if ent.name == b"." || ent.name == b".." {
+                continue;
+            }
+            let m = map(ent.ino)?;
+            t.entries.insert((mdir, ent.name.clone()), m);
+            if t.nodes.contains_key(&m) {
+                continue;
+            }
+            t.nodes.insert(m, node(fs, ent.ino, ent.kind)?);
+            if ent.kind == FileKind::Dir {
+                todo.push(ent.ino);
+            }
+        }
+    }
+    Ok(t)
+}
+
+fn node(fs: &mut dyn Vfs, ino: Ino, kind: FileKind) -> Result<Node, String> {
+    let data = match kind {
+        FileKind::File => fs.read(ino, 0, 1 << 20),
+        FileKind::Symlink => fs.readlink(ino),
+        _ => Ok(Vec::new()),
+    }
+    .map_err(|e| format!("reading inode {ino}: {e:?}"))?;
+    let mut xattrs = BTreeMap::new();
+    for name in fs
+        .listxattr(ino)
+        .map_err(|e| format!("listxattr of inode {ino}: {e:?}"))?
+    {
+        let v = fs
+            .getxattr(ino, &name)
+            .map_err(|e| format!("getxattr of inode {ino}: {e:?}"))?;
+        xattrs.insert(name, v);
+    }
+    Ok(Node { kind, data, xattrs })
+}
+
+// ---- the initial tree ----
+
+/// A recorded lsfs image with its model twin.
+struct Base {
+    image: Vec<u8>,
+    /// lsfs inode → model inode.
+    to_model: HashMap<Ino, Ino>,
+    /// Operations that build the model's initial tree.
+    setup: Vec<(Op, u64)>,
+}
+
+fn setup_ops(cleaner: bool) -> Vec<(Op, u64)> {
+    let mut v = vec![
+        (Op::Mkdir("A"), 0),
+        (Op::Mkdir("A/C"), 0),
+        (Op::Creat("foo"), 0),
+        (Op::Write("foo"), 11),
+        (Op::Creat("A/foo"), 0),
+        (Op::PWrite("A/foo", 0), 12),
+        (Op::Truncate("A/foo", 300), 0),
+    ];
+    if cleaner {
+        // Two big files, rewritten in part: segments with dead blocks.
+        for (i, f) in ["A/C/junk"].iter().enumerate() {
+            v.push((Op::Creat(f), 0));
+            for k in 0..24 {
+                v.push((Op::Write(f), 100 + k));
+            }
+            v.push((Op::Sync, 0));
+            for k in 0..12 {
+                v.push((Op::PWrite(f, 0), 200 + k + i as u64));
+                v.push((Op::Sync, 0));
+            }
+        }
+    }
+    v
+}
+
+fn fresh_model() -> MemFs {
+    MemFs::with_clock(Box::new(|| lsfs_vfs::Timespec { sec: 1, nsec: 0 }))
+}
+
+fn build_base(cleaner: bool) -> Base {
+    let mut fs =
+        Lsfs::mkfs(Box::new(MemDevice::new(DEV_BYTES)), &ace_opts(), ace_cfg()).expect("mkfs");
+    let mut model = fresh_model();
+    let mut to_model = HashMap::new();
+    let setup = setup_ops(cleaner);
+    for &(op, seed) in &setup {
+        let a = run(&mut fs, op, seed).unwrap();
+        let b = run(&mut model, op, seed).unwrap();
+        if let (Some(a), Some(b)) = (a, b) {
+            to_model.insert(a, b);
+        }
+    }
+    to_model.insert(ROOT_INO, ROOT_INO);
+    fs.unmount().unwrap();
+    Base {
+        image: image(&mut fs),
+        to_model,
+        setup,
+    }
+}
+
+// ---- one workload ----
+
+/// What the checker must enforce after an operation returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Promise {
+    Nothing,
+    /// Everything as it was: sync, fsync of a directory, snapshot.
+    All,
+    /// This inode's content, xattrs and names (fsync of a file or symlink).
+    Inode(Ino),
+}
+
+struct Recorded {
+    log: CrashLog,
+    ops: Vec<Op>,
+    /// Per operation (index 0 is the mount): log positions before and after.
+    spans: Vec<(usize, usize)>,
+    promises: Vec<Promise>,
+    /// The model after each operation (index 0: the initial tree).
+    trees: Vec<Tree>,
+    /// (operation index, checkpoint number) of each snapshot taken.
+    snapshots: Vec<(usize, u64)>,
+    to_model: HashMap<Ino, Ino>,
+    blocks_copied: u64,
+}
+
+/// Whether every operation succeeds on the model (ACE skips the others).
+fn valid(base: &Base, ops: &[Op]) -> bool {
+    let mut model = fresh_model();
+    for &(op, seed) in &base.setup {
+        run(&mut model, op, seed).unwrap();
+    }
+    ops.iter()
+        .enumerate()
+        .all(|(i, &op)| run(&mut model, op, i as u64 + 1).is_ok())
+}
+
+fn record(base: &Base, ops: &[Op]) -> Result<Recorded, String> {
+    let mut model = fresh_model();
+    for &(op, seed) in &base.setup {
+        run(&mut model, op, seed).unwrap();
+    }
+    let empty = HashMap::new();
+    let (dev, log) = CrashDevice::new(MemDevice::from_bytes(base.image.clone()));
+    let mut fs = Lsfs::open(Box::new(dev), ace_cfg()).map_err(|e| format!("mount: {e}"))?;
+    let mut rec = Recorded {
+        spans: vec![(0, log.len())],
+        log,
+        ops: ops.to_vec(),
+        promises: vec![Promise::All],
+        trees: vec![walk(&mut model, &empty)?],
+        snapshots: Vec::new(),
+        to_model: base.to_model.clone(),
+        blocks_copied: 0,
+    };
+    for (i, &op) in ops.iter().enumerate() {
+        let seed = i as u64 + 1;
+        let start = rec.log.len();
+        let want = run(&mut model, op, seed);
+        let got = match op {
+            Op::Snapshot => {
+                let cno = fs.snapshot_create().map_err(|e| format!("snapshot: {e}"))?;
+                rec.snapshots.push((i + 1, cno));
+                Ok(None)
+            }
+            Op::Clean => {
+                let r = fs
+                    .clean(2, "foreground")
+                    .map_err(|e| format!("cleaner pass: {e}"))?;
+                rec.blocks_copied += r.blocks_copied;
+                Ok(None)
+            }
+            _ => run(&mut fs, op, seed),
+        };
+        match (&got, &want) {
+            (Ok(Some(a)), Ok(Some(b))) => {
+                rec.to_model.insert(*a, *b);
+            }
+            (Ok(_), Ok(_)) => {}
+            (Err(a), Err(b)) if a == b => {}
+            _ => return Err(format!("op {i} {op:?}: lsfs {got:?}, model {want:?}")),
+        }
+        let promise = match op {
+            Op::Sync | Op::Snapshot => Promise::All,
+            Op::Fsync(p) | Op::Fdatasync(p) if want.is_ok() => {
+                let ino = resolve(&mut model, p).unwrap();
+                if model.getattr(ino).unwrap().kind == FileKind::Dir {
+                    Promise::All
+                } else {
+                    Promise::Inode(ino)
+                }
+            }
+            _ => Promise::Nothing,
+        };
+        rec.spans.push((start, rec.log.len()));
+        rec.promises.push(promise);
+        rec.trees.push(walk(&mut model, &empty)?);
+    }
+    drop(fs); // a power cut: no unmount
+    Ok(rec)
+}
+
+// ---- checking one crash state ----
+
+/// Check the image `img` of crash state `st`, whose epoch ends at log
+/// position `epoch_end` (its flush, or the log's end).
+fn check_state(
+    rec: &Recorded,
+    img: Vec<u8>,
+    st: &CrashState,
+    epoch_end: usize,
+    deep: bool,
+) -> Result<(), String> {
+    let report = fsck_bytes(img.clone());
+    if !report.errors.is_empty() {
+        return Err(format!("fsck: {}", report.errors.join("; ")));
+    }
+    // The crash came after every write the state holds and before the
+    // epoch's flush: operations that returned before that flush are
+    // complete, and those that began before it may have left anything of
+    // theirs.
+    let done = |i: usize| rec.spans[i].1 <= epoch_end;
+    let upper = (0..rec.spans.len())
+        .rev()
+        .find(|&i| rec.spans[i].0 < epoch_end.max(st.horizon()))
+        .unwrap_or(0);
+    let lower = (0..=upper)
+        .rev()
+        .find(|&i| rec.promises[i] == Promise::All && done(i))
+        .unwrap_or(0);
+    let mut ro = ace_cfg();
+    ro.store.read_only = true;
+    let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(img.clone())), ro.clone())
+        .map_err(|e| format!("mount: {e}"))?;
+    let got = walk(&mut fs, &rec.to_model)?;
+    drop(fs);
+    let window = |from: usize| &rec.trees[from..=upper.max(from)];
+    if !window(lower).iter().any(|t| t.entries == got.entries) {
+        return Err(format!(
+            "names match the model after no operation in {lower}..={upper}: got {:?}",
+            got.entries
+        ));
+    }
+    for (&ino, n) in &got.nodes {
+        if !window(lower).iter().any(|t| t.nodes.get(&ino) == Some(n)) {
+            return Err(format!(
+                "inode {ino} holds {} bytes {:?} that it never had in {lower}..={upper}",
+                n.data.len(),
+                n.xattrs.keys().collect::<Vec<_>>()
+            ));
+        }
+    }
+    for (p, promise) in rec.promises.iter().enumerate() {
+        let Promise::Inode(ino) = *promise else {
+            continue;
+        };
+        if !done(p) || p > upper {
+            continue;
+        }
+        let names = got.names(ino);
+        if !window(p).iter().any(|t| t.names(ino) == names) {
+            return Err(format!(
+                "inode {ino} fsync'd at op {p} has names {names:?}, none of {:?}",
+                window(p).iter().map(|t| t.names(ino)).collect::<Vec<_>>()
+            ));
+        }
+        if let Some(n) = got.nodes.get(&ino) {
+            if !window(p).iter().any(|t| t.nodes.get(&ino) == Some(n)) {
+                let at = &rec.trees[p].nodes.get(&ino);
+                return Err(format!(
+                    "inode {ino} fsync'd at op {p} ({:?}) holds {} bytes, xattrs {:?}; at the fsync: {:?} bytes, xattrs {:?}",
+                    rec.ops[p - 1],
+                    n.data.len(),
+                    n.xattrs.keys().collect::<Vec<_>>(),
+                    at.map(|n| n.data.len()),
+                    at.map(|n| n.xattrs.keys().collect::<Vec<_>>())
+                ));
+            }
+        }
+    }
+    for &(p, cno) in &rec.snapshots {
+        if !done(p) {
+            continue;
+        }
+        let mut c = ro.clone();
+        c.checkpoint = Some(cno);
+        let mut snap = Lsfs::open(Box::new(MemDevice::from_bytes(img.clone())), c)
+            .map_err(|e| format!("snapshot {cno} of op {p} does not mount: {e}"))?;
+        let t = walk(&mut snap, &rec.to_model)?;
+        if t != rec.trees[p] {
+            return Err(format!("snapshot {cno} of op {p} differs from the model"));
+        }
+    }
+    if deep {
+        // Recovery for real: it writes a checkpoint; that image is clean too.
+        let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(img)), ace_cfg())
+            .map_err(|e| format!("read-write mount: {e}"))?;
+        let again = walk(&mut fs, &rec.to_model)?;
+        if again != got {
+            return Err("read-write recovery differs from read-only recovery".into());
+        }
+        fs.unmount()
+            .map_err(|e| format!("unmount after recovery: {e}"))?;
+        let r = fsck_bytes(image(&mut fs));
+        if !r.errors.is_empty() {
+            return Err(format!("fsck after recovery: {}", r.errors.join("; ")));
+        }
+    }
+    Ok(())
+}
+
+/// A state's identity for de-duplication: writes that do not overlap land
+/// the same in any order.
+fn state_key(rec: &Recorded, st: &CrashState) -> (usize, Vec<(usize, Sectors)>) {
+    let mut w: Vec<(usize, Sectors)> = st
+        .writes
+        .iter()
+        .map(|w| {
+            let full = rec.log.write_len(w.op).div_ceil(512) as u32;
+            let s = match &w.sectors {
+                Sectors::Only(v) if v.len() as u32 == full => Sectors::All,
+                Sectors::Only(v) => {
+                    let mut v = v.clone();
+                    v.sort_unstable();
+                    Sectors::Only(v)
+                }
+                Sectors::All => Sectors::All,
+            };
+            (w.op, s)
+        })
+        .filter(|(_, s)| !matches!(s, Sectors::Only(v) if v.is_empty()))
+        .collect();
+    let ops = rec.log.ops();
+    let overlap = w.iter().enumerate().any(|(i, a)| {
+        w[i + 1..].iter().any(|b| match (&ops[a.0], &ops[b.0]) {
+            (
+                lsfs_core::device::LoggedOp::Write { offset: x, data: d },
+                lsfs_core::device::LoggedOp::Write { offset: y, data: e },
+            ) => *x < y + e.len() as u64 && *y < x + d.len() as u64,
+            _ => false,
+        })
+    });
+    if !overlap {
+        w.sort_by_key(|x| x.0);
+    }
+    (st.durable_ops, w)
+}
+
+#[derive(Default)]
+struct Tally {
+    workloads: u64,
+    skipped: u64,
+    states: u64,
+    blocks_copied: u64,
+    violations: Vec<String>,
+}
+
+/// Record a workload and check its crash states: every flush boundary, and
+/// `random` seeded states per epoch. Returns the states checked.
+fn explore(base: &Base, steps: &[Step], cleaner: bool, random: usize, tally: &mut Tally) {
+    let ops = expand(steps, cleaner);
+    if !valid(base, &ops) {
+        tally.skipped += 1;
+        return;
+    }
+    tally.workloads += 1;
+    let what = format!("workload {steps:?} (cleaner {cleaner})");
+    let rec = match record(base, &ops) {
+        Ok(r) => r,
+        Err(e) => {
+            tally.violations.push(format!("{what}: {e}"));
+            return;
+        }
+    };
+    tally.blocks_copied += rec.blocks_copied;
+    let mut img = rec.log.base();
+    let mut at = 0;
+    let mut seen = HashSet::new();
+    let seed0 = {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        steps.hash(&mut h);
+        cleaner.hash(&mut h);
+        h.finish()
+    };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed0);
+    for (k, epoch) in rec.log.epochs().into_iter().enumerate() {
+        rec.log.advance(&mut img, at, epoch.durable_ops);
+        at = epoch.durable_ops;
+        let end = epoch.flush.unwrap_or(rec.log.len());
+        let mut states = vec![CrashState::at_flush(epoch.durable_ops)];
+        if !epoch.writes.is_empty() {
+            for _ in 0..random {
+                let choice = CrashChoice {
+                    keep: [0.3, 0.5, 0.8][rng.gen_range(0..3)],
+                    ..CrashChoice::default()
+                };
+                states.push(rec.log.random_state(&epoch, choice, &mut rng));
+            }
+        }
+        for st in states {
+            if !seen.insert(state_key(&rec, &st)) {
+                continue;
+            }
+            let mut bytes = img.clone();
+            rec.log.apply_crash(&mut bytes, &st).unwrap();
+            let deep = tally.states % 16 == 0;
+            tally.states += 1;
+            if let Err(e) = check_state(&rec, bytes, &st, end, deep) {
+                tally
+                    .violations
+                    .push(format!("{what}: epoch {k}, crash state {st}: {e}"));
+                return;
+            }
+        }
+    }
+}
+
+// ---- drivers ----
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|s| s.parse().ok())
+}
+
+/// seq-2 workload `i` of `n` in a spread order: consecutive indices are far
+/// apart, so any prefix samples the whole space.
+fn spread(i: u64, n: u64) -> u64 {
+    // A stride near n / golden ratio, made coprime to n.
+    let mut stride = (n as f64 * 0.618_033_988_7) as u64 | 1;
+    while gcd(stride, n) != 1 {
+        stride += 2;
+    }
+    (i * stride) % n
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+struct Run {
+    bases: [Base; 2],
+    tally: Tally,
+    started: Instant,
+    last_progress: Instant,
+    target: Option<u64>,
+}
+
+impl Run {
+    fn one(&mut self, steps: &[Step], cleaner: bool, random: usize) {
+        explore(
+            &self.bases[cleaner as usize],
+            steps,
+            cleaner,
+            random,
+            &mut self.tally,
+        );
+        if self.target.is_some() && self.last_progress.elapsed().as_secs() >= 30 {
+            self.last_progress = Instant::now();
+            eprintln!(
+                "ace: {} s, {} workloads ({} skipped), {} crash states, {} violations",
+                self.started.elapsed().as_secs(),
+                self.tally.workloads,
+                self.tally.skipped,
+                self.tally.states,
+                self.tally.violations.len()
+            );
+        }
+    }
+    fn full(&self) -> bool {
+        self.target.is_some_and(|t| self.tally.states >= t) || self.tally.violations.len() >= 20
+    }
+}
+
+#[test]
+fn ace_workloads_keep_what_crash_md_promises() {
+    let target = env_u64("LSFS_ACE_STATES");
+    let mut run = Run {
+        bases: [build_base(false), build_base(true)],
+        tally: Tally::default(),
+        started: Instant::now(),
+        last_progress: Instant::now(),
+        target,
+    };
+    let first = steps(false);
+    let last = steps(true);
+    let random = if target.is_some() { 6 } else { 2 };
+    // seq-1: every step, on both images.
+    for &s in &last {
+        run.one(&[s], false, random);
+        run.one(&[s], true, random);
+        if run.full() {
+            break;
+        }
+    }
+    let seq1 = run.tally.states;
+    // seq-2, bounded as ACE bounds it: any core operation, then any core
+    // operation followed by fsync of what it touched or by sync (seq-1 and
+    // seq-3 cover fdatasync, parent fsyncs and persistence in the middle).
+    // The long run takes all of it, in a spread order; CI a slice of it.
+    let first2: Vec<Step> = core_ops().into_iter().map(|o| (o, Persist::None)).collect();
+    let last2: Vec<Step> = last
+        .iter()
+        .copied()
+        .filter(|&(o, p)| matches!(p, Persist::Fsync | Persist::Sync) || touched(o).is_none())
+        .collect();
+    let n2 = (first2.len() * last2.len()) as u64;
+    let take2 = if target.is_some() {
+        n2
+    } else {
+        env_u64("LSFS_ACE_SEQ2").unwrap_or(400)
+    };
+    for i in 0..take2.min(n2) {
+        if run.full() {
+            break;
+        }
+        let k = spread(i, n2) as usize;
+        let w = [first2[k / last2.len()], last2[k % last2.len()]];
+        run.one(&w, i % 4 == 3, random);
+    }
+    eprintln!("ace: seq-2 space {n2} workloads, {} taken", take2.min(n2));
+    let seq2 = run.tally.states - seq1;
+    // seq-3: sampled.
+    let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+    let take3 = if target.is_some() {
+        u64::MAX
+    } else {
+        env_u64("LSFS_ACE_SEQ3").unwrap_or(100)
+    };
+    let mut i = 0;
+    while i < take3 && !run.full() {
+        let w = [
+            first[rng.gen_range(0..first.len())],
+            first[rng.gen_range(0..first.len())],
+            last[rng.gen_range(0..last.len())],
+        ];
+        run.one(&w, i % 4 == 3, random);
+        i += 1;
+        if target.is_some_and(|t| run.tally.states >= t) {
+            break;
+        }
+    }
+    let t = &run.tally;
+    eprintln!(
+        "ace: {} workloads checked ({} invalid skipped), crash states: {} (seq-1 {seq1}, seq-2 {seq2}, seq-3 {}), cleaner copied {} blocks, {} s, violations {}",
+        t.workloads,
+        t.skipped,
+        t.states,
+        t.states - seq1 - seq2,
+        t.blocks_copied,
+        run.started.elapsed().as_secs(),
+        t.violations.len()
+    );
+    assert!(
+        t.violations.is_empty(),
+        "{} violations:\n{}",
+        t.violations.len(),
+        t.violations.join("\n")
+    );
+    assert!(t.blocks_copied > 0, "the cleaner never moved a block");
+}
