@@ -127,3 +127,58 @@ where
     }
     Ok(())
 }
+
+/// Grouped bars: one group per entry of `groups`, one bar per series in each group.
+pub fn bar_chart(
+    path: &Path,
+    title: &str,
+    y_label: &str,
+    groups: &[String],
+    series: &[(String, Vec<f64>)],
+) -> Result<(), Box<dyn Error>> {
+    let y_max = series
+        .iter()
+        .flat_map(|s| s.1.iter().copied())
+        .filter(|y| y.is_finite())
+        .fold(1.0, f64::max);
+    let root = SVGBackend::new(path, (900, 500)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let n = groups.len() as f64;
+    let mut ctx = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..n, 0f64..y_max * 1.15)?;
+    let names = groups.to_vec();
+    ctx.configure_mesh()
+        .disable_x_mesh()
+        .x_labels(groups.len() * 2 + 1)
+        .x_label_formatter(&|x| {
+            let i = x.floor() as usize;
+            if (x - x.floor() - 0.5).abs() < 0.01 && i < names.len() {
+                names[i].clone()
+            } else {
+                String::new()
+            }
+        })
+        .y_desc(y_label)
+        .draw()?;
+    let width = 0.8 / series.len().max(1) as f64;
+    for (k, (label, values)) in series.iter().enumerate() {
+        let color = COLORS[k % COLORS.len()];
+        ctx.draw_series(values.iter().enumerate().map(|(i, &v)| {
+            let x0 = i as f64 + 0.1 + k as f64 * width;
+            Rectangle::new([(x0, 0.0), (x0 + width * 0.9, v)], color.filled())
+        }))?
+        .label(label.clone())
+        .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+    }
+    ctx.configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE)
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}

@@ -2,6 +2,7 @@
 //! subcommand and calls [`run`]; `lsfs-sim` wraps the same code stand-alone.
 
 mod cache;
+mod cleaner_report;
 mod ftl;
 mod gc;
 mod workload;
@@ -9,6 +10,7 @@ mod workload;
 use std::error::Error;
 
 pub use cache::{CacheArgs, CacheRow};
+pub use cleaner_report::CleanerReportArgs;
 pub use ftl::{figure_2_1_point, replay_writes, FtlArgs, FtlRow};
 pub use gc::GcArgs;
 pub use workload::{WorkloadArgs, WorkloadKind};
@@ -23,6 +25,8 @@ pub enum SimCommand {
     Workload(WorkloadArgs),
     /// FTL simulator: WAF and erases, Kang's Fig. 2-1 or a trace replay.
     Ftl(FtlArgs),
+    /// Tables and plots from the raw runs of scripts/cleaner-bench.sh.
+    CleanerReport(CleanerReportArgs),
 }
 
 pub fn run(cmd: SimCommand) -> Result<(), Box<dyn Error>> {
@@ -31,6 +35,7 @@ pub fn run(cmd: SimCommand) -> Result<(), Box<dyn Error>> {
         SimCommand::Ftl(args) => ftl::run(args),
         SimCommand::Cache(args) => cache::run(args),
         SimCommand::Workload(args) => workload::run(args),
+        SimCommand::CleanerReport(args) => cleaner_report::run(args),
     }
 }
 

@@ -57,6 +57,9 @@ pub enum WorkloadKind {
         max_files: usize,
         #[arg(long, default_value_t = 64 << 20)]
         max_file_bytes: u64,
+        /// Continue on the files and directories an earlier aging run left in DIR.
+        #[arg(long)]
+        resume: bool,
     },
     /// Replay an NFS trace in Ellard's text format (Harvard EECS03/DEAS03/CAMPUS/lair62) as
     /// system calls in DIR. TRACE `-` reads standard input (`zcat t.txt.gz | … nfs-replay - DIR`).
@@ -113,6 +116,9 @@ pub struct SmallFileArgs {
     pub rounds: f64,
     #[arg(long)]
     pub fsync: bool,
+    /// The files exist (an earlier run with the same --files made them): only overwrite.
+    #[arg(long)]
+    pub existing: bool,
 }
 
 impl SmallFileArgs {
@@ -123,6 +129,7 @@ impl SmallFileArgs {
             access,
             overwrites: (self.rounds * self.files as f64) as u64,
             fsync: self.fsync,
+            existing: self.existing,
             seed,
         }
     }
@@ -164,12 +171,14 @@ pub(super) fn run(args: WorkloadArgs) -> Result<(), Box<dyn Error>> {
             operations,
             max_files,
             max_file_bytes,
+            resume,
         } => {
             std::fs::create_dir_all(&dir)?;
             let a = Aging {
                 operations,
                 max_files,
                 max_file_bytes,
+                resume,
                 seed,
             };
             json(&a.run(&dir, progress)?)

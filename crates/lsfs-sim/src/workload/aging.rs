@@ -18,6 +18,8 @@ pub struct Aging {
     pub max_files: usize,
     /// Largest file written, to keep the Pareto tail on a test disk.
     pub max_file_bytes: u64,
+    /// Start from the objects an earlier run left under the root (their names are `o<N>`).
+    pub resume: bool,
     pub seed: u64,
 }
 
@@ -55,6 +57,9 @@ impl Aging {
         let mut files: Vec<PathBuf> = Vec::new();
         let mut report = AgingReport::default();
         let mut next_id = 0u64;
+        if self.resume {
+            next_id = scan(&mut dirs, &mut files)?;
+        }
         let bar = progress_bar(self.operations, "aging", show_progress);
         let mut buf = vec![0u8; 1 << 16];
         for _ in 0..self.operations {
@@ -94,6 +99,36 @@ impl Aging {
     }
 }
 
+/// Collect the directories and files under `dirs[0]` (sorted, so a seed replays the same
+/// choices); returns one more than the largest `o<N>` id seen.
+fn scan(dirs: &mut Vec<PathBuf>, files: &mut Vec<PathBuf>) -> io::Result<u64> {
+    let mut next_id = 0u64;
+    let mut i = 0;
+    while i < dirs.len() {
+        let mut entries: Vec<PathBuf> = fs::read_dir(&dirs[i])?
+            .map(|e| e.map(|e| e.path()))
+            .collect::<io::Result<_>>()?;
+        entries.sort();
+        for p in entries {
+            let id = p
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_prefix('o'))
+                .and_then(|n| n.parse::<u64>().ok());
+            if let Some(id) = id {
+                next_id = next_id.max(id + 1);
+            }
+            if fs::symlink_metadata(&p)?.is_dir() {
+                dirs.push(p);
+            } else {
+                files.push(p);
+            }
+        }
+        i += 1;
+    }
+    Ok(next_id)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,12 +155,25 @@ mod tests {
             operations: 300,
             max_files: 50,
             max_file_bytes: 64 << 10,
+            resume: false,
             seed: 1,
         };
         let r = a.run(&dir, false).unwrap();
         assert!(r.files_created > 50 && r.files_deleted > 0);
         let left = walk_files(&dir);
         assert_eq!(left as u64, r.files_created - r.files_deleted);
+        // A resumed run deletes among the files the first one left and never reuses a name.
+        let b = Aging {
+            resume: true,
+            seed: 2,
+            ..a
+        };
+        let r2 = b.run(&dir, false).unwrap();
+        assert!(r2.files_deleted > 0);
+        assert_eq!(
+            walk_files(&dir) as u64,
+            left as u64 + r2.files_created - r2.files_deleted
+        );
         fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -23,6 +23,8 @@ pub struct SmallFiles {
     pub overwrites: u64,
     /// fsync every file write (makes each write reach the log).
     pub fsync: bool,
+    /// The files exist already (an earlier run made them): skip the creation pass.
+    pub existing: bool,
     pub seed: u64,
 }
 
@@ -72,8 +74,9 @@ impl SmallFiles {
             access: self.access.label(),
             ..Default::default()
         };
-        let bar = progress_bar(self.files + self.overwrites, "small-files", show_progress);
-        for i in 0..self.files {
+        let creates = if self.existing { 0 } else { self.files };
+        let bar = progress_bar(creates + self.overwrites, "small-files", show_progress);
+        for i in 0..creates {
             if i % 256 == 0 {
                 fs::create_dir_all(file_path(dir, i).parent().expect("has parent"))?;
             }
@@ -111,6 +114,7 @@ mod tests {
             access,
             overwrites: 4000,
             fsync: false,
+            existing: false,
             seed: 3,
         };
         let r = w.run(&dir, false).unwrap();
@@ -119,6 +123,28 @@ mod tests {
         assert_eq!(r.bytes_written, 4300 * 100);
         fs::remove_dir_all(&dir).unwrap();
         r
+    }
+
+    #[test]
+    fn existing_files_are_only_overwritten() {
+        let dir = std::env::temp_dir().join(format!("lsfs-small-existing-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let mut w = SmallFiles {
+            files: 50,
+            file_bytes: 10,
+            access: AccessSpec::Uniform,
+            overwrites: 0,
+            fsync: false,
+            existing: false,
+            seed: 1,
+        };
+        assert_eq!(w.run(&dir, false).unwrap().files_created, 50);
+        w.existing = true;
+        w.overwrites = 100;
+        let r = w.run(&dir, false).unwrap();
+        assert_eq!((r.files_created, r.overwrites), (0, 100));
+        assert_eq!(r.bytes_written, 1000);
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
