@@ -500,7 +500,11 @@ fn tearing_every_superblock_write_of_an_epoch_leaves_a_mountable_image() {
                 let sb = [0, last_block].contains(&(offset / 4096));
                 PartialWrite {
                     op,
-                    sectors: if sb { Sectors::Only(vec![0]) } else { Sectors::All },
+                    sectors: if sb {
+                        Sectors::Only(vec![0])
+                    } else {
+                        Sectors::All
+                    },
                 }
             })
             .collect();
@@ -517,7 +521,10 @@ fn tearing_every_superblock_write_of_an_epoch_leaves_a_mountable_image() {
             .unwrap_or_else(|e| panic!("crash state {st} does not open: {e}"));
         assert!(fs.lookup(ROOT_INO, b"a").is_ok());
     }
-    assert!(torn_epochs >= 3, "only {torn_epochs} epochs wrote a superblock");
+    assert!(
+        torn_epochs >= 3,
+        "only {torn_epochs} epochs wrote a superblock"
+    );
 }
 
 /// fsync of a file whose name is durable must keep the xattrs it set: the
@@ -544,9 +551,11 @@ fn fsync_keeps_a_files_xattrs() {
         drop(fs);
         // Right after the fsync's last flush; nothing written since survives.
         let at = log.epochs().last().unwrap().durable_ops;
-        let img = log.materialize(&lsfs_core::device::CrashState::at_flush(at)).unwrap();
-        let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(img.bytes().to_vec())), cfg())
+        let img = log
+            .materialize(&lsfs_core::device::CrashState::at_flush(at))
             .unwrap();
+        let mut fs =
+            Lsfs::open(Box::new(MemDevice::from_bytes(img.bytes().to_vec())), cfg()).unwrap();
         let a = fs.lookup(ROOT_INO, b"a").unwrap();
         assert_eq!(
             fs.listxattr(a.ino).unwrap(),
@@ -554,5 +563,299 @@ fn fsync_keeps_a_files_xattrs() {
             "datasync {datasync}"
         );
         assert_eq!(fs.getxattr(a.ino, b"user.new").unwrap(), b"value");
+    }
+}
+
+// ---- device errors ----
+
+/// A file system with a hashed directory, an extent file, an inline file,
+/// a symlink and an xattr, unmounted; and what each holds.
+fn error_image() -> (Vec<u8>, Vec<u8>) {
+    let mut fs = mkfs(DEV_BYTES, cfg());
+    let c = ctx();
+    let d = fs.mkdir(ROOT_INO, b"d", 0o755, &c).unwrap();
+    for i in 0..300 {
+        fs.mknod(
+            d.ino,
+            format!("entry{i}").as_bytes(),
+            libc::S_IFREG | 0o644,
+            0,
+            &c,
+        )
+        .unwrap();
+    }
+    let big = fs
+        .mknod(ROOT_INO, b"big", libc::S_IFREG | 0o644, 0, &c)
+        .unwrap();
+    let data = pattern(9, 400_000);
+    fs.write(big.ino, 0, &data).unwrap();
+    fs.setxattr(big.ino, b"user.x", b"xv", 0).unwrap();
+    fs.symlink(ROOT_INO, b"link", b"big", &c).unwrap();
+    fs.unmount().unwrap();
+    (image(&mut fs), data)
+}
+
+/// Read-only calls over the whole tree: each result is either what the
+/// image holds or EIO. Returns how many calls saw EIO.
+fn read_everything(fs: &mut Lsfs, data: &[u8]) -> usize {
+    let mut eio = 0;
+    let mut check = |r: Result<bool, Errno>, what: &str| match r {
+        Ok(true) => {}
+        Ok(false) => panic!("{what}: wrong result under read errors"),
+        Err(e) => {
+            assert_eq!(e, Errno::IO, "{what}: a read error must surface as EIO");
+            eio += 1;
+        }
+    };
+    check(
+        fs.lookup(ROOT_INO, b"d").and_then(|d| {
+            let n = fs.readdir(d.ino, 0, usize::MAX)?.len();
+            let e = fs.lookup(d.ino, b"entry217")?;
+            Ok(n == 302 && e.size == 0)
+        }),
+        "directory",
+    );
+    check(
+        fs.lookup(ROOT_INO, b"big").and_then(|b| {
+            let mid = fs.read(b.ino, 200_000, 70_000)?;
+            let all = fs.read(b.ino, 0, 1 << 20)?;
+            let x = fs.getxattr(b.ino, b"user.x")?;
+            Ok(mid == data[200_000..270_000] && all == data && x == b"xv")
+        }),
+        "big file",
+    );
+    check(
+        fs.lookup(ROOT_INO, b"link")
+            .and_then(|l| Ok(fs.readlink(l.ino)? == b"big")),
+        "symlink",
+    );
+    eio
+}
+
+fn faulty_mount(img: &[u8], cache_blocks: usize) -> (Lsfs, lsfs_core::device::FaultPlan) {
+    let (dev, plan) =
+        lsfs_core::device::FaultDevice::new(Box::new(MemDevice::from_bytes(img.to_vec())));
+    let mut c = cfg();
+    c.store.cache_blocks = cache_blocks;
+    (Lsfs::open(Box::new(dev), c).unwrap(), plan)
+}
+
+/// EIO from any one device read, or from every read of a block range,
+/// reaches the caller as EIO: no panic, no wrong data, and once the device
+/// reads again everything is there.
+#[test]
+fn read_errors_surface_as_eio() {
+    let (img, data) = error_image();
+    let mut saw = 0;
+    for n in 0..120 {
+        let (mut fs, plan) = faulty_mount(&img, 64);
+        plan.fail_read_op(plan.reads_seen() + n);
+        let (errs, events) = logged(|| read_everything(&mut fs, &data));
+        saw += errs;
+        plan.clear();
+        assert_eq!(
+            read_everything(&mut fs, &data),
+            0,
+            "read {n}: not readable after the error"
+        );
+        // Any read error stops writes (a change may have been half done), with a reason logged.
+        assert_eq!(fs.read_only(), errs > 0, "read {n}");
+        if errs > 0 {
+            assert!(
+                events
+                    .iter()
+                    .any(|e| e.starts_with("ERROR") && e.contains("injected read error")),
+                "{events:?}"
+            );
+            assert_eq!(
+                fs.mknod(ROOT_INO, b"x", libc::S_IFREG | 0o644, 0, &ctx())
+                    .map(|_| ()),
+                Err(Errno::ROFS)
+            );
+        }
+    }
+    assert!(saw > 10, "only {saw} calls saw an injected error");
+    // A bad range: every block between the two superblocks.
+    let (mut fs, plan) = faulty_mount(&img, 64);
+    plan.fail_reads_in(4096..DEV_BYTES - 4096);
+    assert!(read_everything(&mut fs, &data) > 0);
+    assert!(!plan.injected().is_empty());
+    plan.clear();
+    assert_eq!(read_everything(&mut fs, &data), 0);
+}
+
+/// A read error in the middle of a change (read-modify-write of a block, a
+/// directory insert, a truncate) fails that call with EIO and leaves a file
+/// system that still syncs to a clean image.
+#[test]
+fn read_errors_during_changes_leave_a_consistent_file_system() {
+    let (img, _) = error_image();
+    let c = ctx();
+    for n in 0..60 {
+        let (mut fs, plan) = faulty_mount(&img, 16);
+        let d = fs.lookup(ROOT_INO, b"d").unwrap().ino;
+        let big = fs.lookup(ROOT_INO, b"big").unwrap().ino;
+        plan.fail_read_op(plan.reads_seen() + n);
+        let results = [
+            fs.write(big, 123_456, b"hello").map(|_| ()),
+            fs.mknod(d, b"new", libc::S_IFREG | 0o644, 0, &c)
+                .map(|_| ()),
+            fs.unlink(d, b"entry5"),
+            fs.setattr(
+                big,
+                &SetAttr {
+                    size: Some(250_000),
+                    ..SetAttr::default()
+                },
+            )
+            .map(|_| ()),
+            fs.rename(d, b"entry7", ROOT_INO, b"moved", 0),
+        ];
+        for r in &results {
+            assert!(
+                matches!(r, Ok(()) | Err(Errno::IO) | Err(Errno::ROFS)),
+                "read {n}: {r:?}"
+            );
+        }
+        plan.clear();
+        if results.contains(&Err(Errno::IO)) {
+            // Stopped on the error: nothing more is written, and what the
+            // device holds is the last checkpoint, clean.
+            assert!(fs.read_only(), "read {n}: writable after a read error");
+            assert_eq!(fs.sync(), Err(Errno::ROFS));
+            let bytes = image(&mut fs);
+            assert_clean(
+                &fsck_bytes(bytes.clone()),
+                &format!("read error at read {n}"),
+            );
+            Lsfs::open(Box::new(MemDevice::from_bytes(bytes)), cfg()).unwrap();
+            continue;
+        }
+        fs.sync().unwrap();
+        fs.unmount().unwrap();
+        assert_clean(
+            &fsck_bytes(image(&mut fs)),
+            &format!("after a read error at read {n} during changes"),
+        );
+    }
+}
+
+/// Events the engine logs, captured for one closure.
+fn logged<R>(f: impl FnOnce() -> R) -> (R, Vec<String>) {
+    use std::sync::{Arc, Mutex};
+    struct Capture(Arc<Mutex<Vec<String>>>);
+    struct Msg<'a>(&'a mut String);
+    impl tracing::field::Visit for Msg<'_> {
+        fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+            use std::fmt::Write;
+            let _ = write!(self.0, "{}={:?} ", field.name(), value);
+        }
+    }
+    impl tracing::Subscriber for Capture {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, e: &tracing::Event<'_>) {
+            let mut s = format!("{} ", e.metadata().level());
+            e.record(&mut Msg(&mut s));
+            self.0.lock().unwrap().push(s);
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let r = tracing::subscriber::with_default(Capture(events.clone()), f);
+    let v = events.lock().unwrap().clone();
+    (r, v)
+}
+
+/// A write error anywhere on the write path (an fsync record, a checkpoint,
+/// a superblock) turns the mount read-only with an error logged that names
+/// the failure; what was acknowledged stays readable, and the image the
+/// device holds opens clean with it.
+#[test]
+fn write_errors_stop_the_mount_with_a_logged_reason() {
+    let (img, data) = error_image();
+    let c = ctx();
+    for (n, by_range) in (0..14u64).map(|n| (n, false)).chain([(0, true), (1, true)]) {
+        let (cdev, log) = CrashDevice::new(MemDevice::from_bytes(img.clone()));
+        let (dev, plan) = lsfs_core::device::FaultDevice::new(Box::new(cdev));
+        let mut fs = Lsfs::open(Box::new(dev), cfg()).unwrap();
+        let big = fs.lookup(ROOT_INO, b"big").unwrap().ino;
+        let ack = pattern(77, 20_000);
+        fs.write(big, 0, &ack).unwrap();
+        fs.fsync(big, false).unwrap();
+        if by_range {
+            // The superblocks (first block / last block), or the whole log.
+            let r = if n == 0 { 0..4096 } else { 4096..DEV_BYTES };
+            plan.fail_writes_in(r);
+        } else {
+            plan.fail_write_op(plan.writes_seen() + n);
+        }
+        let (results, events) = logged(|| {
+            let mut v = Vec::new();
+            for i in 0..6 {
+                v.push(fs.write(big, 50_000, &pattern(i, 9000)).map(|_| ()));
+                v.push(
+                    fs.mknod(
+                        ROOT_INO,
+                        format!("f{i}").as_bytes(),
+                        libc::S_IFREG | 0o644,
+                        0,
+                        &c,
+                    )
+                    .map(|_| ()),
+                );
+                v.push(fs.fsync(big, false));
+                v.push(fs.sync());
+            }
+            v
+        });
+        let first_err = results.iter().find_map(|r| r.err());
+        if plan.injected().is_empty() {
+            assert_eq!(
+                first_err, None,
+                "case {n}/{by_range}: an error without a fault"
+            );
+            continue;
+        }
+        assert_eq!(
+            first_err,
+            Some(Errno::IO),
+            "case {n}/{by_range}: {results:?}"
+        );
+        assert!(fs.read_only(), "case {n}/{by_range}: still writable");
+        assert!(
+            results
+                .iter()
+                .skip_while(|r| r.is_ok())
+                .skip(1)
+                .all(|r| *r == Err(Errno::ROFS)),
+            "case {n}/{by_range}: after the error every change must be EROFS: {results:?}"
+        );
+        assert!(
+            events.iter().any(|e| e.starts_with("ERROR")
+                && e.contains("read-only")
+                && e.contains("injected write error")),
+            "case {n}/{by_range}: no logged reason in {events:?}"
+        );
+        let reason = fs.store.failed.clone().unwrap();
+        assert!(reason.contains("injected write error"), "{reason}");
+        // Acknowledged data reads back from the failed mount and after a crash.
+        let got = fs.read(big, 0, 1 << 20).unwrap();
+        assert_eq!(&got[..20_000], &ack[..]);
+        drop(fs);
+        let bytes = log.image_after(log.len()).bytes().to_vec();
+        assert_clean(&fsck_bytes(bytes.clone()), &format!("case {n}/{by_range}"));
+        let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(bytes)), cfg()).unwrap();
+        let b = fs.lookup(ROOT_INO, b"big").unwrap();
+        let got = fs.read(b.ino, 0, 1 << 20).unwrap();
+        assert_eq!(&got[..20_000], &ack[..], "case {n}/{by_range}");
+        assert_eq!(&got[60_000..], &data[60_000..]);
     }
 }

@@ -4,6 +4,7 @@
 mod crash;
 mod fault;
 mod file;
+mod latch;
 mod memory;
 
 pub use crash::{
@@ -12,6 +13,7 @@ pub use crash::{
 };
 pub use fault::{FaultDevice, FaultPlan};
 pub use file::FileDevice;
+pub use latch::{ReadErrorLatch, ReadErrors};
 pub use memory::MemDevice;
 
 use crate::error::Result;

@@ -80,38 +80,56 @@ impl Lsfs {
                 .select_victims(&candidates, now, max_victims * 4)
         };
         let seg_blocks = self.store.geo.segment_blocks as u64;
-        // Copies must fit in the cache (they stay dirty until the checkpoint)
-        // and in the free space: the reserve exists for this, so the cleaner
-        // may use all of it but one segment for the checkpoint's metadata.
-        let free_segments =
-            self.store.segs.free_count() + self.store.segs.pending_free.len() as u64;
-        // Two segments stay for the checkpoint that ends the pass, and half
-        // of the rest, since moved blocks dirty DAT blocks too.
-        let room = free_segments.saturating_sub(2) * seg_blocks / 2;
-        let budget = (self.store.cache.capacity_blocks() as u64 / 4).min(room);
+        // Room: what the writer can still place (the rest of its segment
+        // and the free segments, reserve included: that is what the reserve
+        // is for; segments freed by this or the last pass are not usable
+        // yet), less one segment, which stays for the metadata of deletes
+        // and checkpoints whatever the cleaner does, and less what the
+        // checkpoint ending the pass writes besides the copies and the DAT
+        // blocks they dirty.
+        let checkpoint_blocks = 32 + self.store.segs.nblocks_sufile();
+        let room = (self.store.segs.free_count().saturating_sub(1) * seg_blocks
+            + (seg_blocks - self.store.cur_off as u64))
+            .saturating_sub(checkpoint_blocks);
+        // Copies stay dirty in the cache until that checkpoint: at most half
+        // of it, but always one whole victim (the cache grows for it, so its
+        // bound is its size plus a segment).
+        let budget = (self.store.cache.capacity_blocks() as u64 / 2)
+            .max(seg_blocks)
+            .min(room);
         let mut rep = PassReport {
             reason: reason.to_string(),
             ..Default::default()
+        };
+        // Late abort on the true cost: the counters do not see dead blocks
+        // that a kept checkpoint still needs, the plan does.
+        // Under pressure, a victim must at least pay for the checkpoint
+        // metadata its pass writes, or cleaning eats the reserve.
+        let min_gain = if late_abort {
+            self.cleaner.config.min_reclaim_blocks.max(1) as i64
+        } else {
+            (seg_blocks as i64 / 32).max(8)
         };
         let mut planned = 0u64;
         for seg in picked {
             if rep.victims.len() >= max_victims {
                 break;
             }
-            let u = candidates
-                .iter()
-                .find(|c| c.segno == seg)
-                .expect("picked from candidates");
-            if late_abort && u.reclaimable_blocks() < self.cleaner.config.min_reclaim_blocks {
-                self.store.reage_segment(seg);
+            let plan = self.store.relocation_plan(seg)?;
+            rep.protected_seen += plan.protected() as u64;
+            if plan.gain() < min_gain {
+                if late_abort {
+                    self.store.reage_segment(seg);
+                }
                 rep.late_aborted.push(seg);
                 continue;
             }
-            if planned + u.nlive as u64 > budget {
+            let cost = plan.blocks_written();
+            if planned + cost > budget {
                 break;
             }
-            planned += u.nlive as u64;
-            let r = self.store.relocate_segment(seg)?;
+            let r = self.store.relocate_planned(plan)?;
+            planned += cost;
             rep.blocks_copied += r.copied() as u64;
             rep.blocks_reclaimed += (r.nblocks - r.copied().min(r.nblocks)) as u64;
             rep.victims.push(r);
@@ -256,25 +274,40 @@ impl Lsfs {
 
     /// Foreground cleaning before giving up with ENOSPC: passes until
     /// `need` blocks are free or a pass frees nothing.
+    ///
+    /// The protection period yields first: plain checkpoints inside it are
+    /// given up (never snapshots) before any block they alone need is
+    /// copied, since copying a block frees nothing. A write then fails only
+    /// when what is left is live or held by a snapshot.
     pub(crate) fn clean_for_space(&mut self, need: u64) -> Result<bool> {
-        for _ in 0..64 {
-            if self.store.free_blocks() >= need {
+        let given_up = self.store.expire_plain_checkpoints();
+        if given_up > 0 {
+            tracing::warn!(
+                "out of space: gave up {given_up} plain checkpoints inside the protection period"
+            );
+            self.cleaner.stats.checkpoints_given_up += given_up as u64;
+            // The first frees the segments nothing needs now, the second makes them usable.
+            self.checkpoint()?;
+            self.checkpoint()?;
+        }
+        let mut stalled = 0;
+        for _ in 0..256 {
+            let before = self.store.free_blocks();
+            if before >= need {
                 return Ok(true);
             }
             let n = self.cleaner.config.aggressive_segments_per_pass as usize;
             let rep = self.clean(n, "foreground")?;
             // Victims become free with the checkpoint after the one that moved their blocks.
             self.checkpoint()?;
-            if rep.victims.is_empty() || rep.blocks_reclaimed == 0 {
-                // Nothing reclaimable while the protection period holds old
-                // checkpoints: give them up rather than fail the write.
-                if self.store.expire_plain_checkpoints() == 0 {
+            if rep.victims.is_empty() {
+                break;
+            }
+            if self.store.free_blocks() <= before {
+                stalled += 1;
+                if stalled >= 2 {
                     break;
                 }
-                tracing::warn!(
-                    "out of space: deleted plain checkpoints inside the protection period"
-                );
-                self.checkpoint()?;
             }
         }
         Ok(self.store.free_blocks() >= need)

@@ -70,6 +70,9 @@ pub struct Lsfs {
     /// Snapshots browsable under `/.lsfs/snapshot` (live mounts only).
     views: Views,
     pub cleaner: clean::Cleaner,
+    /// A device read failed: the change it was part of may be half done in
+    /// memory, so nothing more is written (see `device/latch.rs`).
+    read_errors: crate::device::ReadErrors,
 }
 
 fn e(err: Error) -> Errno {
@@ -96,8 +99,10 @@ impl Lsfs {
         opts: &MkfsOptions,
         config: MountConfig,
     ) -> Result<Lsfs> {
-        let store = Store::create(dev, opts, config.store.clone())?;
+        let (dev, read_errors) = crate::device::ReadErrorLatch::new(dev);
+        let store = Store::create(Box::new(dev), opts, config.store.clone())?;
         let mut fs = Lsfs::with_store(store, config, None);
+        fs.read_errors = read_errors;
         let now = Timespec::now();
         let root = Inode::new(ROOT_INO, libc::S_IFDIR | 0o755, 0, 0, now);
         let orphans = Inode::new(ORPHAN_INO, libc::S_IFDIR | 0o700, 0, 0, now);
@@ -112,7 +117,8 @@ impl Lsfs {
 
     /// Open the file system on `dev`, recovering it after a crash.
     pub fn open(dev: Box<dyn BlockDevice>, config: MountConfig) -> Result<Lsfs> {
-        let opened = Store::open(dev, config.store.clone())?;
+        let (dev, read_errors) = crate::device::ReadErrorLatch::new(dev);
+        let opened = Store::open(Box::new(dev), config.store.clone())?;
         let view = match config.checkpoint {
             Some(cno) => {
                 let cp = opened.store.cps.entries.get(&cno).ok_or_else(|| {
@@ -126,6 +132,7 @@ impl Lsfs {
             None => None,
         };
         let mut fs = Lsfs::with_store(opened.store, config, view);
+        fs.read_errors = read_errors;
         // fsync records belong to the live file system; applied to an older
         // checkpoint's view they would change what that checkpoint shows.
         if fs.view.is_none() {
@@ -150,6 +157,20 @@ impl Lsfs {
             last_checkpoint: std::time::Instant::now(),
             replayed_records: 0,
             views: Views::new(Timespec::now()),
+            read_errors: Default::default(),
+        }
+    }
+
+    /// After a device read error, stop writing: fail the store (logged once).
+    fn stop_after_read_error(&mut self) {
+        if let Some(first) = self.read_errors.first() {
+            if self.store.failed.is_none() {
+                let err = Error::io(
+                    format!("read failed earlier: {first}"),
+                    std::io::Error::from_raw_os_error(libc::EIO),
+                );
+                self.store.fail(&err);
+            }
         }
     }
 
@@ -158,7 +179,7 @@ impl Lsfs {
     }
 
     fn mutable(&self) -> VfsResult<()> {
-        if self.view.is_some() {
+        if self.view.is_some() || self.read_errors.tripped() {
             return Err(Errno::ROFS);
         }
         self.store.writable().map_err(e)
@@ -248,6 +269,7 @@ impl Lsfs {
         if self.view.is_some() {
             return Err(Error::Errno(Errno::ROFS));
         }
+        self.stop_after_read_error();
         self.store.writable()?;
         self.flush_inodes()?;
         let cno = self.store.checkpoint()?;
@@ -260,6 +282,7 @@ impl Lsfs {
 
     /// Periodic work: a checkpoint when the interval has passed and something changed.
     pub fn tick(&mut self) -> Result<()> {
+        self.stop_after_read_error();
         if self.view.is_some() || self.store.writable().is_err() {
             return Ok(());
         }
@@ -314,6 +337,7 @@ impl Lsfs {
 
     /// Unmount: write everything and both superblocks.
     pub fn unmount(&mut self) -> Result<()> {
+        self.stop_after_read_error();
         if self.view.is_none() && self.store.writable().is_ok() {
             self.checkpoint()?;
             self.store.settle_superblocks()?;
@@ -1283,6 +1307,9 @@ impl Vfs for Lsfs {
     }
 
     fn read_only(&self) -> bool {
-        self.view.is_some() || self.store.config.read_only || self.store.failed.is_some()
+        self.view.is_some()
+            || self.store.config.read_only
+            || self.store.failed.is_some()
+            || self.read_errors.tripped()
     }
 }

@@ -160,6 +160,8 @@ pub struct PassReport {
     pub late_aborted: Vec<u64>,
     pub blocks_copied: u64,
     pub blocks_reclaimed: u64,
+    /// Dead blocks in the examined victims that a kept checkpoint or a snapshot still needs.
+    pub protected_seen: u64,
     /// E = 1 − copied / total blocks of the victims.
     pub efficiency: f64,
     pub reason: String,
@@ -172,6 +174,8 @@ pub struct CleanerStats {
     pub segments_cleaned: u64,
     pub blocks_copied: u64,
     pub late_aborts: u64,
+    /// Plain checkpoints given up inside the protection period to avoid ENOSPC.
+    pub checkpoints_given_up: u64,
     /// Blocks written by the segment constructor that were not cleaner copies.
     pub user_blocks_written: u64,
     /// Blocks the cleaner copied.

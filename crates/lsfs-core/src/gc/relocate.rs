@@ -13,7 +13,7 @@ use crate::cache::{vkey, Owner};
 use crate::error::Result;
 use crate::log::chain::segment_records;
 use crate::log::record::BlockKind;
-use crate::meta::dat_entry::{DatEntry, CNO_MAX};
+use crate::meta::dat_entry::{DatEntry, CNO_MAX, DAT_PER_BLOCK};
 use crate::meta::store::{dat_nodes, decode_u64, Store};
 use std::collections::HashMap;
 
@@ -31,6 +31,53 @@ pub struct Relocated {
     pub dat_copied: u32,
     /// DAT entries of unneeded dead blocks freed.
     pub freed_entries: u32,
+}
+
+/// One block's fate when its segment is cleaned.
+#[derive(Clone, Debug)]
+enum Action {
+    /// Live in the current file system: copy.
+    MoveLive(u64, DatEntry, Owner, u64),
+    /// Dead but seen by a snapshot or a kept checkpoint: copy.
+    MoveProtected(u64, DatEntry, Owner, u64),
+    /// Dead and needed by nothing: free its DAT entry.
+    Free(u64, DatEntry),
+    /// A DAT block the current DAT still uses: rewrite.
+    CowDat(u64),
+    /// A DAT tree node, rewritten with the block below it.
+    DatNode(u64),
+}
+
+/// What cleaning one segment would cost, known before anything is copied.
+#[derive(Clone, Debug, Default)]
+pub struct RelocationPlan {
+    pub segno: u64,
+    pub nblocks: u32,
+    actions: Vec<Action>,
+    /// DAT blocks that moving would dirty (and the checkpoint write).
+    pub dat_blocks_dirtied: u32,
+}
+
+impl RelocationPlan {
+    pub fn live(&self) -> u32 {
+        self.count(|a| matches!(a, Action::MoveLive(..)))
+    }
+    /// Dead blocks that would be copied because something still sees them.
+    pub fn protected(&self) -> u32 {
+        self.count(|a| matches!(a, Action::MoveProtected(..)))
+    }
+    /// Blocks written by cleaning this segment: copies, DAT blocks, DAT nodes.
+    pub fn blocks_written(&self) -> u64 {
+        let copies = self.count(|a| !matches!(a, Action::Free(..)));
+        copies as u64 + self.dat_blocks_dirtied as u64
+    }
+    /// Blocks freed net of what is written.
+    pub fn gain(&self) -> i64 {
+        self.nblocks as i64 - self.blocks_written() as i64
+    }
+    fn count(&self, f: impl Fn(&Action) -> bool) -> u32 {
+        self.actions.iter().filter(|a| f(a)).count() as u32
+    }
 }
 
 impl Relocated {
@@ -83,56 +130,107 @@ impl Store {
         Ok(())
     }
 
-    /// Move everything still needed out of `seg` and mark it freed.
-    pub fn relocate_segment(&mut self, seg: u64) -> Result<Relocated> {
+    /// What relocating `seg` would do, block by block, without changing
+    /// anything: the cleaner prices victims with it (the segment counters
+    /// do not count dead blocks a kept plain checkpoint still needs).
+    pub fn relocation_plan(&mut self, seg: u64) -> Result<RelocationPlan> {
         let records = segment_records(&mut *self.dev, &self.geo, self.sb.fs_id, seg)?;
         let oldest_kept = self.oldest_kept_cno();
-        let now = self.now();
-        let mut rep = Relocated {
+        let mut plan = RelocationPlan {
             segno: seg,
             nblocks: self.segs.usage[seg as usize].nblocks,
             ..Default::default()
         };
-        let mut dat_nodes_here = Vec::new();
+        let mut dat_blocks = std::collections::BTreeSet::new();
         for r in &records {
             for (i, ent) in r.header.entries.iter().enumerate() {
                 let pos = r.payload_block(i);
-                match ent.kind {
+                let action = match ent.kind {
                     BlockKind::Data | BlockKind::Node if ent.vblock != 0 => {
                         let e = self.dat_get(ent.vblock)?;
                         if e.pblock != pos {
                             continue; // superseded copy
                         }
+                        dat_blocks.insert(ent.vblock / DAT_PER_BLOCK);
                         let owner = Owner {
                             ino: ent.ino,
                             offset: ent.offset,
                             kind: ent.kind,
                         };
                         if e.end == CNO_MAX {
-                            self.move_vblock(ent.vblock, e, owner, pos)?;
-                            self.segs.kill_live(seg, false, now);
-                            rep.live_copied += 1;
+                            Action::MoveLive(ent.vblock, e, owner, pos)
                         } else if e.end > oldest_kept || self.snapshot_in(e.start, e.end) {
-                            self.move_vblock(ent.vblock, e, owner, pos)?;
-                            if self.snapshot_in(e.start, e.end) {
-                                self.segs.add_snapshot(seg, -1);
-                            }
-                            self.moved_dead.insert(ent.vblock);
-                            rep.protected_copied += 1;
+                            Action::MoveProtected(ent.vblock, e, owner, pos)
                         } else {
-                            self.dat_set(ent.vblock, DatEntry::default())?;
-                            rep.freed_entries += 1;
+                            Action::Free(ent.vblock, e)
                         }
                     }
                     BlockKind::DatBlock => {
-                        if self.dat_block_addr_pub(ent.offset)? == Some(pos) {
-                            self.dat_block_cow(ent.offset)?;
-                            rep.dat_copied += 1;
+                        if self.dat_block_addr_pub(ent.offset)? != Some(pos) {
+                            continue;
                         }
+                        Action::CowDat(ent.offset)
                     }
-                    BlockKind::DatNode => dat_nodes_here.push(pos),
-                    _ => {}
+                    BlockKind::DatNode => Action::DatNode(pos),
+                    _ => continue,
+                };
+                plan.actions.push(action);
+            }
+        }
+        // Every DAT block that changes is rewritten; those already dirty cost nothing more.
+        plan.dat_blocks_dirtied = dat_blocks
+            .iter()
+            .filter(|&&idx| !self.dat_block_is_dirty(idx))
+            .count() as u32;
+        Ok(plan)
+    }
+
+    /// Move everything still needed out of `seg` and mark it freed.
+    pub fn relocate_segment(&mut self, seg: u64) -> Result<Relocated> {
+        let plan = self.relocation_plan(seg)?;
+        self.relocate_planned(plan)
+    }
+
+    /// Carry out a plan made by [`Store::relocation_plan`] (nothing may
+    /// change in between).
+    pub fn relocate_planned(&mut self, plan: RelocationPlan) -> Result<Relocated> {
+        let seg = plan.segno;
+        let now = self.now();
+        let mut rep = Relocated {
+            segno: seg,
+            nblocks: plan.nblocks,
+            ..Default::default()
+        };
+        let mut dat_nodes_here = Vec::new();
+        for action in plan.actions {
+            match action {
+                Action::MoveLive(v, e, owner, pos) => {
+                    self.move_vblock(v, e, owner, pos)?;
+                    self.segs.kill_live(seg, false, now);
+                    rep.live_copied += 1;
                 }
+                Action::MoveProtected(v, e, owner, pos) => {
+                    self.move_vblock(v, e, owner, pos)?;
+                    if self.snapshot_counted(v, e.start, e.end) {
+                        self.segs.add_snapshot(seg, -1);
+                    }
+                    self.moved_dead.insert(v);
+                    rep.protected_copied += 1;
+                }
+                Action::Free(v, e) => {
+                    if self.snapshot_counted(v, e.start, e.end) {
+                        // Counted for a snapshot that is gone, before
+                        // reconciliation reached it (meta/reconcile.rs).
+                        self.segs.add_snapshot(seg, -1);
+                    }
+                    self.dat_set(v, DatEntry::default())?;
+                    rep.freed_entries += 1;
+                }
+                Action::CowDat(idx) => {
+                    self.dat_block_cow(idx)?;
+                    rep.dat_copied += 1;
+                }
+                Action::DatNode(pos) => dat_nodes_here.push(pos),
             }
         }
         if !dat_nodes_here.is_empty() {

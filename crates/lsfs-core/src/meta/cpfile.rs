@@ -119,9 +119,9 @@ impl CpTable {
     pub fn decode_block(&mut self, idx: u64, b: &[u8]) -> Result<()> {
         let mut r = Reader::new(b, "CPFILE block");
         // `idx` is a B-tree key read from the disk.
-        let first = idx.checked_mul(CP_PER_BLOCK).ok_or_else(|| {
-            Error::corrupt(format!("CPFILE block {idx}: index out of range"))
-        })?;
+        let first = idx
+            .checked_mul(CP_PER_BLOCK)
+            .ok_or_else(|| Error::corrupt(format!("CPFILE block {idx}: index out of range")))?;
         for slot in 0..CP_PER_BLOCK {
             let e = CpEntry::decode(&mut r)?;
             if e.flags & CP_VALID != 0 {

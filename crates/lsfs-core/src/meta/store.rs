@@ -350,6 +350,12 @@ impl Store {
         self.dat_map.insert(idx, addr);
     }
 
+    /// Whether DAT block `idx` was already copied on write since the last
+    /// checkpoint (changing it again writes nothing more).
+    pub(crate) fn dat_block_is_dirty(&mut self, idx: u64) -> bool {
+        matches!(self.dat_block_addr(idx), Ok(Some(a)) if is_temp(a))
+    }
+
     /// A block of the DAT or its tree at `addr` (physical, or temporary and cached).
     pub(crate) fn read_dat_phys(&mut self, addr: u64) -> Result<Vec<u8>> {
         dat_nodes!(self).read_phys(addr, DAT_NODE_OWNER)
@@ -431,6 +437,12 @@ impl Store {
     pub fn snapshot_in(&self, start: u64, end: u64) -> bool {
         let i = self.snapshots.partition_point(|&s| s < start);
         self.snapshots.get(i).is_some_and(|&s| s < end)
+    }
+
+    /// Whether the segment counters count dead block `v` (alive in
+    /// `[start, end)`) in `nsnapshot`.
+    pub fn snapshot_counted(&self, _v: u64, start: u64, end: u64) -> bool {
+        self.snapshot_in(start, end)
     }
 
     // ---- virtual blocks ----
@@ -769,10 +781,14 @@ impl Store {
         avail.saturating_sub(self.cache.dirty_count() as u64 * 2)
     }
 
-    /// Segments kept back so that checkpoints (and later the cleaner) can
-    /// always be written: 2, plus 1 % of the device.
+    /// Segments user writes may not use, so that the cleaner can always
+    /// make progress and deletes and checkpoints can always be written:
+    /// one for the metadata of deletes and checkpoints (the cleaner leaves
+    /// it alone), one for the cleaner's copies of its victim (at most a
+    /// segment), one because a checkpoint's metadata may spill over from
+    /// the writer's segment, plus 1 % of the device.
     pub fn reserve_segments(&self) -> u64 {
-        2 + self.geo.nsegments / 100
+        3 + self.geo.nsegments / 100
     }
 
     /// Turn read-only after a device failure, keeping the reason.
