@@ -1,0 +1,68 @@
+//! Remembers the first device read error. A change that failed half-way on
+//! a read has left its in-memory state half-changed, so the file system
+//! stops changing itself (read-only) rather than write that state to the log.
+
+use super::{BlockDevice, DeviceStats};
+use crate::error::Result;
+use std::sync::{Arc, Mutex};
+
+/// The first read error a [`ReadErrorLatch`] saw, shared with the file system.
+#[derive(Clone, Default)]
+pub struct ReadErrors(Arc<Mutex<Option<String>>>);
+
+impl ReadErrors {
+    /// The first read error, if any.
+    pub fn first(&self) -> Option<String> {
+        self.0.lock().unwrap().clone()
+    }
+    pub fn tripped(&self) -> bool {
+        self.0.lock().unwrap().is_some()
+    }
+}
+
+/// Passes everything through, noting the first read that fails.
+pub struct ReadErrorLatch {
+    inner: Box<dyn BlockDevice>,
+    errors: ReadErrors,
+}
+
+impl ReadErrorLatch {
+    pub fn new(inner: Box<dyn BlockDevice>) -> (ReadErrorLatch, ReadErrors) {
+        let errors = ReadErrors::default();
+        (
+            ReadErrorLatch {
+                inner,
+                errors: errors.clone(),
+            },
+            errors,
+        )
+    }
+}
+
+impl BlockDevice for ReadErrorLatch {
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let r = self.inner.read_at(offset, buf);
+        if let Err(e) = &r {
+            let mut first = self.errors.0.lock().unwrap();
+            if first.is_none() {
+                tracing::error!(
+                    "device read error, the file system stops writing (read-only): {e}"
+                );
+                *first = Some(e.to_string());
+            }
+        }
+        r
+    }
+    fn write_at(&mut self, offset: u64, buf: &[u8]) -> Result<()> {
+        self.inner.write_at(offset, buf)
+    }
+    fn flush(&mut self) -> Result<()> {
+        self.inner.flush()
+    }
+    fn stats(&self) -> &DeviceStats {
+        self.inner.stats()
+    }
+}
