@@ -10,6 +10,8 @@ use lsfs_core::codec::crc_with_hole;
 
 const SIZES: [usize; 4] = [128, 256, 1024, 4096];
 
+lsfs_fuzz::limit_allocations!();
+
 fuzz_target!(|data: &[u8]| {
     let Some((&flags, rest)) = data.split_first() else {
         return;

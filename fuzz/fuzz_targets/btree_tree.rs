@@ -54,6 +54,8 @@ impl NodeStore for Mem {
     }
 }
 
+lsfs_fuzz::limit_allocations!();
+
 fuzz_target!(|data: &[u8]| {
     if data.len() < 10 {
         return;

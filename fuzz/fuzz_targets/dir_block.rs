@@ -10,6 +10,8 @@ use lsfs_core::codec::crc_with_hole;
 use lsfs_core::fs::dir::name_hash;
 use lsfs_core::fuzzing::{dir_entry, extent, inline_map, xattr_head};
 
+lsfs_fuzz::limit_allocations!();
+
 fuzz_target!(|data: &[u8]| {
     let Some((&flags, rest)) = data.split_first() else {
         return;

@@ -6,6 +6,8 @@
 use libfuzzer_sys::fuzz_target;
 use lsfs_fuzz::{base, exercise_image, ImageInput};
 
+lsfs_fuzz::limit_allocations!();
+
 fuzz_target!(|data: &[u8]| {
     let input = ImageInput::parse(data);
     let img = base().patched(&input);

@@ -8,6 +8,8 @@ use lsfs_core::fs::inode::{Format, Inode};
 use lsfs_core::fuzzing::{dir_entry, extent, inline_map};
 use lsfs_core::meta::ifile::INODE_BYTES;
 
+lsfs_fuzz::limit_allocations!();
+
 fuzz_target!(|data: &[u8]| {
     if data.len() < 8 {
         return;

@@ -12,6 +12,8 @@ use lsfs_core::meta::cpfile::{CpTable, CP_PER_BLOCK};
 use lsfs_core::meta::dat_entry::{DatEntry, DAT_PER_BLOCK};
 use lsfs_core::meta::sufile::SegTable;
 
+lsfs_fuzz::limit_allocations!();
+
 fuzz_target!(|data: &[u8]| {
     if data.len() < 11 {
         return;

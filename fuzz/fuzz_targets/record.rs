@@ -14,6 +14,8 @@ use lsfs_core::log::super_root::SuperRoot;
 
 const MAX_BLOCKS: usize = 16;
 
+lsfs_fuzz::limit_allocations!();
+
 fuzz_target!(|data: &[u8]| {
     let Some((&flags, rest)) = data.split_first() else {
         return;

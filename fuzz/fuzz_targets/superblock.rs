@@ -7,6 +7,8 @@ use lsfs_core::codec::crc_with_hole;
 use lsfs_core::layout::BLOCK_BYTES;
 use lsfs_core::log::superblock::{Superblock, LABEL_BYTES};
 
+lsfs_fuzz::limit_allocations!();
+
 fuzz_target!(|data: &[u8]| {
     if data.len() < 9 {
         return;

@@ -16,8 +16,57 @@ use lsfs_core::log::chain::segment_records;
 use lsfs_core::log::superblock::Superblock;
 use lsfs_core::meta::open::MkfsOptions;
 use lsfs_vfs::{Ctx, FileKind, Vfs, ROOT_INO};
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashSet;
 use std::sync::OnceLock;
+
+/// Largest single allocation a target may make. Nothing lsfs decodes from a
+/// 3 MiB image needs more; a size taken from damaged bytes usually asks for far more.
+pub const ALLOC_MAX_BYTES: usize = 64 << 20;
+
+/// The system allocator, but an allocation above [`ALLOC_MAX_BYTES`] aborts
+/// (a crash libFuzzer reports with its input). The targets run without ASan
+/// (lsfs-core is safe Rust, and ASan made the image target 8x slower), so
+/// this stands in for libFuzzer's `-malloc_limit_mb`, which needs ASan's hooks.
+/// Installed in each target by [`limit_allocations!`].
+pub struct LimitedAlloc;
+
+fn check_size(size: usize) {
+    if size > ALLOC_MAX_BYTES {
+        const MSG: &[u8] = b"lsfs-fuzz: allocation over ALLOC_MAX_BYTES (unbounded allocation)\n";
+        // SAFETY: writing a static buffer to stderr; no allocation here.
+        unsafe { libc::write(2, MSG.as_ptr().cast(), MSG.len()) };
+        std::process::abort();
+    }
+}
+
+// SAFETY: defers to `System` for everything; only refuses oversized requests.
+unsafe impl GlobalAlloc for LimitedAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        check_size(layout.size());
+        System.alloc(layout)
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        check_size(layout.size());
+        System.alloc_zeroed(layout)
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        check_size(new_size);
+        System.realloc(ptr, layout, new_size)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout)
+    }
+}
+
+/// Install [`LimitedAlloc`] as the target's global allocator.
+#[macro_export]
+macro_rules! limit_allocations {
+    () => {
+        #[global_allocator]
+        static ALLOC: $crate::LimitedAlloc = $crate::LimitedAlloc;
+    };
+}
 
 /// 256 KiB segments, the smallest lsfs allows.
 pub const SEGMENT_BLOCKS: u32 = 64;
