@@ -46,6 +46,24 @@ for crate in pjdfstest fsx; do
     fi
 done
 
+# --- fuzzing (scripts/fuzz.sh): a nightly toolchain and cargo-fuzz ------------
+if ! command -v rustup >/dev/null; then
+    echo "install-deps.sh: rustup not found; it installs the nightly toolchain fuzzing needs" >&2
+    exit 1
+fi
+if rustup toolchain list | grep -q '^nightly'; then
+    echo "rustup: nightly already installed"
+else
+    echo "rustup: installing the nightly toolchain"
+    rustup toolchain install nightly --profile minimal
+fi
+if command -v cargo-fuzz >/dev/null; then
+    echo "cargo: cargo-fuzz already installed at $(command -v cargo-fuzz)"
+else
+    echo "cargo: installing cargo-fuzz"
+    cargo install --locked cargo-fuzz
+fi
+
 # --- dummy users and groups that pjdfstest's config names -------------------
 # add_user NAME UID GID: a locked account with no home, made with newusers.
 # An empty UID lets newusers choose; a GID that names no group makes one.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test: unit, property, crash and model tests (cargo test), then the
-# external suites through a real FUSE mount of lsfs (pjdfstest, fsx, fsck).
+# fuzz targets for a bounded time (scripts/fuzz.sh), then the external suites
+# through a real FUSE mount of lsfs (pjdfstest, fsx, fsck).
 # Installs what it needs first. Takes about 15 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -8,4 +9,6 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 scripts/install-deps.sh
 cargo build --release -p lsfs
 cargo test --workspace --release 2>&1
+# Every fuzz target for 20 s, two at a time: about 90 s after a 3-5 minute build.
+FUZZ_SECS=${FUZZ_SECS:-20} FUZZ_JOBS=${FUZZ_JOBS:-2} scripts/fuzz.sh
 scripts/suites.sh target/release/lsfs
