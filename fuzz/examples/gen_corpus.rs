@@ -194,10 +194,12 @@ fn main() {
     }
 
     // image: no patch, resealed no-op patches in a few structures, a checkpoint mount.
-    let none = ImageInput { reseal: true, checkpoint: None, patches: vec![] };
+    let none = ImageInput { reseal: true, checkpoint: None, writable: false, patches: vec![] };
     write("image", "unchanged", &none.encode());
-    let cp = ImageInput { reseal: true, checkpoint: Some(2), patches: vec![] };
+    let cp = ImageInput { reseal: true, checkpoint: Some(2), writable: false, patches: vec![] };
     write("image", "checkpoint-2", &cp.encode());
+    let rw = ImageInput { reseal: true, checkpoint: None, writable: true, patches: vec![] };
+    write("image", "writable", &rw.encode());
     let mut n = 0;
     for (i, &b) in base.used_blocks.iter().enumerate() {
         let first8 = &blk(b)[..8];
@@ -213,7 +215,7 @@ fn main() {
         // Rewrite bytes 16..24 with their own value: a no-op patch that
         // points the fuzzer at the structure.
         let p = Patch { block_sel: i as u16, offset: 16, bytes: blk(b)[16..24].to_vec() };
-        let input = ImageInput { reseal: true, checkpoint: None, patches: vec![p] };
+        let input = ImageInput { reseal: true, checkpoint: None, writable: false, patches: vec![p] };
         write("image", &format!("{kind}-{n}"), &input.encode());
         n += 1;
         if n >= 8 {

@@ -332,10 +332,12 @@ pub struct Patch {
 
 /// An `image` input: `flags u8`, `checkpoint u8`, then patches, each
 /// `block_sel u16, offset u16, len u8, len bytes` (little-endian).
-/// Flag 1: reseal checksums; flag 2: mount checkpoint `checkpoint` read-only.
+/// Flag 1: reseal checksums; flag 2: mount checkpoint `checkpoint` read-only;
+/// flag 4: mount read-write (recovery writes), change things, clean, remount.
 pub struct ImageInput {
     pub reseal: bool,
     pub checkpoint: Option<u64>,
+    pub writable: bool,
     pub patches: Vec<Patch>,
 }
 
@@ -363,12 +365,15 @@ impl ImageInput {
         ImageInput {
             reseal: flags & 1 != 0,
             checkpoint: (flags & 2 != 0).then_some(cp as u64),
+            writable: flags & 4 != 0,
             patches,
         }
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        let flags = self.reseal as u8 | (self.checkpoint.is_some() as u8) << 1;
+        let flags = self.reseal as u8
+            | (self.checkpoint.is_some() as u8) << 1
+            | (self.writable as u8) << 2;
         let mut out = vec![flags, self.checkpoint.unwrap_or(0) as u8];
         for p in &self.patches {
             out.extend_from_slice(&p.block_sel.to_le_bytes());
@@ -391,6 +396,43 @@ const WALK_READ_BYTES_MAX: u64 = 256 * 1024;
 pub fn exercise_image(img: Vec<u8>, checkpoint: Option<u64>) {
     let mut cfg = mount_config(true);
     cfg.checkpoint = checkpoint;
+    exercise_mount(img, cfg)
+}
+
+/// Mount `img` read-write: recovery, orphan deletion and a checkpoint write
+/// to the damaged image; then a few changes, an fsync, a cleaning pass and an
+/// unmount; then the result gets the read-only mount, walk and fsck.
+pub fn exercise_writable(img: Vec<u8>) {
+    let mut cfg = mount_config(false);
+    cfg.store.protection_secs = 0;
+    let Ok(mut fs) = Lsfs::open(Box::new(MemDevice::from_bytes(img)), cfg) else {
+        return;
+    };
+    let c = ctx();
+    let _ = (|| -> Result<(), lsfs_vfs::Errno> {
+        let f = fs.mknod(ROOT_INO, b"new", libc::S_IFREG | 0o644, 0, &c)?.ino;
+        fs.write(f, 0, &data_block(1))?;
+        fs.write(f, 2 * BLOCK_BYTES as u64, &data_block(2))?;
+        fs.fsync(f, false)?;
+        let small = fs.lookup(ROOT_INO, b"small")?.ino;
+        fs.write(small, 4, b"changed")?;
+        fs.setxattr(small, b"user.new", b"v", 0)?;
+        fs.rename(ROOT_INO, b"small", ROOT_INO, b"small-renamed", 0)?;
+        let d = fs.lookup(ROOT_INO, b"dir")?.ino;
+        fs.unlink(d, b"entry-03")?;
+        fs.mkdir(d, b"newdir", 0o755, &c)?;
+        let t = fs.lookup(ROOT_INO, b"tree")?.ino;
+        fs.setattr(t, &lsfs_vfs::SetAttr { size: Some(3 * BLOCK_BYTES as u64), ..Default::default() })?;
+        fs.sync()
+    })();
+    let _ = fs.checkpoint();
+    let _ = fs.clean(2, "fuzz");
+    let _ = fs.unmount();
+    let img = fs.store.dev_bytes_for_test();
+    exercise_mount(img, mount_config(true));
+}
+
+fn exercise_mount(img: Vec<u8>, cfg: MountConfig) {
     if let Ok(mut fs) = Lsfs::open(Box::new(MemDevice::from_bytes(img.clone())), cfg) {
         walk(&mut fs);
     }
