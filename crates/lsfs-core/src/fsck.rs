@@ -1080,7 +1080,7 @@ impl Checker {
         let n = geo.nsegments as usize;
         let mut live = vec![0u64; n];
         let mut snap = vec![0u64; n];
-        for e in dat.entries.values() {
+        for (v, e) in &dat.entries {
             if e.pblock == 0 {
                 continue;
             }
@@ -1089,7 +1089,7 @@ impl Checker {
             };
             if e.end == CNO_MAX {
                 live[seg as usize] += 1;
-            } else if s.snapshot_in(e.start, e.end) {
+            } else if s.snapshot_counted(*v, e.start, e.end) {
                 snap[seg as usize] += 1;
             }
         }

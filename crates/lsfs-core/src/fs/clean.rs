@@ -192,14 +192,6 @@ impl Lsfs {
             written as f64 / c.user_blocks_written as f64
         };
         let used: u64 = self.store.segs.usage.iter().map(|u| u.nblocks as u64).sum();
-        let counted: u64 = self
-            .store
-            .segs
-            .usage
-            .iter()
-            .map(|u| (u.nlive + u.nsnapshot) as u64)
-            .sum();
-        let _ = counted;
         // Dead blocks are unaccounted only while a plain checkpoint still
         // protects them; segments carry no counter for those, so report the
         // share of written blocks that are neither live nor snapshot-held
@@ -220,6 +212,12 @@ impl Lsfs {
                     - u.nsnapshot.min(u.nblocks - u.nlive.min(u.nblocks))) as u64
             })
             .sum();
+        c.snapshot_changes_pending = self.store.recon.queue.len() as u64;
+        c.reconcile_progress = if self.store.recon.is_settled() {
+            1.0
+        } else {
+            (self.store.recon.cursor as f64 / self.store.next_vblock.max(1) as f64).min(1.0)
+        };
         c.unaccounted_fraction = if used == 0 {
             0.0
         } else {
@@ -280,6 +278,11 @@ impl Lsfs {
     /// copied, since copying a block frees nothing. A write then fails only
     /// when what is left is live or held by a snapshot.
     pub(crate) fn clean_for_space(&mut self, need: u64) -> Result<bool> {
+        if !self.store.recon.is_settled() {
+            // Counters of demoted snapshots' blocks overstate what victims
+            // hold: make them exact before choosing.
+            self.store.reconcile_step(u64::MAX)?;
+        }
         let given_up = self.store.expire_plain_checkpoints();
         if given_up > 0 {
             tracing::warn!(

@@ -58,6 +58,10 @@ impl Default for MountConfig {
     }
 }
 
+/// DAT blocks (128 entries each) reconciled per tick: about 1 MiB of DAT
+/// read per tick, 16,384 virtual blocks.
+pub const RECONCILE_DAT_BLOCKS_PER_TICK: u64 = 128;
+
 pub struct Lsfs {
     pub store: Store,
     inodes: HashMap<u64, Cached>,
@@ -280,6 +284,15 @@ impl Lsfs {
         Ok(cno)
     }
 
+    /// Apply queued snapshot changes to the segment counters until they are
+    /// exact (what `tick` does a slice at a time), and checkpoint.
+    pub fn reconcile_all(&mut self) -> Result<()> {
+        self.mutable().map_err(Error::Errno)?;
+        self.store.reconcile_step(u64::MAX)?;
+        self.checkpoint()?;
+        Ok(())
+    }
+
     /// Periodic work: a checkpoint when the interval has passed and something changed.
     pub fn tick(&mut self) -> Result<()> {
         self.stop_after_read_error();
@@ -290,6 +303,11 @@ impl Lsfs {
         let dirty = self.store.has_dirty() || self.inodes.values().any(|c| c.dirty);
         if due && dirty {
             self.checkpoint()?;
+        }
+        if !self.store.recon.is_settled() {
+            // Snapshot changes reach the counters a bounded slice at a time
+            // (the next checkpoint records how far).
+            self.store.reconcile_step(RECONCILE_DAT_BLOCKS_PER_TICK)?;
         }
         self.clean_in_background()
     }

@@ -184,6 +184,11 @@ pub struct CleanerStats {
     pub write_amplification: f64,
     /// Fraction of written blocks whose state no counter tracks (dead, protected only by a plain checkpoint).
     pub unaccounted_fraction: f64,
+    /// Snapshot promotions and demotions not yet applied to every segment
+    /// counter (meta/reconcile.rs); 0 means `nsnapshot` is exact.
+    pub snapshot_changes_pending: u64,
+    /// How far reconciliation of the oldest pending change has gone (0..=1).
+    pub reconcile_progress: f64,
     /// (seconds since mount, write amplification so far), one point per pass.
     pub wa_history: Vec<(u64, f64)>,
 }

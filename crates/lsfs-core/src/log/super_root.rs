@@ -5,6 +5,7 @@
 use crate::codec::{crc_with_hole, Reader, Writer};
 use crate::error::{Error, Result};
 use crate::layout::BLOCK_BYTES;
+use crate::meta::reconcile::SnapChange;
 
 pub const SR_MAGIC: u32 = 0x5452_534C; // "LSRT"
 const CRC_AT: usize = BLOCK_BYTES - 4;
@@ -28,13 +29,21 @@ pub struct SuperRoot {
     /// Counters users see in statfs, kept exact by deltas.
     pub inodes_used: u64,
     pub blocks_used: u64,
+    /// Background reconciliation of snapshot changes (meta/reconcile.rs):
+    /// the virtual block it has reached for the head change, and the
+    /// changes not yet applied to every counter, oldest first.
+    pub reconcile_cursor: u64,
+    pub reconcile_queue: Vec<SnapChange>,
 }
+
+/// Queue entries a super root can hold (see FORMAT.md).
+pub const SR_QUEUE_MAX: usize = 256;
 
 impl SuperRoot {
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::with_capacity(BLOCK_BYTES);
         w.u32(SR_MAGIC)
-            .u32(1)
+            .u32(2)
             .u64(self.cno)
             .u64(self.created_secs)
             .u64(self.next_vblock)
@@ -46,7 +55,13 @@ impl SuperRoot {
             .u64(self.nsegments)
             .u64(self.inodes_used)
             .u64(self.blocks_used)
-            .pad_to(BLOCK_BYTES);
+            .u64(self.reconcile_cursor)
+            .u32(self.reconcile_queue.len() as u32);
+        assert!(self.reconcile_queue.len() <= SR_QUEUE_MAX);
+        for c in &self.reconcile_queue {
+            w.u64(c.cno).u8(c.on as u8);
+        }
+        w.pad_to(BLOCK_BYTES);
         let mut b = w.finish();
         let crc = crc_with_hole(&b, CRC_AT);
         b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
@@ -60,7 +75,7 @@ impl SuperRoot {
             return Err(Error::corrupt(format!("{what}: bad magic")));
         }
         let v = r.u32()?;
-        if v != 1 {
+        if v != 1 && v != 2 {
             return Err(Error::unsupported(format!("{what}: version {v}")));
         }
         if b.len() != BLOCK_BYTES {
@@ -70,7 +85,7 @@ impl SuperRoot {
         if stored != crc_with_hole(b, CRC_AT) {
             return Err(Error::corrupt(format!("{what}: checksum mismatch")));
         }
-        Ok(SuperRoot {
+        let mut sr = SuperRoot {
             cno: r.u64()?,
             created_secs: r.u64()?,
             next_vblock: r.u64()?,
@@ -82,6 +97,31 @@ impl SuperRoot {
             nsegments: r.u64()?,
             inodes_used: r.u64()?,
             blocks_used: r.u64()?,
-        })
+            ..Default::default()
+        };
+        if v >= 2 {
+            // Version 1 (before reconciliation) has neither: nothing queued.
+            sr.reconcile_cursor = r.u64()?;
+            let n = r.u32()? as usize;
+            if n > SR_QUEUE_MAX {
+                return Err(Error::corrupt(format!(
+                    "{what}: {n} queued snapshot changes, at most {SR_QUEUE_MAX}"
+                )));
+            }
+            for _ in 0..n {
+                let cno = r.u64()?;
+                let on = match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    x => {
+                        return Err(Error::corrupt(format!(
+                            "{what}: queued snapshot change of checkpoint {cno} has flag {x}"
+                        )))
+                    }
+                };
+                sr.reconcile_queue.push(SnapChange { cno, on });
+            }
+        }
+        Ok(sr)
     }
 }

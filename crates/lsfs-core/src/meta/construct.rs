@@ -227,7 +227,7 @@ impl Store {
                     self.dat_set(v, e)?;
                     if !self.moved_dead.contains(&v) {
                         self.segs.add_live(seg, now);
-                    } else if self.snapshot_in(e.start, e.end) {
+                    } else if self.snapshot_counted(v, e.start, e.end) {
                         self.segs.add_snapshot(seg, 1);
                     }
                 }
@@ -309,6 +309,8 @@ impl Store {
             nsegments: self.geo.nsegments,
             inodes_used: self.inodes_used,
             blocks_used: self.blocks_used,
+            reconcile_cursor: self.recon.cursor,
+            reconcile_queue: self.recon.queue.clone(),
         }
         .encode();
 
@@ -331,6 +333,7 @@ impl Store {
         self.segs.dirty_blocks.clear();
         self.segs.pending_free.clear();
         self.moved_dead.clear();
+        self.deaths_since_checkpoint = 0;
         self.cur_cno += 1;
         self.fresh_floor = self.next_vblock;
         self.stats.checkpoints_written += 1;

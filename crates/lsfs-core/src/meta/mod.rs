@@ -9,7 +9,8 @@
 //!   own physically addressed tree, and the metadata files as block-mapped files;
 //! - [`construct`]: the segment constructor, which writes checkpoints and fsync records;
 //! - [`open`]: mkfs, and opening an image with recovery;
-//! - [`reclaim`]: deleting expired checkpoints and freeing dead segments.
+//! - [`reclaim`]: deleting expired checkpoints and freeing dead segments;
+//! - [`reconcile`]: O(1) snapshot changes, applied to the counters in the background.
 
 pub mod construct;
 pub mod cpfile;
@@ -17,7 +18,7 @@ pub mod dat_entry;
 pub mod ifile;
 pub mod open;
 pub mod reclaim;
-pub mod snapshot;
+pub mod reconcile;
 pub mod store;
 pub mod sufile;
 

@@ -109,6 +109,8 @@ impl Store {
             now_override: None,
             moved_dead: Default::default(),
             dat_map: Default::default(),
+            recon: Default::default(),
+            deaths_since_checkpoint: 0,
         })
     }
 
@@ -276,6 +278,8 @@ impl Store {
         s.cur_cno = sr.cno + 1;
         s.inodes_used = sr.inodes_used;
         s.blocks_used = sr.blocks_used;
+        s.recon.queue = sr.reconcile_queue.clone();
+        s.recon.cursor = sr.reconcile_cursor;
         s.segs = SegTable::new(geo.nsegments, geo.segment_blocks);
         Ok(s)
     }
@@ -332,6 +336,7 @@ impl Store {
         }
         self.cps.dirty_blocks.clear();
         self.snapshots = self.cps.snapshots();
+        self.recon.refresh(&self.snapshots);
         Ok(())
     }
 }

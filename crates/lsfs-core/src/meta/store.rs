@@ -57,6 +57,8 @@ pub struct StoreStats {
     pub payload_blocks_written: u64,
     pub segments_reclaimed: u64,
     pub checkpoints_deleted: u64,
+    /// Snapshot promotions and demotions fully applied to the counters.
+    pub snapshot_changes_reconciled: u64,
 }
 
 pub struct Store {
@@ -100,6 +102,11 @@ pub struct Store {
     pub(crate) moved_dead: std::collections::HashSet<u64>,
     /// DAT block index → address, mirroring the DAT's block map.
     pub(crate) dat_map: std::collections::HashMap<u64, u64>,
+    /// Snapshot changes not yet applied to every segment counter.
+    pub recon: crate::meta::reconcile::Reconcile,
+    /// Blocks that died since the last checkpoint (a snapshot of that
+    /// checkpoint then changes no counter if this is 0).
+    pub(crate) deaths_since_checkpoint: u64,
 }
 
 /// Bound of the in-memory mirror of the DAT's block map: 1M entries (about
@@ -362,7 +369,7 @@ impl Store {
     }
 
     /// A copy of DAT block `idx`, zeros if it does not exist.
-    fn dat_block(&mut self, idx: u64) -> Result<Vec<u8>> {
+    pub(crate) fn dat_block(&mut self, idx: u64) -> Result<Vec<u8>> {
         let Some(addr) = self.dat_block_addr(idx)? else {
             return Ok(vec![0; self.geo.block_bytes]);
         };
@@ -437,12 +444,6 @@ impl Store {
     pub fn snapshot_in(&self, start: u64, end: u64) -> bool {
         let i = self.snapshots.partition_point(|&s| s < start);
         self.snapshots.get(i).is_some_and(|&s| s < end)
-    }
-
-    /// Whether the segment counters count dead block `v` (alive in
-    /// `[start, end)`) in `nsnapshot`.
-    pub fn snapshot_counted(&self, _v: u64, start: u64, end: u64) -> bool {
-        self.snapshot_in(start, end)
     }
 
     // ---- virtual blocks ----
@@ -591,6 +592,7 @@ impl Store {
                     e.is_current(),
                     "killing virtual block {v} that is not live: {e:?}"
                 );
+                self.deaths_since_checkpoint += 1;
                 self.blocks_used = self.blocks_used.saturating_sub(1);
                 if self.is_fresh(v) {
                     // No checkpoint ever saw it: it is simply gone.
@@ -614,7 +616,7 @@ impl Store {
                 } else {
                     if e.pblock != 0 {
                         let seg = self.geo.segment_of(e.pblock).expect("checked on read");
-                        let protected = self.snapshot_in(e.start, self.cur_cno);
+                        let protected = self.snapshot_counted(v, e.start, self.cur_cno);
                         self.segs.kill_live(seg, protected, now);
                     }
                     changes.push((
