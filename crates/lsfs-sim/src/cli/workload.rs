@@ -60,6 +60,9 @@ pub enum WorkloadKind {
         /// Continue on the files and directories an earlier aging run left in DIR.
         #[arg(long)]
         resume: bool,
+        /// At most this many operations per second (default: unpaced).
+        #[arg(long)]
+        rate: Option<f64>,
     },
     /// Replay an NFS trace in Ellard's text format (Harvard EECS03/DEAS03/CAMPUS/lair62) as
     /// system calls in DIR. TRACE `-` reads standard input (`zcat t.txt.gz | … nfs-replay - DIR`).
@@ -119,6 +122,9 @@ pub struct SmallFileArgs {
     /// The files exist (an earlier run with the same --files made them): only overwrite.
     #[arg(long)]
     pub existing: bool,
+    /// At most this many overwrites per second (default: unpaced).
+    #[arg(long)]
+    pub rate: Option<f64>,
 }
 
 impl SmallFileArgs {
@@ -130,6 +136,7 @@ impl SmallFileArgs {
             overwrites: (self.rounds * self.files as f64) as u64,
             fsync: self.fsync,
             existing: self.existing,
+            overwrites_per_sec: self.rate,
             seed,
         }
     }
@@ -172,6 +179,7 @@ pub(super) fn run(args: WorkloadArgs) -> Result<(), Box<dyn Error>> {
             max_files,
             max_file_bytes,
             resume,
+            rate,
         } => {
             std::fs::create_dir_all(&dir)?;
             let a = Aging {
@@ -179,6 +187,7 @@ pub(super) fn run(args: WorkloadArgs) -> Result<(), Box<dyn Error>> {
                 max_files,
                 max_file_bytes,
                 resume,
+                operations_per_sec: rate,
                 seed,
             };
             json(&a.run(&dir, progress)?)

@@ -20,6 +20,8 @@ pub struct Aging {
     pub max_file_bytes: u64,
     /// Start from the objects an earlier run left under the root (their names are `o<N>`).
     pub resume: bool,
+    /// Operations per second at most (None: unpaced).
+    pub operations_per_sec: Option<f64>,
     pub seed: u64,
 }
 
@@ -62,7 +64,13 @@ impl Aging {
         }
         let bar = progress_bar(self.operations, "aging", show_progress);
         let mut buf = vec![0u8; 1 << 16];
-        for _ in 0..self.operations {
+        for op in 0..self.operations {
+            if let Some(rate) = self.operations_per_sec.filter(|r| *r > 0.0) {
+                let due = std::time::Duration::from_secs_f64(op as f64 / rate);
+                if let Some(wait) = due.checked_sub(started.elapsed()) {
+                    std::thread::sleep(wait);
+                }
+            }
             let create = files.is_empty() || (files.len() < self.max_files && rng.below(10) < 7);
             if create {
                 let parent = dirs[rng.below(dirs.len() as u64) as usize].clone();
@@ -156,6 +164,7 @@ mod tests {
             max_files: 50,
             max_file_bytes: 64 << 10,
             resume: false,
+            operations_per_sec: None,
             seed: 1,
         };
         let r = a.run(&dir, false).unwrap();

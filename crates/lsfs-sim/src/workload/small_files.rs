@@ -25,6 +25,9 @@ pub struct SmallFiles {
     pub fsync: bool,
     /// The files exist already (an earlier run made them): skip the creation pass.
     pub existing: bool,
+    /// Overwrites per second at most (None: as fast as the file system takes them). Leaves the
+    /// file system's background work time, as real workloads do.
+    pub overwrites_per_sec: Option<f64>,
     pub seed: u64,
 }
 
@@ -85,7 +88,14 @@ impl SmallFiles {
             bar.inc(1);
         }
         let top_decile = (self.files / 10).max(1);
-        for _ in 0..self.overwrites {
+        let paced_from = std::time::Instant::now();
+        for n in 0..self.overwrites {
+            if let Some(rate) = self.overwrites_per_sec.filter(|r| *r > 0.0) {
+                let due = std::time::Duration::from_secs_f64(n as f64 / rate);
+                if let Some(wait) = due.checked_sub(paced_from.elapsed()) {
+                    std::thread::sleep(wait);
+                }
+            }
             let i = access.next_block();
             debug_assert!(i < self.files);
             report.top_decile_overwrites += u64::from(i < top_decile);
@@ -115,6 +125,7 @@ mod tests {
             overwrites: 4000,
             fsync: false,
             existing: false,
+            overwrites_per_sec: None,
             seed: 3,
         };
         let r = w.run(&dir, false).unwrap();
@@ -136,13 +147,17 @@ mod tests {
             overwrites: 0,
             fsync: false,
             existing: false,
+            overwrites_per_sec: None,
             seed: 1,
         };
         assert_eq!(w.run(&dir, false).unwrap().files_created, 50);
         w.existing = true;
         w.overwrites = 100;
+        w.overwrites_per_sec = Some(1000.0);
         let r = w.run(&dir, false).unwrap();
         assert_eq!((r.files_created, r.overwrites), (0, 100));
+        // Paced: 100 overwrites at 1000/s take at least 99 ms.
+        assert!(r.elapsed_secs >= 0.099, "{}", r.elapsed_secs);
         assert_eq!(r.bytes_written, 1000);
         fs::remove_dir_all(&dir).unwrap();
     }
