@@ -15,7 +15,9 @@
 # do the cleaning; paced, the background passes run the policy under test.
 #
 # Workloads: hot-cold (Rohner: 4 KiB files, 10 % of them get 90 % of the overwrites), uniform,
-# zipf (exponent 1), aging (yFS: lognormal + Pareto sizes, creates and deletes).
+# zipf (exponent 1), aging (yFS: lognormal + Pareto sizes, creates and deletes), and nfs (not in
+# the default list: a seeded synthetic NFS trace in Ellard's format, replayed unpaced in one
+# step; use --steps 1).
 # Needs root (FUSE) and fusermount3. The binary is $LSFS, or target/release/lsfs under
 # $CARGO_TARGET_DIR or the repository.
 set -euo pipefail
@@ -33,6 +35,8 @@ fill_percent=78
 seed=1
 keep_raw=""
 quick=0
+nfs_ops=500000    # synthetic NFS trace: calls, and files the namespace holds at most
+nfs_max_files=12000
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -48,6 +52,8 @@ while [ $# -gt 0 ]; do
         --rate) rate=$2; shift ;;
         --seed) seed=$2; shift ;;
         --keep-raw) keep_raw=$2; shift ;;
+        --nfs-operations) nfs_ops=$2; shift ;;
+        --nfs-max-files) nfs_max_files=$2; shift ;;
         -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
@@ -55,7 +61,7 @@ while [ $# -gt 0 ]; do
 done
 if [ "$quick" = 1 ]; then
     # 64 MiB images hit ENOSPC intermittently (see README), so quick runs use 128 MiB.
-    image_size=128M; rounds=0.5; steps=2; rate=2000
+    image_size=128M; rounds=0.5; steps=2; rate=2000; nfs_ops=150000; nfs_max_files=5000
 fi
 
 lsfs=${LSFS:-}
@@ -171,6 +177,19 @@ run_workload() {
                     pace=(--rate "$(awk -v w="$rate" -v b="$blocks_per_aged_file" 'BEGIN { printf "%.1f", 2 * w / b }')")
                 "$lsfs" sim workload -q --seed "$s" aging "$mnt/w" --operations "$ops" \
                     --max-files "$files" --max-file-bytes "$aging_max_file_bytes" --resume "${pace[@]}"
+            fi
+            ;;
+        nfs)
+            if [ "$phase" = fill ]; then
+                # One trace per benchmark, so every policy replays the same calls.
+                [ -e "$work/nfs-trace.txt" ] ||
+                    "$lsfs" sim workload --seed "$seed" nfs-synth "$work/nfs-trace.txt" \
+                        --operations "$nfs_ops" --max-files "$nfs_max_files" > "$work/nfs-synth.json"
+                echo '{"bytes_written": 0}'
+            elif [ "$n" = 1 ]; then
+                "$lsfs" sim workload -q nfs-replay "$work/nfs-trace.txt" "$mnt/w"
+            else
+                echo '{"bytes_written": 0}'
             fi
             ;;
         *) echo "unknown workload $workload" >&2; return 2 ;;

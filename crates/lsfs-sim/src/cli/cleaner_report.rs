@@ -66,6 +66,8 @@ pub struct RunSummary {
     pub passes_by_reason: BTreeMap<String, u64>,
     pub late_aborts: u64,
     pub elapsed_secs: f64,
+    /// Workload steps after the fill that completed (the measured phase ends with the last).
+    pub steps_completed: usize,
     pub fsck: String,
     /// (data blocks written since the fill / live blocks, `wa_engine` of the interval ending
     /// there).
@@ -85,11 +87,15 @@ fn read_meta(dir: &Path) -> Result<BTreeMap<String, String>, Box<dyn Error>> {
         .collect())
 }
 
+/// The report the workload printed after step `n`, if the step completed.
+fn workload_report(dir: &Path, n: usize) -> Option<Value> {
+    let text = fs::read_to_string(dir.join(format!("workload-{n}.json"))).ok()?;
+    serde_json::from_str::<Value>(&text).ok()
+}
+
 /// Data blocks the workload wrote in step `n` (its `bytes_written` / 4 KiB).
 fn data_blocks(dir: &Path, n: usize) -> f64 {
-    fs::read_to_string(dir.join(format!("workload-{n}.json")))
-        .ok()
-        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+    workload_report(dir, n)
         .and_then(|v| v["bytes_written"].as_f64())
         .map_or(0.0, |b| (b / 4096.0).ceil())
 }
@@ -127,10 +133,16 @@ pub fn summarize(dir: &Path) -> Result<RunSummary, Box<dyn Error>> {
         })
         .collect();
     snapshots.sort();
-    let stats: Vec<Value> = snapshots
+    let mut stats: Vec<Value> = snapshots
         .iter()
         .filter_map(|p| serde_json::from_str(&fs::read_to_string(p).ok()?).ok())
         .collect();
+    // Measure up to the last step that completed: a failed step wrote no report, so its data
+    // blocks are unknown (its snapshot, if any, is left out).
+    let completed = (1..stats.len())
+        .take_while(|&n| workload_report(dir, n).is_some())
+        .count();
+    stats.truncate(completed + 1);
     let mut s = RunSummary {
         workload: get("workload"),
         policy: get("policy"),
@@ -147,6 +159,7 @@ pub fn summarize(dir: &Path) -> Result<RunSummary, Box<dyn Error>> {
     let (Some(first), Some(last)) = (stats.first(), stats.last()) else {
         return Ok(s);
     };
+    s.steps_completed = completed;
     let segment_blocks = (s.segment_bytes / 4096).max(1) as f64;
     let live_blocks = getn("live_blocks_after_fill").max(1.0);
     let du = num(last, "user_blocks_written") - num(first, "user_blocks_written");
@@ -208,10 +221,20 @@ fn opt(v: Option<f64>, digits: usize) -> String {
 pub fn markdown(runs: &[RunSummary]) -> String {
     let mut md = String::new();
     md.push_str(
-        "| workload | policy | used after fill | WA | log blocks per app block | E | mean victim u | data GiB | passes: policy / greedy (pressed) | late aborts | time s | fsck | status |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| workload | policy | used after fill | WA | log blocks per app block | E | mean victim u | data GiB | passes: policy / low-space greedy | late aborts | time s | fsck | status |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in runs {
         let reason = |k: &str| r.passes_by_reason.get(k).copied().unwrap_or(0);
+        let status = if r.error.is_empty() {
+            r.status.clone()
+        } else {
+            format!(
+                "{} after {} steps: {}",
+                r.status,
+                r.steps_completed,
+                r.error.replace('|', "/")
+            )
+        };
         let _ = writeln!(
             md,
             "| {} | {} | {:.1} % | {} | {} | {} | {} | {:.2} | {} / {} | {} | {:.0} | {} | {} |",
@@ -228,11 +251,7 @@ pub fn markdown(runs: &[RunSummary]) -> String {
             r.late_aborts,
             r.elapsed_secs,
             r.fsck,
-            if r.error.is_empty() {
-                r.status.clone()
-            } else {
-                format!("{}: {}", r.status, r.error.replace('|', "/"))
-            }
+            status
         );
     }
     md
