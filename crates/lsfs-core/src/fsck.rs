@@ -631,9 +631,14 @@ impl Checker {
             if b.len() != BLOCK_BYTES {
                 continue;
             }
+            // `idx` is a B-tree key read from the disk.
+            let Some(first_ino) = idx.checked_mul(INODES_PER_BLOCK) else {
+                self.err(format!("{label}: IFILE block {idx} is beyond every inode number"));
+                continue;
+            };
             let mut any = false;
             for slot in 0..INODES_PER_BLOCK {
-                let ino = idx * INODES_PER_BLOCK + slot;
+                let ino = first_ino + slot;
                 let img = &b[ifile::slot_range(ino)];
                 if img.iter().all(|&x| x == 0) {
                     continue;

@@ -102,7 +102,8 @@ impl CpTable {
         let first = idx * CP_PER_BLOCK;
         let mut any = false;
         let mut w = Writer::with_capacity(BLOCK_BYTES);
-        for cno in first..first + CP_PER_BLOCK {
+        // Slot by slot: a block decoded from the disk may end at u64::MAX.
+        for cno in (0..CP_PER_BLOCK).map(|slot| first + slot) {
             match self.entries.get(&cno) {
                 Some(e) => {
                     any = true;
@@ -153,5 +154,37 @@ mod tests {
         let e = t.decode_block(idx, &[0; BLOCK_BYTES]).unwrap_err();
         assert!(e.to_string().contains("out of range"), "{e}");
         assert!(t.entries.is_empty());
+    }
+
+    /// Found by the `meta_entries` fuzz target (its input below: which,
+    /// idx u64, nsegments u16, block): the last CPFILE block a u64 checkpoint
+    /// number can have decoded, but re-encoding it overflowed.
+    #[test]
+    fn last_possible_block_re_encodes() {
+        let input: &[u8] = &[
+            0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x03, 0x0b, 0x00, 0x0a, 0x00, 0x00,
+            0x00, 0x08, 0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x03, 0x0b,
+            0x00, 0x00, 0x08, 0x02, 0x3f, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x03, 0x0b, 0x00, 0x0a, 0x00, 0x00, 0x00, 0x08, 0x02, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x03, 0x0b, 0x00, 0x00, 0x08, 0x02, 0x3f,
+            0x00, 0x00, 0x00, 0x00, 0x95, 0x95, 0x00, 0x02, 0x00, 0x55, 0x02, 0x6b,
+        ];
+        let idx = u64::from_le_bytes(input[1..9].try_into().unwrap());
+        assert_eq!(idx, u64::MAX / CP_PER_BLOCK);
+        let mut b = input[11..].to_vec();
+        b.resize(BLOCK_BYTES, 0);
+        let mut t = CpTable::default();
+        t.decode_block(idx, &b).unwrap();
+        let _ = t.encode_block(idx);
+        // And with a valid entry in the block's last possible slot.
+        let cno = u64::MAX - 1;
+        let mut b = vec![0; BLOCK_BYTES];
+        let slot = (cno % CP_PER_BLOCK) as usize * CP_ENTRY_BYTES;
+        b[slot..slot + 8].copy_from_slice(&cno.to_le_bytes());
+        b[slot + 8..slot + 12].copy_from_slice(&CP_VALID.to_le_bytes());
+        let mut t = CpTable::default();
+        t.decode_block(idx, &b).unwrap();
+        assert_eq!(t.entries.len(), 1);
+        assert_eq!(t.encode_block(idx).unwrap(), b);
     }
 }
