@@ -311,3 +311,32 @@ fn out_of_range_directory_key_is_an_error() {
     let e = dir::list_after(&mut fs.store, &d, 0, usize::MAX).unwrap_err();
     assert!(e.to_string().contains("out of range"), "{e}");
 }
+
+/// Found by the `image` fuzz target: seven bytes changed in the summary of
+/// segment 0's second record (its checksum left failing), then a read-write
+/// mount and a cleaning pass. Relocation saw only the records before the
+/// damaged one, the SUFILE still counted the rest as live, and the
+/// cleaner's accounting assertion panicked. Now it is an error and the
+/// mount stops writing.
+#[test]
+fn cleaning_a_segment_with_a_damaged_record_is_an_error() {
+    use lsfs_core::log::chain::segment_records;
+    use lsfs_core::log::superblock::Superblock;
+
+    let mut b = good_image();
+    let sb = Superblock::decode(&b[..BLOCK_BYTES], "test", b.len() as u64).unwrap();
+    let recs = segment_records(&mut MemDevice::from_bytes(b.clone()), &sb.geometry(), sb.fs_id, 0)
+        .unwrap();
+    assert!(recs.len() >= 2, "segment 0 holds several records");
+    let at = recs[1].block as usize * BLOCK_BYTES + 335;
+    b[at..at + 7].copy_from_slice(&[136, 115, 113, 35, 17, 35, 17]);
+    let mut c = cfg();
+    c.store.protection_secs = 0;
+    let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(b)), c).unwrap();
+    let e = match fs.store.relocate_segment(0) {
+        Ok(_) => panic!("relocating a segment with a damaged record succeeded"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("still counts"), "{e}");
+    assert!(fs.store.writable().is_err(), "the mount keeps writing");
+}

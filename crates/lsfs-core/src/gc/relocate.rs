@@ -10,7 +10,7 @@
 
 use crate::btree::Node;
 use crate::cache::{vkey, Owner};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::log::chain::segment_records;
 use crate::log::record::BlockKind;
 use crate::meta::dat_entry::{DatEntry, CNO_MAX, DAT_PER_BLOCK};
@@ -243,12 +243,16 @@ impl Store {
             }
         }
         let u = self.segs.usage[seg as usize];
-        assert!(
-            u.nlive == 0 && u.nsnapshot == 0,
-            "segment {seg} still counts {} live and {} snapshot blocks after relocation (accounting bug)",
-            u.nlive,
-            u.nsnapshot
-        );
+        if u.nlive != 0 || u.nsnapshot != 0 {
+            // An accounting bug, or a damaged image: a record whose checksum
+            // fails hides its blocks from the plan. Keep the segment and stop writing.
+            let err = Error::corrupt(format!(
+                "segment {seg} still counts {} live and {} snapshot blocks after relocation",
+                u.nlive, u.nsnapshot
+            ));
+            self.fail(&err);
+            return Err(err);
+        }
         self.segs.mark_freed(seg, now);
         Ok(rep)
     }
