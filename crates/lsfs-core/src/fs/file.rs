@@ -77,11 +77,16 @@ pub fn read(s: &mut Store, ino: &Inode, off: u64, len: u64) -> Result<Vec<u8>> {
     if off >= ino.size {
         return Ok(Vec::new());
     }
-    let end = (off + len).min(ino.size);
+    let end = off.saturating_add(len).min(ino.size);
     if ino.format == Format::InlineData {
-        let mut out = ino.area.clone();
-        out.resize(ino.size as usize, 0);
-        return Ok(out[off as usize..end as usize].to_vec());
+        // Bytes past the area read as zeros. Only `end - off` bytes are made:
+        // `size` comes from the disk and may be anything.
+        let mut out = vec![0; (end - off) as usize];
+        if off < ino.area.len() as u64 {
+            let stop = (end as usize).min(ino.area.len());
+            out[..stop - off as usize].copy_from_slice(&ino.area[off as usize..stop]);
+        }
+        return Ok(out);
     }
     let mut out = Vec::with_capacity((end - off) as usize);
     let mut pos = off;
@@ -406,4 +411,40 @@ pub fn mapped_blocks(s: &mut Store, ino: &Inode) -> Result<Vec<(u64, u64)>> {
         key = k + 1;
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::MemDevice;
+    use crate::meta::open::MkfsOptions;
+    use crate::meta::store::StoreConfig;
+    use lsfs_vfs::Timespec;
+
+    /// Found by the `image` fuzz target: a damaged IFILE block gave an
+    /// empty inline-data file the size 0x1_f628_ed86, and reading it
+    /// allocated the whole size (8 GiB) instead of the bytes asked for.
+    #[test]
+    fn inline_read_makes_only_the_bytes_asked_for() {
+        let opts = MkfsOptions {
+            segment_blocks: 64,
+            label: String::new(),
+        };
+        let dev = Box::new(MemDevice::new(600 * BLOCK));
+        let mut s = Store::create(dev, &opts, StoreConfig::default()).unwrap();
+        let now = Timespec { sec: 0, nsec: 0 };
+        let mut i = Inode::new(16, libc::S_IFREG | 0o644, 0, 0, now);
+        assert_eq!(i.format, Format::InlineData);
+        i.area = b"inline file data".to_vec();
+        for size in [1u64 << 62, 0x1_f628_ed86] {
+            i.size = size;
+            let b = read(&mut s, &i, 0, 65536).unwrap();
+            assert_eq!(b.len(), 65536);
+            assert_eq!(&b[..16], b"inline file data");
+            assert!(b[16..].iter().all(|&x| x == 0));
+            assert_eq!(read(&mut s, &i, 4, 3).unwrap(), b"ne ");
+            assert_eq!(read(&mut s, &i, size - 6, 65536).unwrap(), vec![0; 6]);
+            assert_eq!(read(&mut s, &i, size, 1).unwrap(), Vec::<u8>::new());
+        }
+    }
 }
