@@ -149,7 +149,7 @@ pub fn bar_chart(
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(60)
-        .build_cartesian_2d(0f64..n, 0f64..y_max * 1.15)?;
+        .build_cartesian_2d(0f64..n, 0f64..y_max * 1.5)?;
     let names = groups.to_vec();
     ctx.configure_mesh()
         .disable_x_mesh()

@@ -68,6 +68,8 @@ pub struct RunSummary {
     pub elapsed_secs: f64,
     /// Workload steps after the fill that completed (the measured phase ends with the last).
     pub steps_completed: usize,
+    /// Calls the NFS replay skipped because lsfs answered ENOSPC (the replay goes on).
+    pub enospc_calls: u64,
     pub fsck: String,
     /// (data blocks written since the fill / live blocks, `wa_engine` of the interval ending
     /// there).
@@ -160,6 +162,17 @@ pub fn summarize(dir: &Path) -> Result<RunSummary, Box<dyn Error>> {
         return Ok(s);
     };
     s.steps_completed = completed;
+    s.enospc_calls = (1..=completed)
+        .filter_map(|n| workload_report(dir, n))
+        .flat_map(|v| {
+            let ops: Vec<Value> = v["by_op"]
+                .as_object()
+                .map(|m| m.values().cloned().collect())
+                .unwrap_or_default();
+            ops
+        })
+        .filter_map(|op| op["skipped"]["io: StorageFull"].as_u64())
+        .sum();
     let segment_blocks = (s.segment_bytes / 4096).max(1) as f64;
     let live_blocks = getn("live_blocks_after_fill").max(1.0);
     let du = num(last, "user_blocks_written") - num(first, "user_blocks_written");
@@ -221,11 +234,13 @@ fn opt(v: Option<f64>, digits: usize) -> String {
 pub fn markdown(runs: &[RunSummary]) -> String {
     let mut md = String::new();
     md.push_str(
-        "| workload | policy | used after fill | WA | log blocks per app block | E | mean victim u | data GiB | passes: policy / low-space greedy | late aborts | time s | fsck | status |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| workload | policy | live after fill | WA | log blocks per app block | E | mean victim u | data GiB | passes: policy / low-space greedy | late aborts | time s | fsck | status |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in runs {
         let reason = |k: &str| r.passes_by_reason.get(k).copied().unwrap_or(0);
-        let status = if r.error.is_empty() {
+        let status = if r.error.is_empty() && r.enospc_calls > 0 {
+            format!("{} ({} calls failed with ENOSPC)", r.status, r.enospc_calls)
+        } else if r.error.is_empty() {
             r.status.clone()
         } else {
             format!(
@@ -240,7 +255,7 @@ pub fn markdown(runs: &[RunSummary]) -> String {
             "| {} | {} | {:.1} % | {} | {} | {} | {} | {:.2} | {} / {} | {} | {:.0} | {} | {} |",
             r.workload,
             r.policy,
-            r.used_percent_after_fill,
+            r.live_percent_after_fill,
             opt(r.wa_engine, 3),
             opt(r.wa_device, 3),
             opt(r.cleaner_efficiency, 3),
