@@ -280,14 +280,9 @@ impl Replayer {
     fn path_of(&self, fh: &str) -> Result<(PathBuf, String), Skip> {
         let mut names = Vec::new();
         let mut cur = fh;
-        loop {
-            match self.parent_of.get(cur) {
-                Some((parent, name)) => {
-                    names.push(name.as_str());
-                    cur = parent;
-                }
-                None => break,
-            }
+        while let Some((parent, name)) = self.parent_of.get(cur) {
+            names.push(name.as_str());
+            cur = parent;
             if names.len() > MAX_DEPTH {
                 return Err("path deeper than 256 (handle loop?)".into());
             }
@@ -580,10 +575,14 @@ impl Replayer {
                 self.unbind(&dir, &name);
                 self.child_of
                     .insert((dir.clone(), name.clone()), file.clone());
-                if self.parent_of.contains_key(&file) {
-                    self.extra_links.entry(file).or_default().push((dir, name));
-                } else {
-                    self.parent_of.insert(file, (dir, name));
+                match self.parent_of.entry(file) {
+                    std::collections::hash_map::Entry::Occupied(e) => {
+                        let file = e.key().clone();
+                        self.extra_links.entry(file).or_default().push((dir, name));
+                    }
+                    std::collections::hash_map::Entry::Vacant(e) => {
+                        e.insert((dir, name));
+                    }
                 }
                 fs::hard_link(&src, &dst).map_err(io_skip)
             }
@@ -631,7 +630,7 @@ pub fn replay_file(
         n += 1;
         r.feed_line(&line, n);
         bar.inc(got as u64);
-        if n % 65_536 == 0 {
+        if n.is_multiple_of(65_536) {
             bar.set_message(format!("{} applied", r.report().applied));
         }
     }

@@ -282,7 +282,7 @@ impl NfsSynth {
 
     // ---- the model ----
 
-    fn pick<'a>(&mut self, v: &'a [u64]) -> Option<u64> {
+    fn pick(&mut self, v: &[u64]) -> Option<u64> {
         if v.is_empty() {
             None
         } else {
