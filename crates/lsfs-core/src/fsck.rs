@@ -633,7 +633,9 @@ impl Checker {
             }
             // `idx` is a B-tree key read from the disk.
             let Some(first_ino) = idx.checked_mul(INODES_PER_BLOCK) else {
-                self.err(format!("{label}: IFILE block {idx} is beyond every inode number"));
+                self.err(format!(
+                    "{label}: IFILE block {idx} is beyond every inode number"
+                ));
                 continue;
             };
             let mut any = false;

@@ -255,3 +255,23 @@ fn snapshot_changes_read_nothing_in_the_foreground() {
     );
     recount_agrees(&mut fs, "after reconciling three changes");
 }
+
+/// Regression (found by the model test): snapshot, a cleaning pass, demote,
+/// with plain checkpoints expiring at once. The snapshot was then the newest
+/// checkpoint left in the table, so demoting it was taken for the O(1) case
+/// "nothing died since" and not queued, though blocks had died since.
+#[test]
+fn demote_after_cleaning_with_expiring_checkpoints() {
+    for attempt in 0..20u64 {
+        let mut fs = mkfs(64 * MIB, cfg_no_protection());
+        let clock0 = lsfs_core::meta::store::wall_secs();
+        fs.store.now_override = Some(clock0);
+        let snap = fs.snapshot_create().unwrap();
+        fs.store.now_override = Some(clock0 + 1);
+        fs.clean(4, "background").unwrap();
+        fs.store.now_override = Some(clock0 + 2 + attempt);
+        fs.snapshot_set(snap, false).unwrap();
+        fs.unmount().unwrap();
+        assert_clean(&fsck_bytes(image(&mut fs)), &format!("attempt {attempt}"));
+    }
+}

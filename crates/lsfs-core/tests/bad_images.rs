@@ -325,8 +325,13 @@ fn cleaning_a_segment_with_a_damaged_record_is_an_error() {
 
     let mut b = good_image();
     let sb = Superblock::decode(&b[..BLOCK_BYTES], "test", b.len() as u64).unwrap();
-    let recs = segment_records(&mut MemDevice::from_bytes(b.clone()), &sb.geometry(), sb.fs_id, 0)
-        .unwrap();
+    let recs = segment_records(
+        &mut MemDevice::from_bytes(b.clone()),
+        &sb.geometry(),
+        sb.fs_id,
+        0,
+    )
+    .unwrap();
     assert!(recs.len() >= 2, "segment 0 holds several records");
     let at = recs[1].block as usize * BLOCK_BYTES + 335;
     b[at..at + 7].copy_from_slice(&[136, 115, 113, 35, 17, 35, 17]);

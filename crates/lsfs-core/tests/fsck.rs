@@ -230,8 +230,7 @@ fn ifile_block_beyond_every_inode_number_is_reported() {
         .find(|r| r.block <= pblock && pblock < r.end_block())
         .expect("the record holding the IFILE root");
     let at = pblock as usize * BLOCK_BYTES;
-    let Ok(Node::Leaf { mut items }) = Node::decode(&img[at..at + BLOCK_BYTES], BLOCK_BYTES)
-    else {
+    let Ok(Node::Leaf { mut items }) = Node::decode(&img[at..at + BLOCK_BYTES], BLOCK_BYTES) else {
         panic!("a small image's IFILE root is a leaf");
     };
     items.last_mut().unwrap().0 = 0x4600_0000_0000_00da;

@@ -66,13 +66,15 @@ impl Lsfs {
         // Relocation must see the checkpoints the coming checkpoint keeps.
         self.store.expire_checkpoints(now);
         let candidates = self.store.cleanable_segments();
-        // Under space pressure reclaim fastest (greedy, as F2FS's foreground
-        // GC); with time to spare, the configured policy; and late abort
-        // saves copies only when there is time.
+        // Before ENOSPC reclaim fastest (greedy, as F2FS's foreground GC);
+        // otherwise the configured policy; late abort saves copies only when
+        // there is time.
         let pressed = matches!(reason, "foreground" | "low space");
         let late_abort = !pressed;
         // Ask for more than needed: late-aborted candidates do not count.
-        let picked = if pressed {
+        // Greedy only at the last resort; below the low-water mark the
+        // configured policy still chooses (policies differ most there).
+        let picked = if reason == "foreground" {
             lsfs_policy::gc::Greedy.select_victims(&candidates, now, max_victims * 4)
         } else {
             self.cleaner
@@ -80,15 +82,21 @@ impl Lsfs {
                 .select_victims(&candidates, now, max_victims * 4)
         };
         let seg_blocks = self.store.geo.segment_blocks as u64;
-        // Room: what the writer can still place (the rest of its segment
-        // and the free segments, reserve included: that is what the reserve
-        // is for; segments freed by this or the last pass are not usable
-        // yet), less one segment, which stays for the metadata of deletes
-        // and checkpoints whatever the cleaner does, and less what the
-        // checkpoint ending the pass writes besides the copies and the DAT
-        // blocks they dirty.
+        // Room: what the writer can still place (the rest of its segment and
+        // the free segments; segments freed by this or the last pass are not
+        // usable yet), less what the checkpoint ending the pass writes
+        // besides the copies and the DAT blocks they dirty. The pass before
+        // ENOSPC may use the reserve (that is what it is for) but for one
+        // segment, which stays for the metadata of deletes and checkpoints;
+        // other passes leave the reserve alone, or they could leave the last
+        // resort nothing to work with.
         let checkpoint_blocks = 32 + self.store.segs.nblocks_sufile();
-        let room = (self.store.segs.free_count().saturating_sub(1) * seg_blocks
+        let keep = if reason == "foreground" {
+            1
+        } else {
+            self.store.reserve_segments()
+        };
+        let room = (self.store.segs.free_count().saturating_sub(keep) * seg_blocks
             + (seg_blocks - self.store.cur_off as u64))
             .saturating_sub(checkpoint_blocks);
         // Copies stay dirty in the cache until that checkpoint: at most half

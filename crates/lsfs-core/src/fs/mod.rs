@@ -1133,6 +1133,8 @@ impl Vfs for Lsfs {
         loop {
             let pos = offset + done as u64;
             let n = ((chunk - pos % file::BLOCK) as usize).min(data.len() - done);
+            self.store
+                .note_user_write(ino, (n as u64).div_ceil(file::BLOCK));
             file::write(&mut self.store, &mut i, pos, &data[done..done + n]).map_err(e)?;
             let now = Timespec::now();
             i.mtime = now;
@@ -1156,6 +1158,8 @@ impl Vfs for Lsfs {
         let c = self.load(ino).map_err(e)?;
         let (needs_cp, kind) = (c.needs_checkpoint, c.inode.kind());
         if needs_cp || kind != FileKind::File {
+            // One flush: no data-stream records (see Store::checkpoint).
+            self.store.streams.one_flush_next = true;
             self.checkpoint().map_err(e)?;
             return Ok(());
         }

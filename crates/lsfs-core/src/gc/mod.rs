@@ -216,7 +216,7 @@ impl Store {
                     nsnapshot: u.nsnapshot,
                     lastmod_secs: u.lastmod_secs,
                     nlive_lastmod_secs: u.nlive_lastmod_secs,
-                    temperature: Default::default(),
+                    temperature: crate::meta::stream::Stream::from_flags(u.flags).temperature(),
                 }
             })
             .collect()

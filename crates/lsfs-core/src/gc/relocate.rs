@@ -71,9 +71,14 @@ impl RelocationPlan {
         let copies = self.count(|a| !matches!(a, Action::Free(..)));
         copies as u64 + self.dat_blocks_dirtied as u64
     }
-    /// Blocks freed net of what is written.
+    /// Blocks freed net of the copies. The DAT blocks the moves dirty are
+    /// left out: each is rewritten once per checkpoint however many victims
+    /// of the pass share it (the whole DAT of a small-file workload can be
+    /// a few hundred blocks), so they are a cost of the pass, not of one
+    /// victim; the room check counts them.
     pub fn gain(&self) -> i64 {
-        self.nblocks as i64 - self.blocks_written() as i64
+        let copies = self.count(|a| !matches!(a, Action::Free(..)));
+        self.nblocks as i64 - copies as i64
     }
     fn count(&self, f: impl Fn(&Action) -> bool) -> u32 {
         self.actions.iter().filter(|a| f(a)).count() as u32
@@ -206,11 +211,13 @@ impl Store {
             match action {
                 Action::MoveLive(v, e, owner, pos) => {
                     self.move_vblock(v, e, owner, pos)?;
+                    self.note_moved(v, seg, true);
                     self.segs.kill_live(seg, false, now);
                     rep.live_copied += 1;
                 }
                 Action::MoveProtected(v, e, owner, pos) => {
                     self.move_vblock(v, e, owner, pos)?;
+                    self.note_moved(v, seg, false);
                     if self.snapshot_counted(v, e.start, e.end) {
                         self.segs.add_snapshot(seg, -1);
                     }

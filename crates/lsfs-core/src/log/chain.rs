@@ -4,7 +4,7 @@
 use crate::device::BlockDevice;
 use crate::error::Result;
 use crate::layout::Geometry;
-use crate::log::record::{RecordHeader, MAX_RECORD_PAYLOAD};
+use crate::log::record::{RecordHeader, FLAG_DATA_STREAM, MAX_RECORD_PAYLOAD};
 
 /// A record found on the device.
 #[derive(Clone, Debug)]
@@ -90,9 +90,11 @@ pub fn segment_records(
 }
 
 /// Follow the log from the record `from` onwards: each next record has the
-/// next sequence number and starts right after the previous one, or at the
-/// start of the segment the previous record named as next. Returns the
-/// records after `from`, in order, up to the first gap.
+/// next sequence number (after the `seq_gap` numbers that data-stream
+/// records, written elsewhere, took in between), is not a data-stream
+/// record, and starts right after the previous one, or at the start of the
+/// segment the previous record named as next. Returns the records after
+/// `from`, in order, up to the first gap.
 pub fn follow_chain(
     dev: &mut dyn BlockDevice,
     geo: &Geometry,
@@ -104,16 +106,22 @@ pub fn follow_chain(
     // Bounded by the device: a chain longer than the log area would loop.
     let max_records = geo.total_segment_blocks() / 2;
     while (out.len() as u64) < max_records {
-        let seq = prev.header.seq + 1;
-        let next = match read_record(dev, geo, fs_id, prev.end_block(), Some(seq))? {
+        let after = prev.header.seq;
+        let successor = |r: Option<FoundRecord>| {
+            r.filter(|r| {
+                r.header.flags & FLAG_DATA_STREAM == 0
+                    && Some(r.header.seq) == after.checked_add(1 + r.header.seq_gap as u64)
+            })
+        };
+        let next = match successor(read_record(dev, geo, fs_id, prev.end_block(), None)?) {
             Some(r) => Some(r),
-            None if prev.header.next_seg < geo.nsegments => read_record(
+            None if prev.header.next_seg < geo.nsegments => successor(read_record(
                 dev,
                 geo,
                 fs_id,
                 geo.segment_start(prev.header.next_seg),
-                Some(seq),
-            )?,
+                None,
+            )?),
             None => None,
         };
         match next {

@@ -20,6 +20,7 @@ pub const MAX_RECORD_PAYLOAD: usize = 1024;
 pub const FLAG_SUPER_ROOT: u32 = 1; // the last payload block is a super root: the record ends a checkpoint
 pub const FLAG_DSYNC: u32 = 2; // written by fsync: data blocks and inode images to roll forward
 pub const FLAG_CP_BEGIN: u32 = 4; // first record of a checkpoint's records
+pub const FLAG_DATA_STREAM: u32 = 8; // written to a data stream's segment: never part of the log's chain
 
 /// What a payload block is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,6 +79,9 @@ pub struct RecordHeader {
     pub nsum_blocks: u32,
     pub next_seg: u64,
     pub created_secs: u64,
+    /// Data-stream records written since the log's previous record: they
+    /// took the sequence numbers between the two (0 in data-stream records).
+    pub seq_gap: u32,
     pub entries: Vec<SummaryEntry>,
 }
 
@@ -106,7 +110,7 @@ impl RecordHeader {
             .u32(self.nblocks)
             .u32(self.nsum_blocks)
             .u32(self.entries.len() as u32)
-            .u32(0)
+            .u32(self.seq_gap)
             .u64(self.next_seg)
             .u64(self.created_secs)
             .pad_to(HEADER_BYTES);
@@ -184,7 +188,7 @@ impl RecordHeader {
         let nblocks = r.u32()?;
         let nsum_blocks = r.u32()?;
         let nentries = r.u32()? as usize;
-        r.skip(4)?;
+        let seq_gap = r.u32()?;
         let next_seg = r.u64()?;
         let created_secs = r.u64()?;
         if nentries > MAX_RECORD_PAYLOAD
@@ -246,6 +250,7 @@ impl RecordHeader {
             nsum_blocks,
             next_seg,
             created_secs,
+            seq_gap,
             entries,
         })
     }
@@ -277,6 +282,7 @@ mod tests {
             nsum_blocks: nsum,
             next_seg: 4,
             created_secs: 1,
+            seq_gap: 0,
             entries,
         };
         (h, payload)

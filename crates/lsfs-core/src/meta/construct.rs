@@ -22,13 +22,14 @@ use crate::cache::{key_addr, key_is_virtual, pkey, vkey, CacheKey, Owner};
 use crate::error::{Error, Result};
 use crate::layout::{CPFILE_INO, DAT_INO, IFILE_INO, SUFILE_INO};
 use crate::log::record::{
-    summary_blocks, BlockKind, RecordHeader, SummaryEntry, FLAG_CP_BEGIN, FLAG_DSYNC,
-    FLAG_SUPER_ROOT, MAX_RECORD_PAYLOAD,
+    summary_blocks, BlockKind, RecordHeader, SummaryEntry, FLAG_CP_BEGIN, FLAG_DATA_STREAM,
+    FLAG_DSYNC, FLAG_SUPER_ROOT, MAX_RECORD_PAYLOAD,
 };
 use crate::log::super_root::SuperRoot;
 use crate::meta::cpfile::{CpEntry, CP_VALID};
 use crate::meta::dat_entry::DAT_PER_BLOCK;
 use crate::meta::store::{decode_u64, is_temp, Store};
+use crate::meta::stream::{DataHead, Stream, STREAM_MASK};
 use crate::meta::sufile::SU_PER_BLOCK;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -60,12 +61,17 @@ struct Plan {
 impl Store {
     /// Split `npayload` blocks into records from the current write position,
     /// moving to new segments as needed. Does not change anything.
-    fn plan(&self, mut npayload: usize) -> Result<Plan> {
+    fn plan(&self, npayload: usize) -> Result<Plan> {
+        self.plan_log(npayload, &mut HashSet::new())
+    }
+
+    /// [`Store::plan`] for the log, not taking the segments in `taken`
+    /// (and adding those it takes).
+    fn plan_log(&self, mut npayload: usize, taken: &mut HashSet<u64>) -> Result<Plan> {
         let seg_blocks = self.geo.segment_blocks;
         let (mut seg, mut off, mut next) = (self.cur_seg, self.cur_off, self.next_seg);
         let mut records = Vec::new();
         let mut new_segments = Vec::new();
-        let mut taken: HashSet<u64> = HashSet::new();
         while npayload > 0 {
             let avail = (seg_blocks - off) as usize;
             let mut p = npayload
@@ -108,6 +114,118 @@ impl Store {
             records,
             new_segments,
         })
+    }
+
+    /// Records for `n` blocks of data stream `s`, from its open segment on;
+    /// a full segment is left for a free one not in `taken`. Data streams
+    /// are not chained (recovery never follows them): each record names its
+    /// own segment as next.
+    fn plan_data(&self, s: Stream, mut n: usize, taken: &mut HashSet<u64>) -> Result<Plan> {
+        let seg_blocks = self.geo.segment_blocks;
+        let head = self.streams.heads[s as usize - 1];
+        let (mut seg, mut off) = (head.map(|h| h.seg), head.map_or(0, |h| h.off));
+        let mut records = Vec::new();
+        let mut new_segments = Vec::new();
+        while n > 0 {
+            let avail = seg.map_or(0, |_| (seg_blocks - off) as usize);
+            let mut p = n.min(MAX_RECORD_PAYLOAD).min(avail.saturating_sub(1));
+            while p > 0 && summary_blocks(p) + p > avail {
+                p -= 1;
+            }
+            let Some(at) = seg.filter(|_| p > 0) else {
+                let mut after = seg.unwrap_or(self.cur_seg);
+                let mut found = None;
+                for _ in 0..self.geo.nsegments {
+                    let Some(cand) = self.segs.find_free(after) else {
+                        break;
+                    };
+                    if !taken.contains(&cand) {
+                        found = Some(cand);
+                        break;
+                    }
+                    after = cand;
+                }
+                let cand = found.ok_or(Error::Errno(lsfs_vfs::Errno::NOSPC))?;
+                taken.insert(cand);
+                new_segments.push(cand);
+                seg = Some(cand);
+                off = 0;
+                continue;
+            };
+            records.push(PlannedRecord {
+                seg: at,
+                off,
+                npayload: p,
+                next_seg: at,
+            });
+            off += (summary_blocks(p) + p) as u32;
+            n -= p;
+        }
+        Ok(Plan {
+            records,
+            new_segments,
+        })
+    }
+
+    /// Plans for every stream's share of `counts` (indexed by stream), the
+    /// log's last: its records end with the super root.
+    fn plan_streams(&self, counts: &[usize; 4]) -> Result<[Plan; 4]> {
+        let mut taken = HashSet::new();
+        let mut data = Vec::new();
+        for s in Stream::DATA {
+            data.push(self.plan_data(s, counts[s as usize], &mut taken)?);
+        }
+        let log = self.plan_log(counts[Stream::Meta as usize], &mut taken)?;
+        let mut it = data.into_iter();
+        Ok([
+            log,
+            it.next().unwrap(),
+            it.next().unwrap(),
+            it.next().unwrap(),
+        ])
+    }
+
+    /// Keep data stream `s` past its plan's records.
+    fn commit_data(&mut self, s: Stream, plan: &Plan) {
+        let Some(last) = plan.records.last() else {
+            return;
+        };
+        let slot = &mut self.streams.heads[s as usize - 1];
+        if let Some(h) = *slot {
+            if h.seg != last.seg {
+                self.segs.reserved.remove(&h.seg);
+            }
+        }
+        for r in &plan.records {
+            if r.seg != last.seg {
+                self.segs.reserved.remove(&r.seg);
+            }
+        }
+        let off = last.off + (summary_blocks(last.npayload) + last.npayload) as u32;
+        if off + 2 > self.geo.segment_blocks {
+            // Full: an ordinary used segment now.
+            self.segs.reserved.remove(&last.seg);
+            *slot = None;
+        } else {
+            self.segs.reserved.insert(last.seg);
+            *slot = Some(DataHead { seg: last.seg, off });
+        }
+    }
+
+    /// Dirty blocks per stream, the super root included (the log's).
+    fn stream_counts(&self) -> [usize; 4] {
+        let mut c = [0usize; 4];
+        for k in self.cache.dirty_keys() {
+            let s = if key_is_virtual(k) {
+                let o = self.cache.owner(k).expect("dirty block has an owner");
+                self.stream_of(key_addr(k), &o)
+            } else {
+                Stream::Meta
+            };
+            c[s as usize] += 1;
+        }
+        c[Stream::Meta as usize] += 1;
+        c
     }
 
     /// Move the writer past a plan's records and keep the segments it opened.
@@ -164,7 +282,12 @@ impl Store {
         }
         let mut su_fresh: BTreeMap<u64, u64> = BTreeMap::new();
         let mut dat_touched: HashSet<u64> = HashSet::new();
-        let plan = loop {
+        // Streams are used for this checkpoint only if free segments can
+        // spare their open segments.
+        self.streams.active = self.streams.enabled
+            && !std::mem::take(&mut self.streams.one_flush_next)
+            && self.segs.free_count() >= self.reserve_segments() + Stream::DATA.len() as u64;
+        let plans = loop {
             let mut changed = false;
             let pending: Vec<u64> = self
                 .segs
@@ -186,12 +309,16 @@ impl Store {
                     changed = true;
                 }
             }
-            let plan = self.plan(self.cache.dirty_count() + 1)?;
-            let segs = plan
-                .records
+            let plans = self.plan_streams(&self.stream_counts())?;
+            let segs: Vec<u64> = plans
                 .iter()
-                .map(|r| r.seg)
-                .chain(plan.new_segments.iter().copied());
+                .flat_map(|p| {
+                    p.records
+                        .iter()
+                        .map(|r| r.seg)
+                        .chain(p.new_segments.iter().copied())
+                })
+                .collect();
             for s in segs {
                 if !su_fresh.contains_key(&(s / SU_PER_BLOCK)) {
                     self.segs.dirty_blocks.insert(s / SU_PER_BLOCK);
@@ -199,23 +326,41 @@ impl Store {
                 }
             }
             if !changed {
-                break plan;
+                break plans;
             }
         };
         // Nothing below may dirty a block that is not dirty yet.
         let frozen_dirty = self.cache.dirty_count();
 
         // Step 2: place.
-        let mut items: Vec<Item> = self.virtual_order();
+        // Each stream's items, the log's ending with the DAT (children
+        // before parents) and the super root; then all of them in stream
+        // order, with where each stream's part starts.
+        let mut per: [Vec<Item>; 4] = Default::default();
+        for item in self.virtual_order() {
+            let Item::Virtual(v) = item else {
+                unreachable!("virtual_order gives virtual blocks")
+            };
+            let o = self.cache.owner(vkey(v)).expect("dirty block has an owner");
+            per[self.stream_of(v, &o) as usize].push(item);
+        }
         let dat_order = self.dat_postorder()?;
-        items.extend(dat_order.iter().map(|&(t, _, _)| Item::Dat(t)));
-        items.push(Item::SuperRoot);
+        per[0].extend(dat_order.iter().map(|&(t, _, _)| Item::Dat(t)));
+        per[0].push(Item::SuperRoot);
+        let mut items: Vec<Item> = Vec::with_capacity(frozen_dirty + 1);
+        let mut places = Vec::with_capacity(frozen_dirty + 1);
+        let mut bounds = [0usize; 5];
+        for st in Stream::ALL {
+            let i = st as usize;
+            places.extend(self.place(&plans[i], per[i].len()));
+            items.append(&mut per[i]);
+            bounds[i + 1] = items.len();
+        }
         assert_eq!(
             items.len(),
             frozen_dirty + 1,
             "dirty blocks that are neither virtual nor placed DAT blocks"
         );
-        let places = self.place(&plan, items.len());
         let mut dat_addr: HashMap<u64, u64> = HashMap::new();
         for (item, &pos) in items.iter().zip(&places) {
             let seg = self.geo.segment_of(pos).expect("planned inside the log");
@@ -257,9 +402,15 @@ impl Store {
                 *item = Item::Dat(p);
             }
         }
-        for r in &plan.records {
-            self.segs
-                .add_written(r.seg, (summary_blocks(r.npayload) + r.npayload) as u32, now);
+        for st in Stream::ALL {
+            for r in &plans[st as usize].records {
+                self.segs
+                    .add_written(r.seg, (summary_blocks(r.npayload) + r.npayload) as u32, now);
+                let u = &mut self.segs.usage[r.seg as usize];
+                u.flags = (u.flags & !STREAM_MASK) | st.flags();
+                self.streams.seg_clock[r.seg as usize] = self.streams.clock.max(1);
+                self.streams.blocks_written[st as usize] += r.npayload as u64;
+            }
         }
         // Fill the SUFILE and CPFILE blocks, which are dirty already.
         for idx in self.segs.dirty_blocks.clone() {
@@ -315,9 +466,34 @@ impl Store {
         .encode();
 
         // Step 3: write.
-        let last = self.write_records(&plan, &items, cno, FLAG_CP_BEGIN, Some(&sr), None)?;
+        // The data streams first, then a flush: the log's chain proves its
+        // own records complete, but nothing in it proves the data streams'
+        // are, so they must be durable before any record of the log that
+        // points at them can be (a volatile cache may reorder writes). A
+        // checkpoint that ends an fsync uses no data stream, so fsync keeps
+        // its one flush.
+        if bounds[1] < bounds[4] {
+            for st in Stream::DATA {
+                let i = st as usize;
+                let part = &items[bounds[i]..bounds[i + 1]];
+                self.write_records(&plans[i], part, cno, FLAG_DATA_STREAM, None, None)?;
+            }
+            self.dev.flush()?;
+        }
+        let last = self.write_records(
+            &plans[0],
+            &items[bounds[0]..bounds[1]],
+            cno,
+            FLAG_CP_BEGIN,
+            Some(&sr),
+            None,
+        )?;
         self.dev.flush()?;
-        self.commit_plan(&plan);
+        self.commit_plan(&plans[0]);
+        for st in Stream::DATA {
+            self.commit_data(st, &plans[st as usize]);
+        }
+        self.streams.checkpoint_done();
         for item in &items {
             match *item {
                 Item::Virtual(v) => self.cache.mark_clean(vkey(v)),
@@ -511,12 +687,19 @@ impl Store {
             let mut flags = if ri == 0 {
                 first_flags
             } else {
-                first_flags & FLAG_DSYNC
+                first_flags & (FLAG_DSYNC | FLAG_DATA_STREAM)
             };
             if ri + 1 == nrec && super_root.is_some() {
                 flags |= FLAG_SUPER_ROOT;
             }
             self.seq += 1;
+            let data_stream = flags & FLAG_DATA_STREAM != 0;
+            let seq_gap = if data_stream {
+                self.data_records_since_log += 1;
+                0
+            } else {
+                std::mem::take(&mut self.data_records_since_log)
+            };
             let nsum = summary_blocks(r.npayload) as u32;
             let h = RecordHeader {
                 flags,
@@ -528,6 +711,7 @@ impl Store {
                 nsum_blocks: nsum,
                 next_seg: r.next_seg,
                 created_secs: now,
+                seq_gap,
                 entries,
             };
             let refs: Vec<&[u8]> = payload.iter().map(|p| &p[..]).collect();

@@ -10,7 +10,8 @@
 //! - [`construct`]: the segment constructor, which writes checkpoints and fsync records;
 //! - [`open`]: mkfs, and opening an image with recovery;
 //! - [`reclaim`]: deleting expired checkpoints and freeing dead segments;
-//! - [`reconcile`]: O(1) snapshot changes, applied to the counters in the background.
+//! - [`reconcile`]: O(1) snapshot changes, applied to the counters in the background;
+//! - [`stream`]: write streams (hot, cold, cleaner output, metadata) and the temperature signal.
 
 pub mod construct;
 pub mod cpfile;
@@ -20,6 +21,7 @@ pub mod open;
 pub mod reclaim;
 pub mod reconcile;
 pub mod store;
+pub mod stream;
 pub mod sufile;
 
 pub use store::{Store, StoreConfig};

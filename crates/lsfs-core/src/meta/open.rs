@@ -55,6 +55,7 @@ impl Store {
             )));
         }
         let geo = Geometry::for_device(dev.size_bytes(), opts.segment_blocks)?;
+        let (config_streams, config_streams_min) = (config.streams, config.streams_min_segments);
         let now = wall_secs();
         let sb = Superblock {
             version: FORMAT_VERSION,
@@ -111,6 +112,11 @@ impl Store {
             dat_map: Default::default(),
             recon: Default::default(),
             deaths_since_checkpoint: 0,
+            data_records_since_log: 0,
+            streams: crate::meta::stream::Streams::new(
+                config_streams && geo.nsegments >= config_streams_min,
+                geo.nsegments,
+            ),
         })
     }
 
@@ -281,6 +287,10 @@ impl Store {
         s.recon.queue = sr.reconcile_queue.clone();
         s.recon.cursor = sr.reconcile_cursor;
         s.segs = SegTable::new(geo.nsegments, geo.segment_blocks);
+        s.streams = crate::meta::stream::Streams::new(
+            s.config.streams && geo.nsegments >= s.config.streams_min_segments,
+            geo.nsegments,
+        );
         Ok(s)
     }
 

@@ -113,7 +113,9 @@ impl Store {
         }
         // Snapshotting the checkpoint just written, with nothing dead since
         // and nothing queued, changes no counter: nothing to reconcile.
-        let latest = self.cps.latest().map(|e| e.cno) == Some(cno);
+        // (The checkpoint written last, not the newest left in the table:
+        // with plain checkpoints expiring, an older snapshot can be that.)
+        let latest = cno + 1 == self.cur_cno;
         let quiet = latest && self.deaths_since_checkpoint == 0 && self.recon.queue.is_empty();
         if !quiet && self.recon.queue.len() >= RECONCILE_QUEUE_MAX {
             // Bounded queue: finish the oldest change now.

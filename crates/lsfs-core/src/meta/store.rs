@@ -35,6 +35,11 @@ pub struct StoreConfig {
     /// Plain checkpoints younger than this are kept (and their blocks protected).
     pub protection_secs: u64,
     pub read_only: bool,
+    /// Separate write streams for hot, cold and cleaned data (meta/stream.rs),
+    /// on file systems of at least `streams_min_segments` segments (64 by
+    /// default: each stream keeps a segment open).
+    pub streams: bool,
+    pub streams_min_segments: u64,
 }
 
 impl Default for StoreConfig {
@@ -43,6 +48,8 @@ impl Default for StoreConfig {
             cache_blocks: 16384,
             protection_secs: 3600,
             read_only: false,
+            streams: true,
+            streams_min_segments: crate::meta::stream::STREAMS_MIN_SEGMENTS,
         }
     }
 }
@@ -107,6 +114,11 @@ pub struct Store {
     /// Blocks that died since the last checkpoint (a snapshot of that
     /// checkpoint then changes no counter if this is 0).
     pub(crate) deaths_since_checkpoint: u64,
+    /// Data-stream records written since the log's last record (the next
+    /// log record's `seq_gap`).
+    pub(crate) data_records_since_log: u32,
+    /// Write streams and their open segments.
+    pub streams: crate::meta::stream::Streams,
 }
 
 /// Bound of the in-memory mirror of the DAT's block map: 1M entries (about

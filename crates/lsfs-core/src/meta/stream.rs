@@ -1,0 +1,219 @@
+//! Write streams: separate open segments for hot user data, cold user data,
+//! cleaner output and metadata, so that blocks that die at different rates
+//! stop sharing segments (DESIGN §2.5, Rohner §4, Janda).
+//!
+//! The metadata stream is the log proper: it holds metadata, fsync records
+//! and every checkpoint's super root, and it is the chain recovery follows.
+//! The three data streams are written only as part of a checkpoint, before
+//! its super root and under the same flush; the DAT points at their blocks,
+//! so recovery never needs to find them. Each keeps one open segment
+//! (reserved, like the log's current and next segments); after a remount or
+//! a crash they start in fresh segments, and the half-filled ones are
+//! ordinary used segments the cleaner can take.
+//!
+//! **Temperature signal** (the same classifier the simulator runs,
+//! `lsfs_policy::gc::TemperatureClassifier`): time is counted in user
+//! blocks written. A file rewritten sooner than the mean rewrite interval of
+//! the data set (live blocks: at that write rate every live block is
+//! rewritten once per that many writes) is hot; a file written for the
+//! first time, or seen too long ago, is cold. A block the cleaner moves is
+//! hot if its segment was written within that interval, else it goes to the
+//! cleaner stream. The per-file history is kept in memory, bounded by
+//! [`FILE_HISTORY_MAX`] files; a file outside it counts as new (cold).
+//!
+//! Streams are on by default on file systems of at least
+//! [`STREAMS_MIN_SEGMENTS`] segments: each stream holds a segment open,
+//! which a tiny image cannot spare.
+
+use crate::cache::Owner;
+use crate::layout::FIRST_USER_INO;
+use crate::log::record::BlockKind;
+use crate::meta::store::Store;
+use lsfs_policy::gc::{Temperature, TemperatureClassifier};
+
+/// Below this many segments, everything goes to the metadata stream.
+pub const STREAMS_MIN_SEGMENTS: u64 = 64;
+/// Files whose last write time is remembered (16 bytes each: 4 MiB).
+pub const FILE_HISTORY_MAX: usize = 1 << 18;
+
+/// Where a block is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Stream {
+    /// The log proper: metadata, fsync records, super roots.
+    Meta = 0,
+    HotUser = 1,
+    ColdUser = 2,
+    /// Live blocks the cleaner moved that are not hot.
+    Cleaner = 3,
+}
+
+impl Stream {
+    pub const ALL: [Stream; 4] = [
+        Stream::Meta,
+        Stream::HotUser,
+        Stream::ColdUser,
+        Stream::Cleaner,
+    ];
+    /// The data streams, which have heads of their own.
+    pub const DATA: [Stream; 3] = [Stream::HotUser, Stream::ColdUser, Stream::Cleaner];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Stream::Meta => "meta",
+            Stream::HotUser => "hot",
+            Stream::ColdUser => "cold",
+            Stream::Cleaner => "cleaner",
+        }
+    }
+
+    /// The class a selection policy sees for segments of this stream.
+    pub fn temperature(self) -> Temperature {
+        match self {
+            Stream::Meta => Temperature::Mixed,
+            Stream::HotUser => Temperature::Hot,
+            Stream::ColdUser | Stream::Cleaner => Temperature::Cold,
+        }
+    }
+
+    /// Stored in bits 8..10 of a SUFILE entry's flags (FORMAT.md §SUFILE).
+    pub fn from_flags(flags: u32) -> Stream {
+        match (flags >> STREAM_SHIFT) & 3 {
+            1 => Stream::HotUser,
+            2 => Stream::ColdUser,
+            3 => Stream::Cleaner,
+            _ => Stream::Meta,
+        }
+    }
+
+    pub fn flags(self) -> u32 {
+        (self as u32) << STREAM_SHIFT
+    }
+}
+
+pub(crate) const STREAM_SHIFT: u32 = 8;
+pub(crate) const STREAM_MASK: u32 = 3 << STREAM_SHIFT;
+
+/// The open segment of a data stream and how much of it is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataHead {
+    pub seg: u64,
+    pub off: u32,
+}
+
+/// Stream state kept by the store (in memory only; see the module docs).
+#[derive(Default, Debug)]
+pub struct Streams {
+    pub enabled: bool,
+    /// In use for the checkpoint being built: enabled, and free space is
+    /// not so short that open segments would be wasted (decided once per
+    /// checkpoint, so every plan of it agrees).
+    pub active: bool,
+    /// Open segments of the data streams, indexed by `Stream as usize - 1`.
+    pub heads: [Option<DataHead>; 3],
+    /// User data blocks written since mount: the classifier's clock.
+    pub clock: u64,
+    /// Clock when each segment was last written (0 = before this mount).
+    pub seg_clock: Vec<u64>,
+    /// Clock of each file's last write.
+    file_last_write: std::collections::HashMap<u64, u64>,
+    /// Streams of files written since the last checkpoint.
+    file_stream: std::collections::HashMap<u64, Stream>,
+    /// Streams of blocks the cleaner moved since the last checkpoint.
+    moved_stream: std::collections::HashMap<u64, Stream>,
+    /// The next checkpoint ends an fsync, which promises one flush: it
+    /// writes everything to the log (see `checkpoint_inner`).
+    pub one_flush_next: bool,
+    /// Blocks written per stream since mount.
+    pub blocks_written: [u64; 4],
+}
+
+impl Streams {
+    pub fn new(enabled: bool, nsegments: u64) -> Streams {
+        Streams {
+            enabled,
+            seg_clock: vec![0; nsegments as usize],
+            ..Default::default()
+        }
+    }
+
+    /// Forget the per-checkpoint routing (the blocks are placed).
+    pub(crate) fn checkpoint_done(&mut self) {
+        self.file_stream.clear();
+        self.moved_stream.clear();
+    }
+}
+
+impl Store {
+    fn mean_rewrite_interval(&self) -> f64 {
+        self.blocks_used.max(1) as f64
+    }
+
+    /// A user write of `nblocks` blocks to file `ino`: classify the file.
+    pub fn note_user_write(&mut self, ino: u64, nblocks: u64) {
+        if !self.streams.enabled {
+            return;
+        }
+        let now = self.streams.clock;
+        let since = self
+            .streams
+            .file_last_write
+            .get(&ino)
+            .map(|&t| now.saturating_sub(t));
+        let t =
+            TemperatureClassifier::default().classify_write(since, self.mean_rewrite_interval());
+        // Hot stays hot until the next checkpoint places the file's blocks.
+        let s = if t == Temperature::Hot {
+            Stream::HotUser
+        } else {
+            Stream::ColdUser
+        };
+        let e = self.streams.file_stream.entry(ino).or_insert(s);
+        if s == Stream::HotUser {
+            *e = s;
+        }
+        if self.streams.file_last_write.len() >= FILE_HISTORY_MAX {
+            self.streams.file_last_write.clear();
+        }
+        self.streams.file_last_write.insert(ino, now);
+        self.streams.clock += nblocks;
+    }
+
+    /// The cleaner moves block `v` out of `victim`: a live block by its age,
+    /// a dead one kept for a snapshot or checkpoint to the cleaner stream.
+    pub(crate) fn note_moved(&mut self, v: u64, victim: u64, live: bool) {
+        if !self.streams.enabled {
+            return;
+        }
+        if !live {
+            self.streams.moved_stream.insert(v, Stream::Cleaner);
+            return;
+        }
+        let written = self.streams.seg_clock[victim as usize];
+        let age = (written > 0).then(|| self.streams.clock.saturating_sub(written));
+        let t = TemperatureClassifier::default().classify_write(age, self.mean_rewrite_interval());
+        let s = if t == Temperature::Hot {
+            Stream::HotUser
+        } else {
+            Stream::Cleaner
+        };
+        self.streams.moved_stream.insert(v, s);
+    }
+
+    /// The stream dirty virtual block `v` (owned by `o`) is written to.
+    pub(crate) fn stream_of(&self, v: u64, o: &Owner) -> Stream {
+        if !self.streams.active {
+            return Stream::Meta;
+        }
+        if let Some(&s) = self.streams.moved_stream.get(&v) {
+            return s;
+        }
+        if o.kind == BlockKind::Data && o.ino >= FIRST_USER_INO {
+            return *self
+                .streams
+                .file_stream
+                .get(&o.ino)
+                .unwrap_or(&Stream::ColdUser);
+        }
+        Stream::Meta
+    }
+}
