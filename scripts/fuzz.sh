@@ -9,6 +9,7 @@
 #   FUZZ_TARGETS="a b"    only these targets (default: all, from `cargo fuzz list`)
 #   FUZZ_TIMEOUT_SECS=10  one input taking longer is a hang
 #   FUZZ_RSS_MB=1024      memory limit of the fuzzing process
+#   FUZZ_SEED=0           libFuzzer's seed (0: a random one; CI fixes it so a run replays)
 #
 # Installs what is missing: a nightly toolchain and cargo-fuzz. New inputs go
 # to a temporary corpus; crashing inputs to fuzz/artifacts/<target>/.
@@ -19,6 +20,7 @@ FUZZ_SECS=${FUZZ_SECS:-20}
 FUZZ_JOBS=${FUZZ_JOBS:-1}
 FUZZ_TIMEOUT_SECS=${FUZZ_TIMEOUT_SECS:-10}
 FUZZ_RSS_MB=${FUZZ_RSS_MB:-1024}
+FUZZ_SEED=${FUZZ_SEED:-0}
 # No ASan: lsfs-core has no unsafe code on these paths, and ASan made the
 # image target 8x slower. Allocation limits come from fuzz/src/lib.rs instead.
 SANITIZER=none
@@ -51,7 +53,7 @@ run_target() {
     mkdir -p "$work/$t.corpus" "artifacts/$t"
     cargo +nightly fuzz run --sanitizer "$SANITIZER" "$t" "$work/$t.corpus" "corpus/$t" -- \
         -max_total_time="$FUZZ_SECS" -timeout="$FUZZ_TIMEOUT_SECS" \
-        -rss_limit_mb="$FUZZ_RSS_MB" -print_final_stats=1 \
+        -rss_limit_mb="$FUZZ_RSS_MB" -seed="$FUZZ_SEED" -print_final_stats=1 \
         -artifact_prefix="artifacts/$t/" >"$work/$t.log" 2>&1 || rc=$?
     echo "$rc" >"$work/$t.rc"
 }
