@@ -14,6 +14,9 @@ pub struct FileConfig {
     pub checkpoint_interval_secs: Option<u64>,
     /// Seconds plain checkpoints are kept (default 3600; 0..=31536000).
     pub protection_secs: Option<u64>,
+    /// Separate write streams for hot, cold and cleaned data (default true;
+    /// used on file systems of at least 64 segments).
+    pub streams: Option<bool>,
     /// The cleaner (see lsfs_core::gc::CleanerConfig for every key, default and range).
     #[serde(default)]
     pub cleaner: lsfs_core::gc::CleanerConfig,
@@ -70,6 +73,7 @@ impl FileConfig {
             31_536_000,
             "s",
         )?;
+        c.store.streams = self.streams.unwrap_or(true);
         c.store.read_only = read_only || checkpoint.is_some();
         c.checkpoint = checkpoint;
         self.cleaner.validate()?;
