@@ -286,7 +286,7 @@ impl Store {
         // spare their open segments.
         self.streams.active = self.streams.enabled
             && !std::mem::take(&mut self.streams.one_flush_next)
-            && self.segs.free_count() >= self.reserve_segments() + Stream::DATA.len() as u64;
+            && self.segs.free_count() >= self.reserve_segments() + 2 * Stream::DATA.len() as u64;
         let plans = loop {
             let mut changed = false;
             let pending: Vec<u64> = self
@@ -309,7 +309,18 @@ impl Store {
                     changed = true;
                 }
             }
-            let plans = self.plan_streams(&self.stream_counts())?;
+            let plans = match self.plan_streams(&self.stream_counts()) {
+                // The data streams' partly filled segments cost space the
+                // log alone would not: when that is what is missing, this
+                // checkpoint writes everything to the log (a checkpoint must
+                // always fit in the reserve).
+                Err(Error::Errno(lsfs_vfs::Errno::NOSPC)) if self.streams.active => {
+                    self.streams.active = false;
+                    tracing::debug!("checkpoint {cno}: streams off, short of free segments");
+                    self.plan_streams(&self.stream_counts())?
+                }
+                r => r?,
+            };
             let segs: Vec<u64> = plans
                 .iter()
                 .flat_map(|p| {

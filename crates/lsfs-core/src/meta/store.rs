@@ -464,7 +464,9 @@ impl Store {
     pub fn vread(&mut self, v: u64, owner: Owner) -> Result<Vec<u8>> {
         // `v` may come from a damaged tree; cache keys hold virtual blocks below 2^62.
         if v >= 1 << 62 {
-            return Err(Error::corrupt(format!("virtual block {v:#x} is out of range")));
+            return Err(Error::corrupt(format!(
+                "virtual block {v:#x} is out of range"
+            )));
         }
         if let Some(b) = self.cache.get(vkey(v)) {
             return Ok(b.to_vec());
@@ -794,7 +796,13 @@ impl Store {
     pub fn free_blocks(&self) -> u64 {
         let seg = self.geo.segment_blocks as u64;
         let free = self.segs.free_count() + self.segs.pending_free.len() as u64;
-        let reserve = self.reserve_segments();
+        // Each data stream may leave a segment partly filled.
+        let streams = if self.streams.enabled {
+            crate::meta::stream::Stream::DATA.len() as u64
+        } else {
+            0
+        };
+        let reserve = self.reserve_segments() + streams;
         let avail = free.saturating_sub(reserve) * seg + (seg - self.cur_off as u64);
         avail.saturating_sub(self.cache.dirty_count() as u64 * 2)
     }
