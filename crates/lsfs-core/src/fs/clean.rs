@@ -103,7 +103,10 @@ impl Lsfs {
         };
         let room = (self.store.segs.free_count().saturating_sub(keep) * seg_blocks
             + (seg_blocks - self.store.cur_off as u64))
-            .saturating_sub(checkpoint_blocks);
+            .saturating_sub(checkpoint_blocks)
+            // The same checkpoint also places what is dirty already, with
+            // its metadata (as free_blocks counts it).
+            .saturating_sub(self.store.cache.dirty_count() as u64 * 2);
         // Copies stay dirty in the cache until that checkpoint: at most half
         // of it, but always one whole victim (the cache grows for it, so its
         // bound is its size plus a segment).
