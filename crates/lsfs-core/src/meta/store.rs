@@ -606,10 +606,16 @@ impl Store {
                 i += 1;
                 let slot = (v % DAT_PER_BLOCK) as usize;
                 let e = DatEntry::read(&block, slot)?;
-                assert!(
-                    e.is_current(),
-                    "killing virtual block {v} that is not live: {e:?}"
-                );
+                if !e.is_current() {
+                    // A tree on a damaged image names a block the DAT does
+                    // not hold live. Stop writes: blocks of this call before
+                    // it are already killed, and must not reach the disk.
+                    let err = Error::corrupt(format!(
+                        "virtual block {v} is in use but its DAT entry is not live: {e:?}"
+                    ));
+                    self.fail(&err);
+                    return Err(err);
+                }
                 self.deaths_since_checkpoint += 1;
                 self.blocks_used = self.blocks_used.saturating_sub(1);
                 if self.is_fresh(v) {
@@ -868,5 +874,22 @@ mod tests {
             let e = s.vread(v, owner).unwrap_err();
             assert!(e.to_string().contains("out of range"), "{e}");
         }
+    }
+
+    /// Found by the `image` fuzz target (input `fd 51 51 02 00 42 51 51`,
+    /// read-write mount): a damaged tree named a virtual block whose DAT
+    /// entry is free, and freeing the file's blocks hit an assertion. Now it
+    /// is a corruption error and writes stop.
+    #[test]
+    fn killing_a_block_the_dat_does_not_hold_is_corrupt() {
+        let opts = MkfsOptions {
+            segment_blocks: 64,
+            label: String::new(),
+        };
+        let dev = Box::new(MemDevice::new(600 * crate::layout::BLOCK_BYTES as u64));
+        let mut s = Store::create(dev, &opts, StoreConfig::default()).unwrap();
+        let e = s.vkill(5_308_473).unwrap_err();
+        assert!(e.to_string().contains("not live"), "{e}");
+        assert!(s.writable().is_err(), "writes must stop");
     }
 }
