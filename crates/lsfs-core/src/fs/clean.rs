@@ -74,13 +74,20 @@ impl Lsfs {
         // Ask for more than needed: late-aborted candidates do not count.
         // Greedy only at the last resort; below the low-water mark the
         // configured policy still chooses (policies differ most there).
-        let picked = if reason == "foreground" {
+        let mut picked = if reason == "foreground" {
             lsfs_policy::gc::Greedy.select_victims(&candidates, now, max_victims * 4)
         } else {
             self.cleaner
                 .policy
                 .select_victims(&candidates, now, max_victims * 4)
         };
+        if pressed && reason != "foreground" {
+            // Below the low-water mark a pass must gain space: if the
+            // policy's choices do not pay for their copies, greedy's next.
+            let greedy = lsfs_policy::gc::Greedy.select_victims(&candidates, now, max_victims * 4);
+            let chosen: std::collections::HashSet<u64> = picked.iter().copied().collect();
+            picked.extend(greedy.into_iter().filter(|s| !chosen.contains(s)));
+        }
         let seg_blocks = self.store.geo.segment_blocks as u64;
         // Room: what the writer can still place (the rest of its segment and
         // the free segments; segments freed by this or the last pass are not
