@@ -102,12 +102,7 @@ impl Lsfs {
             1
         } else {
             self.store.reserve_segments()
-        } + if self.store.streams.enabled {
-            // A segment each data stream may leave partly filled.
-            crate::meta::stream::Stream::DATA.len() as u64
-        } else {
-            0
-        };
+        } + self.store.stream_segments_held();
         let room = (self.store.segs.free_count().saturating_sub(keep) * seg_blocks
             + (seg_blocks - self.store.cur_off as u64))
             .saturating_sub(checkpoint_blocks)

@@ -284,9 +284,8 @@ impl Store {
         let mut dat_touched: HashSet<u64> = HashSet::new();
         // Streams are used for this checkpoint only if free segments can
         // spare their open segments.
-        self.streams.active = self.streams.enabled
-            && !std::mem::take(&mut self.streams.one_flush_next)
-            && self.segs.free_count() >= self.reserve_segments() + 2 * Stream::DATA.len() as u64;
+        self.streams.active =
+            !std::mem::take(&mut self.streams.one_flush_next) && self.streams_can_run();
         let plans = loop {
             let mut changed = false;
             let pending: Vec<u64> = self

@@ -802,13 +802,7 @@ impl Store {
     pub fn free_blocks(&self) -> u64 {
         let seg = self.geo.segment_blocks as u64;
         let free = self.segs.free_count() + self.segs.pending_free.len() as u64;
-        // Each data stream may leave a segment partly filled.
-        let streams = if self.streams.enabled {
-            crate::meta::stream::Stream::DATA.len() as u64
-        } else {
-            0
-        };
-        let reserve = self.reserve_segments() + streams;
+        let reserve = self.reserve_segments() + self.stream_segments_held();
         let avail = free.saturating_sub(reserve) * seg + (seg - self.cur_off as u64);
         avail.saturating_sub(self.cache.dirty_count() as u64 * 2)
     }

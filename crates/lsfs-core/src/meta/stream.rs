@@ -144,6 +144,22 @@ impl Streams {
 }
 
 impl Store {
+    /// Whether the next checkpoint may use the data streams: they are
+    /// enabled and free segments can spare what they hold open.
+    pub(crate) fn streams_can_run(&self) -> bool {
+        self.streams.enabled
+            && self.segs.free_count() >= self.reserve_segments() + 2 * Stream::DATA.len() as u64
+    }
+
+    /// Segments the data streams may leave partly filled, if they run.
+    pub(crate) fn stream_segments_held(&self) -> u64 {
+        if self.streams_can_run() {
+            Stream::DATA.len() as u64
+        } else {
+            0
+        }
+    }
+
     fn mean_rewrite_interval(&self) -> f64 {
         self.blocks_used.max(1) as f64
     }
