@@ -84,19 +84,9 @@ impl Store {
                 // Move on: the next segment is already reserved; reserve its successor.
                 seg = next;
                 off = 0;
-                let mut after = seg;
-                let mut found = None;
-                for _ in 0..self.geo.nsegments {
-                    let Some(cand) = self.segs.find_free(after) else {
-                        break;
-                    };
-                    if cand != seg && !taken.contains(&cand) {
-                        found = Some(cand);
-                        break;
-                    }
-                    after = cand;
-                }
-                next = found.ok_or(Error::Errno(lsfs_vfs::Errno::NOSPC))?;
+                next = self
+                    .free_segment_after(seg, taken, seg)
+                    .ok_or(Error::Errno(lsfs_vfs::Errno::NOSPC))?;
                 taken.insert(next);
                 new_segments.push(next);
                 continue;
@@ -116,6 +106,19 @@ impl Store {
         })
     }
 
+    /// The first free segment after `after` (wrapping) that is neither in
+    /// `taken` (by an earlier plan of this construction) nor `not`.
+    fn free_segment_after(&self, mut after: u64, taken: &HashSet<u64>, not: u64) -> Option<u64> {
+        for _ in 0..self.geo.nsegments {
+            let cand = self.segs.find_free(after)?;
+            if cand != not && !taken.contains(&cand) {
+                return Some(cand);
+            }
+            after = cand;
+        }
+        None
+    }
+
     /// Records for `n` blocks of data stream `s`, from its open segment on;
     /// a full segment is left for a free one not in `taken`. Data streams
     /// are not chained (recovery never follows them): each record names its
@@ -133,19 +136,10 @@ impl Store {
                 p -= 1;
             }
             let Some(at) = seg.filter(|_| p > 0) else {
-                let mut after = seg.unwrap_or(self.cur_seg);
-                let mut found = None;
-                for _ in 0..self.geo.nsegments {
-                    let Some(cand) = self.segs.find_free(after) else {
-                        break;
-                    };
-                    if !taken.contains(&cand) {
-                        found = Some(cand);
-                        break;
-                    }
-                    after = cand;
-                }
-                let cand = found.ok_or(Error::Errno(lsfs_vfs::Errno::NOSPC))?;
+                let after = seg.unwrap_or(self.cur_seg);
+                let cand = self
+                    .free_segment_after(after, taken, u64::MAX)
+                    .ok_or(Error::Errno(lsfs_vfs::Errno::NOSPC))?;
                 taken.insert(cand);
                 new_segments.push(cand);
                 seg = Some(cand);
