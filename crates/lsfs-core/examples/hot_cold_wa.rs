@@ -2,11 +2,13 @@
 //! workload, in process (no FUSE): one-block files, 10 % of them receive
 //! 90 % of the overwrites.
 //!
-//! `cargo run --release -p lsfs-core --example hot_cold_wa -- POLICY STREAMS [UTIL] [ROUNDS]`
+//! `cargo run --release -p lsfs-core --example hot_cold_wa -- POLICY STREAMS [UTIL] [ROUNDS] [MIB]`
 //! POLICY: timestamp, greedy, cost-benefit, cost-hotness, balanced;
 //! STREAMS: on or off; UTIL: share of the usable blocks filled with files
 //! (default 0.8); ROUNDS: overwrites in multiples of the file count
-//! (default 8). Prints one JSON line.
+//! (default 8); MIB: device size (default 128). Prints one JSON line, with
+//! the blocks written by class (file data, ifile, DAT, ...) and what the
+//! cleaner did per stream.
 
 use lsfs_core::device::MemDevice;
 use lsfs_core::fs::{Lsfs, MountConfig};
@@ -26,6 +28,7 @@ fn main() {
         .get(3)
         .map(|s| s.parse().expect("ROUNDS"))
         .unwrap_or(8.0);
+    let mib: u64 = args.get(4).map(|s| s.parse().expect("MIB")).unwrap_or(128);
     let mut config = MountConfig::default();
     config.store.protection_secs = 0;
     config.store.cache_blocks = 4096;
@@ -35,7 +38,7 @@ fn main() {
         segment_blocks: 256,
         label: "wa".into(),
     };
-    let mut fs = Lsfs::mkfs(Box::new(MemDevice::new(128 << 20)), &opts, config).expect("mkfs");
+    let mut fs = Lsfs::mkfs(Box::new(MemDevice::new(mib << 20)), &opts, config).expect("mkfs");
     let t0 = fs.store.now();
     fs.store.now_override = Some(t0);
     let ctx = Ctx::default();
@@ -111,6 +114,11 @@ fn main() {
             "write_amplification": written as f64 / user.max(1) as f64,
             "stream_blocks": fs.store.streams.blocks_written,
             "segments_used": used,
+            "by_stream": fs.cleaner.stats.by_stream,
+            "by_class": fs.store.stats.blocks_by_class,
+            "next_vblock": fs.store.next_vblock,
+            "checkpoints": fs.store.stats.checkpoints_written,
+            "live_share": fs.store.segs.usage.iter().map(|u| u.nlive as u64).sum::<u64>() as f64 / fs.store.geo.total_segment_blocks() as f64,
         })
     );
 }

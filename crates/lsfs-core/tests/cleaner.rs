@@ -106,6 +106,18 @@ fn hot_cold_overwrites_keep_running_near_full() {
     let st = fs.cleaner.stats.clone();
     assert!(st.segments_cleaned > 0, "the cleaner never ran: {st:?}");
     assert!(st.write_amplification >= 1.0);
+    // The per-stream and per-class counters add up to the totals.
+    let victims: u64 = st.by_stream.values().map(|t| t.victims).sum();
+    let copied: u64 = st.by_stream.values().map(|t| t.copied).sum();
+    assert_eq!(victims, st.segments_cleaned, "{:?}", st.by_stream);
+    assert_eq!(copied, st.blocks_copied, "{:?}", st.by_stream);
+    let by_class: u64 = fs.store.stats.blocks_by_class.values().sum();
+    assert_eq!(
+        by_class, fs.store.stats.payload_blocks_written,
+        "{:?}",
+        fs.store.stats.blocks_by_class
+    );
+    assert!(fs.store.stats.blocks_by_class["file data"] >= rounds as u64);
     eprintln!(
         "hot/cold, 60 % of blocks in files: {} passes, {} segments cleaned, WA {:.2}",
         st.passes, st.segments_cleaned, st.write_amplification

@@ -89,6 +89,16 @@ pub fn stats(mnt: &Path, json_out: bool) -> Result<Value, String> {
             s["snapshot_changes_pending"],
             s["reconcile_progress"].as_f64().unwrap_or(1.0) * 100.0
         );
+        if let Some(m) = s["by_stream"].as_object() {
+            for (stream, t) in m {
+                let blocks = t["blocks"].as_f64().unwrap_or(0.0).max(1.0);
+                println!(
+                    "  {stream:>7} victims {}, mean live share when cleaned {:.2}",
+                    t["victims"],
+                    t["copied"].as_f64().unwrap_or(0.0) / blocks
+                );
+            }
+        }
     }
     Ok(v)
 }

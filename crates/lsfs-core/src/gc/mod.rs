@@ -167,6 +167,16 @@ pub struct PassReport {
     pub reason: String,
 }
 
+/// What the cleaner did to the segments of one stream.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct StreamCleaning {
+    pub victims: u64,
+    /// Blocks the victims held.
+    pub blocks: u64,
+    /// Blocks copied out of them (live, protected, DAT).
+    pub copied: u64,
+}
+
 /// Totals since mount.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct CleanerStats {
@@ -189,6 +199,8 @@ pub struct CleanerStats {
     pub snapshot_changes_pending: u64,
     /// How far reconciliation of the oldest pending change has gone (0..=1).
     pub reconcile_progress: f64,
+    /// Victims and copies by the stream that wrote the victim.
+    pub by_stream: std::collections::BTreeMap<&'static str, StreamCleaning>,
     /// (seconds since mount, write amplification so far), one point per pass.
     pub wa_history: Vec<(u64, f64)>,
 }

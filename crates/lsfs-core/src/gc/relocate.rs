@@ -15,12 +15,15 @@ use crate::log::chain::segment_records;
 use crate::log::record::BlockKind;
 use crate::meta::dat_entry::{DatEntry, CNO_MAX, DAT_PER_BLOCK};
 use crate::meta::store::{dat_nodes, decode_u64, Store};
+use crate::meta::stream::Stream;
 use std::collections::HashMap;
 
 /// What relocating one segment did.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Relocated {
     pub segno: u64,
+    /// The stream the segment was written by (meta, hot, cold, cleaner).
+    pub stream: &'static str,
     /// Blocks the segment held (headers included).
     pub nblocks: u32,
     /// Live blocks of the current file system copied.
@@ -203,6 +206,7 @@ impl Store {
         let now = self.now();
         let mut rep = Relocated {
             segno: seg,
+            stream: Stream::from_flags(self.segs.usage[seg as usize].flags).name(),
             nblocks: plan.nblocks,
             ..Default::default()
         };

@@ -66,6 +66,28 @@ pub struct SummaryEntry {
     pub kind: BlockKind,
 }
 
+impl SummaryEntry {
+    /// What the block holds, for the write counters of `lsfs stats`: user
+    /// file data and tree nodes, each metadata file, the DAT, super roots
+    /// and fsync'd inodes.
+    pub fn class(&self) -> &'static str {
+        use crate::layout::{CPFILE_INO, DAT_INO, FIRST_USER_INO, IFILE_INO, SUFILE_INO};
+        match (self.kind, self.ino) {
+            (BlockKind::DatBlock, _) => "dat",
+            (BlockKind::DatNode, _) => "dat node",
+            (BlockKind::SuperRoot, _) => "super root",
+            (BlockKind::InodeLog, _) => "inode log",
+            (BlockKind::Data, i) if i >= FIRST_USER_INO => "file data",
+            (BlockKind::Node, i) if i >= FIRST_USER_INO => "file node",
+            (_, IFILE_INO) => "ifile",
+            (_, CPFILE_INO) => "cpfile",
+            (_, SUFILE_INO) => "sufile",
+            (_, DAT_INO) => "dat",
+            _ => "other",
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecordHeader {
     pub flags: u32,

@@ -704,6 +704,9 @@ impl Store {
             } else {
                 std::mem::take(&mut self.data_records_since_log)
             };
+            for e in &entries {
+                *self.stats.blocks_by_class.entry(e.class()).or_default() += 1;
+            }
             let nsum = summary_blocks(r.npayload) as u32;
             let h = RecordHeader {
                 flags,

@@ -66,6 +66,8 @@ pub struct StoreStats {
     pub checkpoints_deleted: u64,
     /// Snapshot promotions and demotions fully applied to the counters.
     pub snapshot_changes_reconciled: u64,
+    /// Payload blocks written, by what they hold (see `BlockKind::class`).
+    pub blocks_by_class: std::collections::BTreeMap<&'static str, u64>,
 }
 
 pub struct Store {
