@@ -333,11 +333,11 @@ impl Lsfs {
         let need = blocks + 64;
         if self.store.free_blocks() >= need {
             // Below the cleaner's low-water mark, clean in the foreground
-            // back up to its high-water mark.
+            // back above it.
             if self.cleaner.enabled
                 && self.free_percent() < self.cleaner.config.min_free_percent as f64
             {
-                self.clean_to_high_water().map_err(e)?;
+                self.clean_to_low_water().map_err(e)?;
             }
             return Ok(());
         }
