@@ -216,7 +216,7 @@ impl Store {
                 Action::MoveLive(v, e, owner, pos) => {
                     self.move_vblock(v, e, owner, pos)?;
                     self.note_moved(v, seg, true);
-                    self.segs.kill_live(seg, false, now);
+                    self.kill_live(seg, false, now)?;
                     rep.live_copied += 1;
                 }
                 Action::MoveProtected(v, e, owner, pos) => {

@@ -217,6 +217,10 @@ impl Store {
         let last = chain.last().unwrap_or(&start).clone();
         let mut store = Store::create_for_open(dev, geo, sb, &sr, slot_seq, config)?;
         store.load_sufile()?;
+        // A checkpoint's SUFILE counts its own record and the DAT's root
+        // (fsck checks it exact); a damaged one must not pass as free space.
+        store.check_sufile_counts(sr_block, "its super root", false)?;
+        store.check_sufile_counts(sr.dat_root, "the DAT's root", true)?;
         store.load_cpfile()?;
         if !store.cps.entries.contains_key(&sr.cno) {
             return Err(Error::corrupt(format!(
@@ -317,6 +321,22 @@ impl Store {
                     "SUFILE entry of segment {s} is impossible: {u:?}"
                 )));
             }
+        }
+        Ok(())
+    }
+
+    /// `Ok` if the SUFILE counts block `addr` (of the checkpoint being
+    /// opened) as written, and as live if `live`.
+    fn check_sufile_counts(&self, addr: u64, what: &str, live: bool) -> Result<()> {
+        let Some(seg) = self.geo.segment_of(addr) else {
+            return Ok(());
+        };
+        let u = &self.segs.usage[seg as usize];
+        if u.nblocks == 0 || (live && u.nlive == 0) {
+            return Err(Error::corrupt(format!(
+                "SUFILE entry of segment {seg} counts no {} blocks, but {what} (block {addr}) is there: {u:?}",
+                if live { "live" } else { "written" }
+            )));
         }
         Ok(())
     }

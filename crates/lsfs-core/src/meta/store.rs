@@ -167,12 +167,12 @@ impl DatNodes<'_> {
         Ok(b)
     }
 
-    fn kill_phys(&mut self, addr: u64) {
+    fn kill_phys(&mut self, addr: u64) -> Result<()> {
         let seg = self
             .geo
             .segment_of(addr)
             .expect("DAT block outside the log");
-        self.segs.kill_live(seg, false, self.now);
+        self.segs.kill_live(seg, false, self.now)
     }
 
     fn new_temp(&mut self) -> u64 {
@@ -190,7 +190,7 @@ impl DatNodes<'_> {
         let t = self.new_temp();
         self.cache.put_dirty(pkey(t), data, owner);
         self.cache.remove(pkey(addr));
-        self.kill_phys(addr);
+        self.kill_phys(addr)?;
         Ok(t)
     }
 }
@@ -212,7 +212,7 @@ impl NodeStore for DatNodes<'_> {
     }
     fn free_node(&mut self, ptr: u64) -> Result<()> {
         if !is_temp(ptr) {
-            self.kill_phys(ptr);
+            self.kill_phys(ptr)?;
         }
         self.cache.remove(pkey(ptr));
         Ok(())
@@ -409,7 +409,17 @@ impl Store {
 
     /// Write entries (slot, entry) of DAT block `idx`, copying the block on
     /// write once for all of them; a block left all free is punched out.
+    /// A damaged DAT or SUFILE found halfway (a count of live blocks that is
+    /// already 0) may leave the DAT's tree half changed: writes stop.
     fn dat_update(&mut self, idx: u64, changes: &[(usize, DatEntry)]) -> Result<()> {
+        let r = self.dat_update_unchecked(idx, changes);
+        if let Err(e @ Error::Corrupt { .. }) = &r {
+            self.fail(e);
+        }
+        r
+    }
+
+    fn dat_update_unchecked(&mut self, idx: u64, changes: &[(usize, DatEntry)]) -> Result<()> {
         let owner = Owner {
             ino: DAT_INO,
             offset: idx,
@@ -624,7 +634,7 @@ impl Store {
                     // No checkpoint ever saw it: it is simply gone.
                     if e.pblock != 0 {
                         let seg = self.geo.segment_of(e.pblock).expect("checked on read");
-                        self.segs.kill_live(seg, false, now);
+                        self.kill_live(seg, false, now)?;
                     }
                     changes.push((slot, DatEntry::default()));
                 } else if e.pblock == 0 && self.cache.is_dirty(vkey(v)) {
@@ -643,7 +653,7 @@ impl Store {
                     if e.pblock != 0 {
                         let seg = self.geo.segment_of(e.pblock).expect("checked on read");
                         let protected = self.snapshot_counted(v, e.start, self.cur_cno);
-                        self.segs.kill_live(seg, protected, now);
+                        self.kill_live(seg, protected, now)?;
                     }
                     changes.push((
                         slot,
@@ -686,7 +696,7 @@ impl Store {
             if e.pblock != 0 {
                 let seg = self.geo.segment_of(e.pblock).expect("checked on read");
                 let now = self.now();
-                self.segs.kill_live(seg, false, now);
+                self.kill_live(seg, false, now)?;
                 self.dat_set(v, DatEntry { pblock: 0, ..e })?;
             }
         }
@@ -817,6 +827,16 @@ impl Store {
     /// the writer's segment, plus 1 % of the device.
     pub fn reserve_segments(&self) -> u64 {
         3 + self.geo.nsegments / 100
+    }
+
+    /// A live block of `seg` died ([`SegTable::kill_live`]); a SUFILE count
+    /// that is already 0 is a damaged image, and writes stop.
+    pub(crate) fn kill_live(&mut self, seg: u64, to_snapshot: bool, now: u64) -> Result<()> {
+        let r = self.segs.kill_live(seg, to_snapshot, now);
+        if let Err(e) = &r {
+            self.fail(e);
+        }
+        r
     }
 
     /// Turn read-only after a device failure, keeping the reason.

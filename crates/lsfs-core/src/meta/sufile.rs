@@ -3,7 +3,7 @@
 //! block, for the entries that changed since the last checkpoint.
 
 use crate::codec::{Reader, Writer};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::layout::BLOCK_BYTES;
 use std::collections::BTreeSet;
 
@@ -97,18 +97,22 @@ impl SegTable {
     }
 
     /// A live block of `seg` died; if a snapshot still needs it, it moves to `nsnapshot`.
-    pub fn kill_live(&mut self, seg: u64, to_snapshot: bool, now_secs: u64) {
+    /// A count of 0 is an error, not an assertion: `nlive` comes from the
+    /// SUFILE on disk, which a damaged image can make too small.
+    pub fn kill_live(&mut self, seg: u64, to_snapshot: bool, now_secs: u64) -> Result<()> {
         let u = &mut self.usage[seg as usize];
-        assert!(
-            u.nlive > 0,
-            "segment {seg}: nlive underflow (accounting bug)"
-        );
+        if u.nlive == 0 {
+            return Err(Error::corrupt(format!(
+                "a live block of segment {seg} died, but its SUFILE entry counts none live: {u:?}"
+            )));
+        }
         u.nlive -= 1;
         if to_snapshot {
             u.nsnapshot += 1;
         }
         u.nlive_lastmod_secs = now_secs;
         self.touch(seg);
+        Ok(())
     }
 
     pub fn add_snapshot(&mut self, seg: u64, delta: i64) {
@@ -189,5 +193,25 @@ impl SegTable {
 
     pub fn nblocks_sufile(&self) -> u64 {
         self.nsegments().div_ceil(SU_PER_BLOCK)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by the `image` fuzz target (input `01 11 00 65 10 00 08 81 00
+    /// 86 f6 01`): a damaged SUFILE counted no live blocks in a segment the
+    /// DAT still used, and rolling an fsync record forward panicked on the
+    /// underflow. The count comes from disk: it is an error naming the segment.
+    #[test]
+    fn killing_in_a_segment_counted_empty_is_corrupt() {
+        let mut t = SegTable::new(4, 64);
+        t.add_written(1, 10, 0);
+        t.add_live(1, 0);
+        t.kill_live(1, false, 0).unwrap();
+        let e = t.kill_live(1, false, 0).unwrap_err().to_string();
+        assert!(e.contains("segment 1") && e.contains("counts none live"), "{e}");
+        assert_eq!(t.usage[1].nlive, 0);
     }
 }
