@@ -18,6 +18,11 @@ const READ_AHEAD_BLOCKS: u64 = 32;
 const MAX_READ_RUN_BLOCKS: u64 = 256;
 /// Largest file size: 2^44 bytes (16 TiB), far above the 1 TiB required.
 pub const MAX_FILE_BYTES: u64 = 1 << 44;
+/// Virtual block numbers are below 2^62 (the block cache's keys, `meta::store`).
+const VBLOCK_END: u64 = 1 << 62;
+/// Blocks a truncation frees per call into the DAT, so that freeing a huge
+/// extent needs bounded memory.
+const DROP_BATCH_BLOCKS: u64 = 4096;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Extent {
@@ -38,6 +43,18 @@ pub(crate) fn decode_ext(k: u64, v: &[u8]) -> Result<Extent> {
     if len == 0 || vstart == 0 {
         return Err(Error::corrupt(format!(
             "extent at file block {k} is empty or unmapped"
+        )));
+    }
+    // Past these, block arithmetic on the extent overflows, and a length
+    // from damaged bytes would make truncation list billions of blocks.
+    if k.checked_add(len).is_none_or(|end| end > MAX_FILE_BYTES / BLOCK) {
+        return Err(Error::corrupt(format!(
+            "extent at file block {k} of {len} blocks ends past the largest file"
+        )));
+    }
+    if vstart.checked_add(len).is_none_or(|end| end > VBLOCK_END) {
+        return Err(Error::corrupt(format!(
+            "extent at file block {k} names virtual blocks {vstart:#x} + {len}, out of range"
         )));
     }
     Ok(Extent {
@@ -317,11 +334,28 @@ fn drop_blocks_from(s: &mut Store, ino: &mut Inode, from: u64) -> Result<()> {
             break;
         }
         let cut = from.max(e.file_block);
-        let dead: Vec<u64> = ((cut - e.file_block)..e.len)
-            .map(|i| e.vstart + i)
-            .collect();
-        s.vkill_many(&dead)?;
-        ino.blocks -= dead.len() as u64;
+        let first = cut - e.file_block;
+        let mut i = first;
+        while i < e.len {
+            let n = (e.len - i).min(DROP_BATCH_BLOCKS);
+            let dead: Vec<u64> = (i..i + n).map(|j| e.vstart + j).collect();
+            if let Err(err) = s.vkill_many(&dead) {
+                if i > first {
+                    // Blocks are freed that the extent still names: stop writes.
+                    s.fail(&err);
+                }
+                return Err(err);
+            }
+            i += n;
+        }
+        ino.blocks = ino.blocks.checked_sub(e.len - first).ok_or_else(|| {
+            let err = Error::corrupt(format!(
+                "inode {} counts {} blocks, fewer than its extent at file block {k} frees",
+                ino.ino, ino.blocks
+            ));
+            s.fail(&err);
+            err
+        })?;
         map::remove(s, ino, k)?;
         if cut > e.file_block {
             let left = Extent {
@@ -446,5 +480,69 @@ mod tests {
             assert_eq!(read(&mut s, &i, size - 6, 65536).unwrap(), vec![0; 6]);
             assert_eq!(read(&mut s, &i, size, 1).unwrap(), Vec::<u8>::new());
         }
+    }
+
+    fn store() -> Store {
+        let opts = MkfsOptions {
+            segment_blocks: 64,
+            label: String::new(),
+        };
+        let dev = Box::new(MemDevice::new(600 * BLOCK));
+        Store::create(dev, &opts, StoreConfig::default()).unwrap()
+    }
+
+    /// Extents whose block arithmetic would overflow are refused where decoded.
+    #[test]
+    fn extent_past_the_largest_file_or_virtual_range_is_corrupt() {
+        let ext = |vstart: u64, len: u32| {
+            let mut v = vstart.to_le_bytes().to_vec();
+            v.extend_from_slice(&len.to_le_bytes());
+            v
+        };
+        let e = decode_ext(u64::MAX, &ext(5, 1)).unwrap_err().to_string();
+        assert!(e.contains("past the largest file"), "{e}");
+        let e = decode_ext(1 << 32, &ext(5, 1)).unwrap_err().to_string();
+        assert!(e.contains("past the largest file"), "{e}");
+        let e = decode_ext(0, &ext(u64::MAX, 2)).unwrap_err().to_string();
+        assert!(e.contains("out of range"), "{e}");
+        let last = decode_ext((1 << 32) - 1, &ext((1 << 62) - 1, 1)).unwrap();
+        assert_eq!(last.len, 1);
+    }
+
+    /// Found by the `image` fuzz target (a patch setting an extent's length
+    /// to 0x23fd_2000 blocks, checksums resealed, then a truncation on a
+    /// read-write mount): truncating listed every block of the extent at
+    /// once (4.8 GiB). It now frees them in batches, and the first block the
+    /// DAT does not hold live stops it with an error.
+    #[test]
+    fn truncating_a_huge_damaged_extent_is_an_error_in_bounded_memory() {
+        let mut s = store();
+        let now = Timespec { sec: 0, nsec: 0 };
+        let mut i = Inode::new(16, libc::S_IFREG | 0o644, 0, 0, now);
+        write(&mut s, &mut i, 0, &vec![7u8; 2 * BLOCK as usize]).unwrap();
+        let e = extent_at(&mut s, &i, 0).unwrap().expect("the file's extent");
+        assert_eq!(e.len, 2);
+        // 2^32 - 1 blocks: listing them at once is 32 GiB.
+        let huge = Extent {
+            len: u32::MAX as u64,
+            ..e
+        };
+        map::insert(&mut s, &mut i, 0, &encode_ext(&huge)).unwrap();
+        let err = truncate(&mut s, &mut i, 0).unwrap_err().to_string();
+        assert!(err.contains("not live"), "{err}");
+        assert!(s.writable().is_err(), "writes must stop");
+    }
+
+    /// An inode counting fewer blocks than its extents hold (damaged) is an
+    /// error when they are freed, not an underflow.
+    #[test]
+    fn freeing_more_blocks_than_the_inode_counts_is_corrupt() {
+        let mut s = store();
+        let now = Timespec { sec: 0, nsec: 0 };
+        let mut i = Inode::new(16, libc::S_IFREG | 0o644, 0, 0, now);
+        write(&mut s, &mut i, 0, &vec![7u8; 2 * BLOCK as usize]).unwrap();
+        i.blocks = 1;
+        let err = truncate(&mut s, &mut i, 0).unwrap_err().to_string();
+        assert!(err.contains("counts 1 blocks"), "{err}");
     }
 }
