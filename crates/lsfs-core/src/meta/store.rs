@@ -397,7 +397,17 @@ impl Store {
 
     pub fn dat_get(&mut self, vblock: u64) -> Result<DatEntry> {
         let b = self.dat_block(vblock / DAT_PER_BLOCK)?;
-        DatEntry::read(&b, (vblock % DAT_PER_BLOCK) as usize)
+        self.dat_entry(&b, vblock)
+    }
+
+    /// Virtual block `v`'s entry in its DAT block `b`; a physical block
+    /// outside the log is corrupt here, so users of the entry need not check.
+    fn dat_entry(&self, b: &[u8], v: u64) -> Result<DatEntry> {
+        let e = DatEntry::read(b, (v % DAT_PER_BLOCK) as usize)?;
+        if e.pblock != 0 {
+            check_phys(&self.geo, e.pblock, &format!("DAT entry of virtual block {v}"))?;
+        }
+        Ok(e)
     }
 
     pub fn dat_set(&mut self, vblock: u64, e: DatEntry) -> Result<()> {
@@ -617,7 +627,7 @@ impl Store {
                 let v = sorted[i];
                 i += 1;
                 let slot = (v % DAT_PER_BLOCK) as usize;
-                let e = DatEntry::read(&block, slot)?;
+                let e = self.dat_entry(&block, v).inspect_err(|err| self.fail(err))?;
                 if !e.is_current() {
                     // A tree on a damaged image names a block the DAT does
                     // not hold live. Stop writes: blocks of this call before
@@ -906,6 +916,33 @@ mod tests {
         let mut s = Store::create(dev, &opts, StoreConfig::default()).unwrap();
         let e = s.vkill(5_308_473).unwrap_err();
         assert!(e.to_string().contains("not live"), "{e}");
+        assert!(s.writable().is_err(), "writes must stop");
+    }
+
+    /// Found by the `image` fuzz target (a patch to the high bytes of a DAT
+    /// entry's physical block, checksums resealed, then a truncation on a
+    /// read-write mount): freeing the block took its segment with
+    /// `expect("checked on read")`, which no read had checked. DAT entries
+    /// are now checked where they are read.
+    #[test]
+    fn dat_entry_outside_the_log_is_corrupt() {
+        let opts = MkfsOptions {
+            segment_blocks: 64,
+            label: String::new(),
+        };
+        let dev = Box::new(MemDevice::new(600 * crate::layout::BLOCK_BYTES as u64));
+        let mut s = Store::create(dev, &opts, StoreConfig::default()).unwrap();
+        let v = s.valloc().unwrap();
+        let e = DatEntry {
+            pblock: 0x8125_2525_2500_0000,
+            start: 1,
+            end: CNO_MAX,
+        };
+        s.dat_set(v, e).unwrap();
+        let err = s.dat_get(v).unwrap_err().to_string();
+        assert!(err.contains("outside the log"), "{err}");
+        let err = s.vkill(v).unwrap_err().to_string();
+        assert!(err.contains("outside the log"), "{err}");
         assert!(s.writable().is_err(), "writes must stop");
     }
 }
