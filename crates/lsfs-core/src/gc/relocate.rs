@@ -223,7 +223,7 @@ impl Store {
                     self.move_vblock(v, e, owner, pos)?;
                     self.note_moved(v, seg, false);
                     if self.snapshot_counted(v, e.start, e.end) {
-                        self.segs.add_snapshot(seg, -1);
+                        self.add_snapshot(seg, -1)?;
                     }
                     self.moved_dead.insert(v);
                     rep.protected_copied += 1;
@@ -232,7 +232,7 @@ impl Store {
                     if self.snapshot_counted(v, e.start, e.end) {
                         // Counted for a snapshot that is gone, before
                         // reconciliation reached it (meta/reconcile.rs).
-                        self.segs.add_snapshot(seg, -1);
+                        self.add_snapshot(seg, -1)?;
                     }
                     self.dat_set(v, DatEntry::default())?;
                     rep.freed_entries += 1;

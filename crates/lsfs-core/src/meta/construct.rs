@@ -377,7 +377,7 @@ impl Store {
                     if !self.moved_dead.contains(&v) {
                         self.segs.add_live(seg, now);
                     } else if self.snapshot_counted(v, e.start, e.end) {
-                        self.segs.add_snapshot(seg, 1);
+                        self.add_snapshot(seg, 1)?;
                     }
                 }
                 Item::Dat(t) => {

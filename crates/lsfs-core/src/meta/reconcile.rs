@@ -168,7 +168,7 @@ impl Store {
                     let seg = self.geo.segment_of(e.pblock).ok_or_else(|| {
                         Error::corrupt(format!("DAT entry {v} points outside the log"))
                     })?;
-                    self.segs.add_snapshot(seg, delta);
+                    self.add_snapshot(seg, delta)?;
                 }
             }
             self.recon.cursor = first + DAT_PER_BLOCK;

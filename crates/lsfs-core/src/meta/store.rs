@@ -839,6 +839,16 @@ impl Store {
         3 + self.geo.nsegments / 100
     }
 
+    /// [`SegTable::add_snapshot`]; a count going below 0 is a damaged image,
+    /// and writes stop.
+    pub(crate) fn add_snapshot(&mut self, seg: u64, delta: i64) -> Result<()> {
+        let r = self.segs.add_snapshot(seg, delta);
+        if let Err(e) = &r {
+            self.fail(e);
+        }
+        r
+    }
+
     /// A live block of `seg` died ([`SegTable::kill_live`]); a SUFILE count
     /// that is already 0 is a damaged image, and writes stop.
     pub(crate) fn kill_live(&mut self, seg: u64, to_snapshot: bool, now: u64) -> Result<()> {

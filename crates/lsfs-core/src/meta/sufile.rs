@@ -115,15 +115,20 @@ impl SegTable {
         Ok(())
     }
 
-    pub fn add_snapshot(&mut self, seg: u64, delta: i64) {
+    /// Change the count of dead blocks snapshots protect. Below 0 is an
+    /// error, not an assertion: the count comes from the SUFILE on disk.
+    pub fn add_snapshot(&mut self, seg: u64, delta: i64) -> Result<()> {
         let u = &mut self.usage[seg as usize];
         let n = u.nsnapshot as i64 + delta;
-        assert!(
-            n >= 0,
-            "segment {seg}: nsnapshot underflow (accounting bug)"
-        );
+        if n < 0 {
+            return Err(Error::corrupt(format!(
+                "{} snapshot blocks of segment {seg} died, but its SUFILE entry counts {}: {u:?}",
+                -delta, u.nsnapshot
+            )));
+        }
         u.nsnapshot = n as u32;
         self.touch(seg);
+        Ok(())
     }
 
     pub fn add_written(&mut self, seg: u64, nblocks: u32, now_secs: u64) {
@@ -213,5 +218,19 @@ mod tests {
         let e = t.kill_live(1, false, 0).unwrap_err().to_string();
         assert!(e.contains("segment 1") && e.contains("counts none live"), "{e}");
         assert_eq!(t.usage[1].nlive, 0);
+    }
+
+    /// Found by the `image` fuzz target (a patch to a DAT entry's `end`,
+    /// checksums resealed, then a cleaning pass on a read-write mount): the
+    /// entry looked like a block a snapshot protects, and relocating it
+    /// took one from a SUFILE count of 0 (an assertion). It is an error now.
+    #[test]
+    fn snapshot_count_below_zero_is_corrupt() {
+        let mut t = SegTable::new(4, 64);
+        t.add_snapshot(0, 1).unwrap();
+        t.add_snapshot(0, -1).unwrap();
+        let e = t.add_snapshot(0, -1).unwrap_err().to_string();
+        assert!(e.contains("segment 0") && e.contains("counts 0"), "{e}");
+        assert_eq!(t.usage[0].nsnapshot, 0);
     }
 }
