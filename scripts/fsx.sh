@@ -24,6 +24,21 @@ if [[ ! -d $(dirname "$file") ]]; then
     exit 2
 fi
 
+# fsx (the crate, 0.x) leaves a mapping behind for every mapread/mapwrite: about a
+# third of the operations. At vm.max_map_count (65,530 by default) its next mmap or
+# thread fails with ENOMEM and it aborts ("failed to set up alternative stack guard
+# page"), which ended two long runs. Raise the limit for long runs (needs root;
+# a VMA is a few hundred bytes of kernel memory).
+maps_needed=$((ops / 2 + 65536))
+if [[ $(cat /proc/sys/vm/max_map_count) -lt $maps_needed ]]; then
+    if [[ $(id -u) -eq 0 ]]; then
+        echo "fsx.sh: raising vm.max_map_count to $maps_needed (fsx keeps its mappings)"
+        sysctl -q -w vm.max_map_count=$maps_needed
+    else
+        echo "fsx.sh: warning: vm.max_map_count below $maps_needed; fsx may abort with ENOMEM" >&2
+    fi
+fi
+
 # fsx leaves FILE.fsxgood/.fsxlog next to its artifacts dir on failure; keep
 # them out of the file system under test.
 artifacts=$(mktemp -d /tmp/fsx-artifacts.XXXXXX)
