@@ -8,7 +8,7 @@
 use crate::codec::{Reader, Writer};
 use crate::error::{Error, Result};
 use crate::meta::ifile::INODE_BYTES;
-use lsfs_vfs::{Attr, FileKind, Timespec};
+use lsfs_vfs::{Attr, FileKind, Timespec, SYMLINK_MAX_BYTES};
 
 pub const AREA_BYTES: usize = 384;
 const AREA_AT: usize = INODE_BYTES - AREA_BYTES;
@@ -168,6 +168,12 @@ impl Inode {
                 "{what}: bad area length {area_len} or mode {mode:o}"
             )));
         }
+        // Reading a link reads its whole size: bound it here.
+        if FileKind::from_mode(mode) == Some(FileKind::Symlink) && size > SYMLINK_MAX_BYTES as u64 {
+            return Err(Error::corrupt(format!(
+                "{what}: symlink of {size} bytes, longer than {SYMLINK_MAX_BYTES}"
+            )));
+        }
         let area = Reader::at(b, AREA_AT, &what).bytes(area_len)?.to_vec();
         let ts = |sec, nsec: u32| Timespec {
             sec,
@@ -235,5 +241,20 @@ mod tests {
             Inode::decode(&i.encode(), 78).is_err(),
             "inode in the wrong slot accepted"
         );
+    }
+
+    /// Found by the `image` fuzz target (a patch making an inode's mode a
+    /// symlink's and its size 0xa_0008_0000, checksums resealed): reading
+    /// the link allocated its whole size (40 GiB). The size is checked where
+    /// the inode is decoded.
+    #[test]
+    fn symlink_longer_than_the_limit_is_corrupt() {
+        let now = Timespec { sec: 0, nsec: 0 };
+        let mut i = Inode::new(20, libc::S_IFLNK | 0o777, 0, 0, now);
+        i.size = SYMLINK_MAX_BYTES as u64;
+        assert!(Inode::decode(&i.encode(), 20).is_ok());
+        i.size = 0xa_0008_0000;
+        let e = Inode::decode(&i.encode(), 20).unwrap_err().to_string();
+        assert!(e.contains("symlink of"), "{e}");
     }
 }
