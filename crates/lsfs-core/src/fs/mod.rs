@@ -855,7 +855,7 @@ impl Vfs for Lsfs {
         let _ = dir::remove(&mut self.store, &mut victim, b"..").map_err(e)?;
         dir::remove(&mut self.store, &mut d, name).map_err(e)?;
         let now = Timespec::now();
-        d.nlink -= 1;
+        d.nlink = d.nlink.saturating_sub(1);
         d.mtime = now;
         d.ctime = now;
         self.put(d, true);
@@ -947,7 +947,7 @@ impl Vfs for Lsfs {
             pd.ctime = now;
             if parent != newparent && src.kind != d.kind {
                 if src.kind == FileKind::Dir {
-                    pd.nlink -= 1;
+                    pd.nlink = pd.nlink.saturating_sub(1);
                 } else if d.kind == FileKind::Dir {
                     pd.nlink += 1;
                 }
@@ -961,7 +961,7 @@ impl Vfs for Lsfs {
                 if src.kind == FileKind::Dir {
                     nd.nlink += 1;
                 } else if d.kind == FileKind::Dir {
-                    nd.nlink -= 1;
+                    nd.nlink = nd.nlink.saturating_sub(1);
                 }
             }
             self.put(nd, true);
@@ -993,7 +993,7 @@ impl Vfs for Lsfs {
         pd.mtime = now;
         pd.ctime = now;
         if src.kind == FileKind::Dir {
-            pd.nlink -= 1;
+            pd.nlink = pd.nlink.saturating_sub(1);
         }
         self.put(pd, true);
         // Point the target name at the source inode.
@@ -1002,7 +1002,7 @@ impl Vfs for Lsfs {
             Some(d) => {
                 dir::replace(&mut self.store, &mut nd, d, src.ino, src.kind).map_err(e)?;
                 if d.kind == FileKind::Dir {
-                    nd.nlink -= 1;
+                    nd.nlink = nd.nlink.saturating_sub(1);
                 }
             }
             None => dir::insert(&mut self.store, &mut nd, newname, src.ino, src.kind).map_err(e)?,
@@ -1024,7 +1024,7 @@ impl Vfs for Lsfs {
                 v.nlink = 0;
                 v.size = 0;
             } else {
-                v.nlink -= 1;
+                v.nlink = v.nlink.saturating_sub(1);
             }
             v.ctime = now;
             self.put(v, true);

@@ -408,8 +408,7 @@ impl Store {
         }
         for st in Stream::ALL {
             for r in &plans[st as usize].records {
-                self.segs
-                    .add_written(r.seg, (summary_blocks(r.npayload) + r.npayload) as u32, now);
+                self.add_written(r.seg, (summary_blocks(r.npayload) + r.npayload) as u32, now)?;
                 let u = &mut self.segs.usage[r.seg as usize];
                 u.flags = (u.flags & !STREAM_MASK) | st.flags();
                 self.streams.seg_clock[r.seg as usize] = self.streams.clock.max(1);
@@ -881,8 +880,7 @@ impl Store {
             }
         }
         for r in &plan.records {
-            self.segs
-                .add_written(r.seg, (summary_blocks(r.npayload) + r.npayload) as u32, now);
+            self.add_written(r.seg, (summary_blocks(r.npayload) + r.npayload) as u32, now)?;
         }
         let cno = self.cur_cno;
         self.write_records(

@@ -233,7 +233,7 @@ impl Store {
         for r in after {
             store
                 .segs
-                .add_written(r.header.segno, r.header.nblocks, now);
+                .add_written(r.header.segno, r.header.nblocks, now)?;
         }
         for r in std::iter::once(&start).chain(chain.iter()) {
             store.segs.last_seq[r.header.segno as usize] = r.header.seq;

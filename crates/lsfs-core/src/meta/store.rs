@@ -859,6 +859,17 @@ impl Store {
         r
     }
 
+    /// Blocks of `seg` are about to be written ([`SegTable::add_written`]);
+    /// a segment that would overflow is a damaged image, and writes stop
+    /// (the checkpoint fails before its records are written).
+    pub(crate) fn add_written(&mut self, seg: u64, nblocks: u32, now: u64) -> Result<()> {
+        let r = self.segs.add_written(seg, nblocks, now);
+        if let Err(e) = &r {
+            self.fail(e);
+        }
+        r
+    }
+
     /// Turn read-only after a device failure, keeping the reason.
     pub fn fail(&mut self, err: &Error) {
         if self.failed.is_none() {

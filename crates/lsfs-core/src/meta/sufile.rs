@@ -131,17 +131,22 @@ impl SegTable {
         Ok(())
     }
 
-    pub fn add_written(&mut self, seg: u64, nblocks: u32, now_secs: u64) {
+    /// `nblocks` more blocks of `seg` are written. More than the segment
+    /// holds is an error, not an assertion: the count starts from the SUFILE
+    /// on disk, and the log position from a record header.
+    pub fn add_written(&mut self, seg: u64, nblocks: u32, now_secs: u64) -> Result<()> {
         let u = &mut self.usage[seg as usize];
-        u.nblocks += nblocks;
-        assert!(
-            u.nblocks <= self.segment_blocks,
-            "segment {seg}: {} blocks written, holds {}",
-            u.nblocks,
-            self.segment_blocks
-        );
+        let n = u.nblocks as u64 + nblocks as u64;
+        if n > self.segment_blocks as u64 {
+            return Err(Error::corrupt(format!(
+                "segment {seg} would hold {n} written blocks, more than its {}: its SUFILE entry ({} written) and the log position disagree",
+                self.segment_blocks, u.nblocks
+            )));
+        }
+        u.nblocks = n as u32;
         u.lastmod_secs = now_secs;
         self.touch(seg);
+        Ok(())
     }
 
     pub fn is_free(&self, seg: u64) -> bool {
@@ -209,10 +214,23 @@ mod tests {
     /// 86 f6 01`): a damaged SUFILE counted no live blocks in a segment the
     /// DAT still used, and rolling an fsync record forward panicked on the
     /// underflow. The count comes from disk: it is an error naming the segment.
+    /// Found by the `image` fuzz target (input `2f 00 40 60 40 00 01 00 f6
+    /// d7 0a 01 00 f6 01`): a damaged record header put the log position
+    /// past what the SUFILE counted, and the first checkpoint of a
+    /// read-write mount asserted on a segment written past its end.
+    #[test]
+    fn writing_past_the_end_of_a_segment_is_corrupt() {
+        let mut t = SegTable::new(4, 64);
+        t.add_written(2, 60, 0).unwrap();
+        let e = t.add_written(2, 10, 0).unwrap_err().to_string();
+        assert!(e.contains("segment 2") && e.contains("70"), "{e}");
+        assert_eq!(t.usage[2].nblocks, 60, "a refused write changes nothing");
+    }
+
     #[test]
     fn killing_in_a_segment_counted_empty_is_corrupt() {
         let mut t = SegTable::new(4, 64);
-        t.add_written(1, 10, 0);
+        t.add_written(1, 10, 0).unwrap();
         t.add_live(1, 0);
         t.kill_live(1, false, 0).unwrap();
         let e = t.kill_live(1, false, 0).unwrap_err().to_string();
