@@ -900,18 +900,23 @@ mod tests {
     use crate::device::MemDevice;
     use crate::meta::open::MkfsOptions;
 
+    /// A new store of 600 blocks in 64-block segments.
+    fn small_store() -> Store {
+        let opts = MkfsOptions {
+            segment_blocks: 64,
+            label: String::new(),
+        };
+        let dev = Box::new(MemDevice::new(600 * crate::layout::BLOCK_BYTES as u64));
+        Store::create(dev, &opts, StoreConfig::default()).unwrap()
+    }
+
     /// Found by the `image` fuzz target: a patch (`ff ff ff ff ff 64 64 64`)
     /// over an inode's xattr root gave a virtual block above 2^62, whose
     /// cache key overflowed (a debug assertion; in release it aliased
     /// another block's key).
     #[test]
     fn virtual_block_out_of_range_is_corrupt() {
-        let opts = MkfsOptions {
-            segment_blocks: 64,
-            label: String::new(),
-        };
-        let dev = Box::new(MemDevice::new(600 * crate::layout::BLOCK_BYTES as u64));
-        let mut s = Store::create(dev, &opts, StoreConfig::default()).unwrap();
+        let mut s = small_store();
         let owner = Owner {
             ino: 16,
             offset: 0,
@@ -929,12 +934,7 @@ mod tests {
     /// is a corruption error and writes stop.
     #[test]
     fn killing_a_block_the_dat_does_not_hold_is_corrupt() {
-        let opts = MkfsOptions {
-            segment_blocks: 64,
-            label: String::new(),
-        };
-        let dev = Box::new(MemDevice::new(600 * crate::layout::BLOCK_BYTES as u64));
-        let mut s = Store::create(dev, &opts, StoreConfig::default()).unwrap();
+        let mut s = small_store();
         let e = s.vkill(5_308_473).unwrap_err();
         assert!(e.to_string().contains("not live"), "{e}");
         assert!(s.writable().is_err(), "writes must stop");
@@ -947,12 +947,7 @@ mod tests {
     /// are now checked where they are read.
     #[test]
     fn dat_entry_outside_the_log_is_corrupt() {
-        let opts = MkfsOptions {
-            segment_blocks: 64,
-            label: String::new(),
-        };
-        let dev = Box::new(MemDevice::new(600 * crate::layout::BLOCK_BYTES as u64));
-        let mut s = Store::create(dev, &opts, StoreConfig::default()).unwrap();
+        let mut s = small_store();
         let v = s.valloc().unwrap();
         let e = DatEntry {
             pblock: 0x8125_2525_2500_0000,
