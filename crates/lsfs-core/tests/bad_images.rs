@@ -381,7 +381,10 @@ fn sufile_block_missing_from_its_map_is_refused() {
     r[8..12].copy_from_slice(&crc.to_le_bytes());
 
     let e = open_error(img.clone());
-    assert!(e.contains("SUFILE entry of segment") && e.contains("counts no"), "{e}");
+    assert!(
+        e.contains("SUFILE entry of segment") && e.contains("counts no"),
+        "{e}"
+    );
     let f = fsck_errors(img);
     assert!(f.contains("SUFILE"), "{f}");
 }

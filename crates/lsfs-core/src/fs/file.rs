@@ -47,7 +47,9 @@ pub(crate) fn decode_ext(k: u64, v: &[u8]) -> Result<Extent> {
     }
     // Past these, block arithmetic on the extent overflows, and a length
     // from damaged bytes would make truncation list billions of blocks.
-    if k.checked_add(len).is_none_or(|end| end > MAX_FILE_BYTES / BLOCK) {
+    if k.checked_add(len)
+        .is_none_or(|end| end > MAX_FILE_BYTES / BLOCK)
+    {
         return Err(Error::corrupt(format!(
             "extent at file block {k} of {len} blocks ends past the largest file"
         )));
@@ -520,7 +522,9 @@ mod tests {
         let now = Timespec { sec: 0, nsec: 0 };
         let mut i = Inode::new(16, libc::S_IFREG | 0o644, 0, 0, now);
         write(&mut s, &mut i, 0, &vec![7u8; 2 * BLOCK as usize]).unwrap();
-        let e = extent_at(&mut s, &i, 0).unwrap().expect("the file's extent");
+        let e = extent_at(&mut s, &i, 0)
+            .unwrap()
+            .expect("the file's extent");
         assert_eq!(e.len, 2);
         // 2^32 - 1 blocks: listing them at once is 32 GiB.
         let huge = Extent {

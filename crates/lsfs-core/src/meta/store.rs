@@ -405,7 +405,11 @@ impl Store {
     fn dat_entry(&self, b: &[u8], v: u64) -> Result<DatEntry> {
         let e = DatEntry::read(b, (v % DAT_PER_BLOCK) as usize)?;
         if e.pblock != 0 {
-            check_phys(&self.geo, e.pblock, &format!("DAT entry of virtual block {v}"))?;
+            check_phys(
+                &self.geo,
+                e.pblock,
+                &format!("DAT entry of virtual block {v}"),
+            )?;
         }
         Ok(e)
     }
@@ -627,7 +631,9 @@ impl Store {
                 let v = sorted[i];
                 i += 1;
                 let slot = (v % DAT_PER_BLOCK) as usize;
-                let e = self.dat_entry(&block, v).inspect_err(|err| self.fail(err))?;
+                let e = self
+                    .dat_entry(&block, v)
+                    .inspect_err(|err| self.fail(err))?;
                 if !e.is_current() {
                     // A tree on a damaged image names a block the DAT does
                     // not hold live. Stop writes: blocks of this call before

@@ -234,7 +234,10 @@ mod tests {
         t.add_live(1, 0);
         t.kill_live(1, false, 0).unwrap();
         let e = t.kill_live(1, false, 0).unwrap_err().to_string();
-        assert!(e.contains("segment 1") && e.contains("counts none live"), "{e}");
+        assert!(
+            e.contains("segment 1") && e.contains("counts none live"),
+            "{e}"
+        );
         assert_eq!(t.usage[1].nlive, 0);
     }
 
