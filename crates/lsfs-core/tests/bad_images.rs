@@ -353,32 +353,15 @@ fn cleaning_a_segment_with_a_damaged_record_is_an_error() {
 /// a segment counted empty (a panic). Opening now refuses the SUFILE.
 #[test]
 fn sufile_block_missing_from_its_map_is_refused() {
-    use lsfs_core::btree::Node;
-    use lsfs_core::log::chain::segment_records;
-
     let mut fs = mkfs(DEV_BYTES, cfg());
     fs.mknod(ROOT_INO, b"f", libc::S_IFREG | 0o644, 0, &ctx())
         .unwrap();
     fs.unmount().unwrap();
-    let pblock = fs.store.dat_get(fs.store.sufile_root).unwrap().pblock;
-    let (geo, fs_id) = (fs.store.geo, fs.store.sb.fs_id);
-    let mut img = image(&mut fs);
-    let seg = geo.segment_of(pblock).unwrap();
-    let rec = segment_records(&mut MemDevice::from_bytes(img.clone()), &geo, fs_id, seg)
-        .unwrap()
-        .into_iter()
-        .find(|r| r.block <= pblock && pblock < r.end_block())
-        .expect("the record holding the SUFILE root");
-    let at = pblock as usize * BLOCK_BYTES;
-    let Ok(Node::Leaf { mut items }) = Node::decode(&img[at..at + BLOCK_BYTES], BLOCK_BYTES) else {
-        panic!("a small image's SUFILE root is a leaf");
-    };
-    assert_eq!(items.len(), 1, "a small image's SUFILE is one block");
-    items[0].0 = 0x1_f686_0081;
-    img[at..at + BLOCK_BYTES].copy_from_slice(&Node::Leaf { items }.encode(BLOCK_BYTES));
-    let r = &mut img[rec.block as usize * BLOCK_BYTES..rec.end_block() as usize * BLOCK_BYTES];
-    let crc = crc_with_hole(r, 8);
-    r[8..12].copy_from_slice(&crc.to_le_bytes());
+    let root = fs.store.sufile_root;
+    let img = patch_root_leaf(&mut fs, root, |items| {
+        assert_eq!(items.len(), 1, "a small image's SUFILE is one block");
+        items[0].0 = 0x1_f686_0081;
+    });
 
     let e = open_error(img.clone());
     assert!(

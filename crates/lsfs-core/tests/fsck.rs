@@ -211,33 +211,14 @@ fn moved_directory_is_still_not_empty() {
 /// the inode numbers of that IFILE block with an overflow and panicked.
 #[test]
 fn ifile_block_beyond_every_inode_number_is_reported() {
-    use lsfs_core::btree::Node;
-    use lsfs_core::codec::crc_with_hole;
-    use lsfs_core::layout::BLOCK_BYTES;
-    use lsfs_core::log::chain::segment_records;
-
     let mut fs = mkfs(16 * MIB, cfg());
     fs.mknod(ROOT_INO, b"f", libc::S_IFREG | 0o644, 0, &ctx())
         .unwrap();
     fs.unmount().unwrap();
-    let pblock = fs.store.dat_get(fs.store.ifile_root).unwrap().pblock;
-    let (geo, fs_id) = (fs.store.geo, fs.store.sb.fs_id);
-    let mut img = image(&mut fs);
-    let seg = geo.segment_of(pblock).unwrap();
-    let rec = segment_records(&mut MemDevice::from_bytes(img.clone()), &geo, fs_id, seg)
-        .unwrap()
-        .into_iter()
-        .find(|r| r.block <= pblock && pblock < r.end_block())
-        .expect("the record holding the IFILE root");
-    let at = pblock as usize * BLOCK_BYTES;
-    let Ok(Node::Leaf { mut items }) = Node::decode(&img[at..at + BLOCK_BYTES], BLOCK_BYTES) else {
-        panic!("a small image's IFILE root is a leaf");
-    };
-    items.last_mut().unwrap().0 = 0x4600_0000_0000_00da;
-    img[at..at + BLOCK_BYTES].copy_from_slice(&Node::Leaf { items }.encode(BLOCK_BYTES));
-    let r = &mut img[rec.block as usize * BLOCK_BYTES..rec.end_block() as usize * BLOCK_BYTES];
-    let crc = crc_with_hole(r, 8);
-    r[8..12].copy_from_slice(&crc.to_le_bytes());
+    let root = fs.store.ifile_root;
+    let img = patch_root_leaf(&mut fs, root, |items| {
+        items.last_mut().unwrap().0 = 0x4600_0000_0000_00da;
+    });
 
     let all = fsck_bytes(img).errors.join("\n");
     assert!(!all.contains("panicked"), "{all}");

@@ -511,6 +511,14 @@ mod tests {
         assert_eq!(last.len, 1);
     }
 
+    /// A regular file of two blocks, in one extent.
+    fn two_block_file(s: &mut Store) -> Inode {
+        let now = Timespec { sec: 0, nsec: 0 };
+        let mut i = Inode::new(16, libc::S_IFREG | 0o644, 0, 0, now);
+        write(s, &mut i, 0, &vec![7u8; 2 * BLOCK as usize]).unwrap();
+        i
+    }
+
     /// Found by the `image` fuzz target (a patch setting an extent's length
     /// to 0x23fd_2000 blocks, checksums resealed, then a truncation on a
     /// read-write mount): truncating listed every block of the extent at
@@ -519,9 +527,7 @@ mod tests {
     #[test]
     fn truncating_a_huge_damaged_extent_is_an_error_in_bounded_memory() {
         let mut s = store();
-        let now = Timespec { sec: 0, nsec: 0 };
-        let mut i = Inode::new(16, libc::S_IFREG | 0o644, 0, 0, now);
-        write(&mut s, &mut i, 0, &vec![7u8; 2 * BLOCK as usize]).unwrap();
+        let mut i = two_block_file(&mut s);
         let e = extent_at(&mut s, &i, 0)
             .unwrap()
             .expect("the file's extent");
@@ -542,9 +548,7 @@ mod tests {
     #[test]
     fn freeing_more_blocks_than_the_inode_counts_is_corrupt() {
         let mut s = store();
-        let now = Timespec { sec: 0, nsec: 0 };
-        let mut i = Inode::new(16, libc::S_IFREG | 0o644, 0, 0, now);
-        write(&mut s, &mut i, 0, &vec![7u8; 2 * BLOCK as usize]).unwrap();
+        let mut i = two_block_file(&mut s);
         i.blocks = 1;
         let err = truncate(&mut s, &mut i, 0).unwrap_err().to_string();
         assert!(err.contains("counts 1 blocks"), "{err}");

@@ -62,6 +62,41 @@ pub fn image(fs: &mut Lsfs) -> Vec<u8> {
     fs.store.dev_bytes_for_test()
 }
 
+/// The image of an unmounted file system whose metadata file rooted at
+/// virtual block `root` (a one-leaf tree on a small image) has its leaf
+/// items changed by `patch`, with the record holding the leaf resealed so
+/// that only the damage itself is wrong (how the fuzz targets' patches look).
+pub fn patch_root_leaf(
+    fs: &mut Lsfs,
+    root: u64,
+    patch: impl FnOnce(&mut Vec<(u64, Vec<u8>)>),
+) -> Vec<u8> {
+    use lsfs_core::btree::Node;
+    use lsfs_core::codec::crc_with_hole;
+    use lsfs_core::layout::BLOCK_BYTES;
+    use lsfs_core::log::chain::segment_records;
+
+    let pblock = fs.store.dat_get(root).unwrap().pblock;
+    let (geo, fs_id) = (fs.store.geo, fs.store.sb.fs_id);
+    let mut img = image(fs);
+    let seg = geo.segment_of(pblock).unwrap();
+    let rec = segment_records(&mut MemDevice::from_bytes(img.clone()), &geo, fs_id, seg)
+        .unwrap()
+        .into_iter()
+        .find(|r| r.block <= pblock && pblock < r.end_block())
+        .expect("the record holding the root");
+    let at = pblock as usize * BLOCK_BYTES;
+    let Ok(Node::Leaf { mut items }) = Node::decode(&img[at..at + BLOCK_BYTES], BLOCK_BYTES) else {
+        panic!("a small image's metadata root is a leaf");
+    };
+    patch(&mut items);
+    img[at..at + BLOCK_BYTES].copy_from_slice(&Node::Leaf { items }.encode(BLOCK_BYTES));
+    let r = &mut img[rec.block as usize * BLOCK_BYTES..rec.end_block() as usize * BLOCK_BYTES];
+    let crc = crc_with_hole(r, 8);
+    r[8..12].copy_from_slice(&crc.to_le_bytes());
+    img
+}
+
 pub fn fsck_bytes(bytes: Vec<u8>) -> FsckReport {
     fsck(Box::new(MemDevice::from_bytes(bytes)) as Box<dyn BlockDevice>).expect("fsck runs")
 }
