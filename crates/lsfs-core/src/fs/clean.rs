@@ -284,8 +284,8 @@ impl Lsfs {
     /// before their blocks have had time to die. A segment's worth of dirty
     /// blocks is placed first, so the pass's room is not taken by blocks
     /// waiting for the checkpoint (fewer would cost a checkpoint per write
-    /// when the mark cannot be reached). Measured in docs/CLEANER.md §3 (hot/cold 80 %: WA 2.50
-    /// to about 2.33, half the checkpoints).
+    /// when the mark cannot be reached). Measured in docs/CLEANER.md §3
+    /// (hot/cold at 80 %: WA 2.50 to 2.32, half the checkpoints).
     pub(crate) fn clean_to_low_water(&mut self) -> Result<()> {
         let cfg = self.cleaner.config.clone();
         if self.store.cache.dirty_count() as u64 >= self.store.geo.segment_blocks as u64 {

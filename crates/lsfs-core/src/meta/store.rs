@@ -66,7 +66,7 @@ pub struct StoreStats {
     pub checkpoints_deleted: u64,
     /// Snapshot promotions and demotions fully applied to the counters.
     pub snapshot_changes_reconciled: u64,
-    /// Payload blocks written, by what they hold (see `BlockKind::class`).
+    /// Payload blocks written, by what they hold (see `SummaryEntry::class`).
     pub blocks_by_class: std::collections::BTreeMap<&'static str, u64>,
 }
 
@@ -849,20 +849,14 @@ impl Store {
     /// and writes stop.
     pub(crate) fn add_snapshot(&mut self, seg: u64, delta: i64) -> Result<()> {
         let r = self.segs.add_snapshot(seg, delta);
-        if let Err(e) = &r {
-            self.fail(e);
-        }
-        r
+        self.stop_on_error(r)
     }
 
     /// A live block of `seg` died ([`SegTable::kill_live`]); a SUFILE count
     /// that is already 0 is a damaged image, and writes stop.
     pub(crate) fn kill_live(&mut self, seg: u64, to_snapshot: bool, now: u64) -> Result<()> {
         let r = self.segs.kill_live(seg, to_snapshot, now);
-        if let Err(e) = &r {
-            self.fail(e);
-        }
-        r
+        self.stop_on_error(r)
     }
 
     /// Blocks of `seg` are about to be written ([`SegTable::add_written`]);
@@ -870,6 +864,11 @@ impl Store {
     /// (the checkpoint fails before its records are written).
     pub(crate) fn add_written(&mut self, seg: u64, nblocks: u32, now: u64) -> Result<()> {
         let r = self.segs.add_written(seg, nblocks, now);
+        self.stop_on_error(r)
+    }
+
+    /// A counter change that found the image damaged stops writes.
+    fn stop_on_error<T>(&mut self, r: Result<T>) -> Result<T> {
         if let Err(e) = &r {
             self.fail(e);
         }
