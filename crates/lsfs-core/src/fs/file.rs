@@ -452,9 +452,6 @@ pub fn mapped_blocks(s: &mut Store, ino: &Inode) -> Result<Vec<(u64, u64)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::MemDevice;
-    use crate::meta::open::MkfsOptions;
-    use crate::meta::store::StoreConfig;
     use lsfs_vfs::Timespec;
 
     /// Found by the `image` fuzz target: a damaged IFILE block gave an
@@ -462,12 +459,7 @@ mod tests {
     /// allocated the whole size (8 GiB) instead of the bytes asked for.
     #[test]
     fn inline_read_makes_only_the_bytes_asked_for() {
-        let opts = MkfsOptions {
-            segment_blocks: 64,
-            label: String::new(),
-        };
-        let dev = Box::new(MemDevice::new(600 * BLOCK));
-        let mut s = Store::create(dev, &opts, StoreConfig::default()).unwrap();
+        let mut s = Store::small_for_test();
         let now = Timespec { sec: 0, nsec: 0 };
         let mut i = Inode::new(16, libc::S_IFREG | 0o644, 0, 0, now);
         assert_eq!(i.format, Format::InlineData);
@@ -482,15 +474,6 @@ mod tests {
             assert_eq!(read(&mut s, &i, size - 6, 65536).unwrap(), vec![0; 6]);
             assert_eq!(read(&mut s, &i, size, 1).unwrap(), Vec::<u8>::new());
         }
-    }
-
-    fn store() -> Store {
-        let opts = MkfsOptions {
-            segment_blocks: 64,
-            label: String::new(),
-        };
-        let dev = Box::new(MemDevice::new(600 * BLOCK));
-        Store::create(dev, &opts, StoreConfig::default()).unwrap()
     }
 
     /// Extents whose block arithmetic would overflow are refused where decoded.
@@ -526,7 +509,7 @@ mod tests {
     /// DAT does not hold live stops it with an error.
     #[test]
     fn truncating_a_huge_damaged_extent_is_an_error_in_bounded_memory() {
-        let mut s = store();
+        let mut s = Store::small_for_test();
         let mut i = two_block_file(&mut s);
         let e = extent_at(&mut s, &i, 0)
             .unwrap()
@@ -547,7 +530,7 @@ mod tests {
     /// error when they are freed, not an underflow.
     #[test]
     fn freeing_more_blocks_than_the_inode_counts_is_corrupt() {
-        let mut s = store();
+        let mut s = Store::small_for_test();
         let mut i = two_block_file(&mut s);
         i.blocks = 1;
         let err = truncate(&mut s, &mut i, 0).unwrap_err().to_string();

@@ -900,20 +900,23 @@ impl Store {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::device::MemDevice;
-    use crate::meta::open::MkfsOptions;
-
-    /// A new store of 600 blocks in 64-block segments.
-    fn small_store() -> Store {
-        let opts = MkfsOptions {
+impl Store {
+    /// A new store of 600 blocks in 64-block segments, for unit tests.
+    pub(crate) fn small_for_test() -> Store {
+        let opts = crate::meta::open::MkfsOptions {
             segment_blocks: 64,
             label: String::new(),
         };
-        let dev = Box::new(MemDevice::new(600 * crate::layout::BLOCK_BYTES as u64));
+        let dev = Box::new(crate::device::MemDevice::new(
+            600 * crate::layout::BLOCK_BYTES as u64,
+        ));
         Store::create(dev, &opts, StoreConfig::default()).unwrap()
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
 
     /// Found by the `image` fuzz target: a patch (`ff ff ff ff ff 64 64 64`)
     /// over an inode's xattr root gave a virtual block above 2^62, whose
@@ -921,7 +924,7 @@ mod tests {
     /// another block's key).
     #[test]
     fn virtual_block_out_of_range_is_corrupt() {
-        let mut s = small_store();
+        let mut s = Store::small_for_test();
         let owner = Owner {
             ino: 16,
             offset: 0,
@@ -939,7 +942,7 @@ mod tests {
     /// is a corruption error and writes stop.
     #[test]
     fn killing_a_block_the_dat_does_not_hold_is_corrupt() {
-        let mut s = small_store();
+        let mut s = Store::small_for_test();
         let e = s.vkill(5_308_473).unwrap_err();
         assert!(e.to_string().contains("not live"), "{e}");
         assert!(s.writable().is_err(), "writes must stop");
@@ -952,7 +955,7 @@ mod tests {
     /// are now checked where they are read.
     #[test]
     fn dat_entry_outside_the_log_is_corrupt() {
-        let mut s = small_store();
+        let mut s = Store::small_for_test();
         let v = s.valloc().unwrap();
         let e = DatEntry {
             pblock: 0x8125_2525_2500_0000,
