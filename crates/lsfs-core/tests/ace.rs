@@ -13,9 +13,17 @@
 //! - namespace: the names are those of the model after some operation
 //!   between the last completed sync / directory fsync / snapshot and the
 //!   crash (no partial rename, no name both lost and kept);
-//! - fsync'd files: content, size, xattrs and names as at their fsync or later;
-//! - every file: a content it really had since that sync (no garbage);
+//! - fsync'd files: content, size, xattrs, names and attributes as at their
+//!   fsync (or fdatasync) or later;
+//! - every file, directory and symlink: a content and attributes it really
+//!   had, together, since that sync (no garbage, no half-old inode);
 //! - completed snapshots: exactly the model at the time they were taken.
+//!
+//! The attributes are file type and permission bits, uid, gid, size, link
+//! count, and atime, mtime and ctime to the nanosecond (`Meta`); the core
+//! operations change them with chmod+chown (`Chattr`) and utimes as well.
+//! Times come from lsfs's own clock, so the expected ones are lsfs's before
+//! the crash; the rest must also agree with the model after every operation.
 //!
 //! Half the workloads (the cleaner variant) run on an image with
 //! partly dead segments and a cleaner pass before every core operation, so
@@ -32,7 +40,7 @@ use lsfs_core::device::{CrashChoice, CrashDevice, CrashLog, CrashState, MemDevic
 use lsfs_core::fs::{Lsfs, MountConfig};
 use lsfs_core::meta::open::MkfsOptions;
 use lsfs_vfs::model::MemFs;
-use lsfs_vfs::{Errno, FileKind, Ino, SetAttr, Vfs, VfsResult, ROOT_INO};
+use lsfs_vfs::{Attr, Errno, FileKind, Ino, SetAttr, TimeSet, Timespec, Vfs, VfsResult, ROOT_INO};
 use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Instant;
@@ -80,6 +88,11 @@ enum Op {
     /// A symlink to "foo".
     Symlink(&'static str),
     SetXattr(&'static str),
+    /// chmod and chown in one `setattr`: permission bits (sticky on odd
+    /// seeds), uid and gid, all from the seed.
+    Chattr(&'static str),
+    /// utimes: atime and mtime set to seeded times with nanoseconds.
+    Utimes(&'static str),
     Fsync(&'static str),
     Fdatasync(&'static str),
     Sync,
@@ -139,6 +152,8 @@ fn core_ops() -> Vec<Op> {
     }
     for p in &all {
         v.push(Op::SetXattr(p));
+        v.push(Op::Chattr(p));
+        v.push(Op::Utimes(p));
         v.push(Op::Fsync(p));
         v.push(Op::Fdatasync(p));
     }
@@ -153,7 +168,7 @@ fn touched(op: Op) -> Option<&'static str> {
         Op::Creat(p) | Op::Mkdir(p) | Op::Write(p) | Op::PWrite(p, _) | Op::Truncate(p, _) => {
             Some(p)
         }
-        Op::Symlink(p) | Op::SetXattr(p) => Some(p),
+        Op::Symlink(p) | Op::SetXattr(p) | Op::Chattr(p) | Op::Utimes(p) => Some(p),
         Op::Link(_, d) | Op::Rename(_, d) => Some(d),
         Op::Unlink(p) | Op::Rmdir(p) => Some(parent_path(p)),
         _ => None,
@@ -326,6 +341,30 @@ fn run(fs: &mut dyn Vfs, op: Op, seed: u64) -> Outcome {
             fs.setxattr(ino, b"user.ace", &pattern(seed, 20), 0)
                 .map(|_| None)
         }
+        Op::Chattr(p) | Op::Utimes(p) => {
+            let ino = resolve(fs, p)?;
+            let s = seed as u32;
+            let set = match op {
+                Op::Chattr(_) => SetAttr {
+                    mode: Some(0o600 | (s * 5 & 0o77) | if s % 2 == 1 { 0o1000 } else { 0 }),
+                    uid: Some(1000 + s),
+                    gid: Some(2000 + s),
+                    ..SetAttr::default()
+                },
+                _ => SetAttr {
+                    atime: Some(TimeSet::At(Timespec {
+                        sec: 1_000_000 + seed as i64,
+                        nsec: 123_456_789,
+                    })),
+                    mtime: Some(TimeSet::At(Timespec {
+                        sec: 2_000_000 + seed as i64,
+                        nsec: 987_654_321 - s,
+                    })),
+                    ..SetAttr::default()
+                },
+            };
+            fs.setattr(ino, &set).map(|_| None)
+        }
         Op::Fsync(p) | Op::Fdatasync(p) => {
             let ino = resolve(fs, p)?;
             fs.fsync(ino, matches!(op, Op::Fdatasync(_))).map(|_| None)
@@ -339,12 +378,70 @@ fn run(fs: &mut dyn Vfs, op: Op, seed: u64) -> Outcome {
 // ---- the state the checker compares ----
 
 /// An inode as the checker sees it: kind, bytes (file data with its size,
-/// or symlink target) and xattrs.
+/// or symlink target), xattrs and the attributes `docs/CRASH.md` promises.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Node {
     kind: FileKind,
     data: Vec<u8>,
     xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
+    meta: Meta,
+}
+
+/// The promised attributes of an inode (from `getattr`): file type and
+/// permission bits, owner, size, link count, and the three times. The model
+/// keeps times of its own clock, so the trees the checker compares against
+/// take these from lsfs itself before the crash (`lsfs_meta`), after
+/// checking that the rest agree with the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Meta {
+    kind: FileKind,
+    perm: u16,
+    uid: u32,
+    gid: u32,
+    size: u64,
+    nlink: u32,
+    atime: Timespec,
+    mtime: Timespec,
+    ctime: Timespec,
+}
+
+impl Meta {
+    fn of(a: &Attr) -> Meta {
+        Meta {
+            kind: a.kind,
+            perm: a.perm,
+            uid: a.uid,
+            gid: a.gid,
+            size: a.size,
+            nlink: a.nlink,
+            atime: a.atime,
+            mtime: a.mtime,
+            ctime: a.ctime,
+        }
+    }
+
+    /// Everything but the times and a directory's size, which lsfs and the
+    /// model count differently (entries, a block).
+    fn model_part(&self) -> (FileKind, u16, u32, u32, Option<u64>, u32) {
+        let size = (self.kind != FileKind::Dir).then_some(self.size);
+        (self.kind, self.perm, self.uid, self.gid, size, self.nlink)
+    }
+}
+
+/// One line about a node for a violation report.
+fn describe(n: Option<&Node>) -> String {
+    match n {
+        None => "absent".into(),
+        Some(n) => format!(
+            "{} bytes, xattrs {:?}, {:?}",
+            n.data.len(),
+            n.xattrs
+                .keys()
+                .map(|k| String::from_utf8_lossy(k).into_owned())
+                .collect::<Vec<_>>(),
+            n.meta
+        ),
+    }
 }
 
 /// A whole file system in model inode numbers: every directory entry, and
@@ -420,7 +517,38 @@ fn node(fs: &mut dyn Vfs, ino: Ino, kind: FileKind) -> Result<Node, String> {
             .map_err(|e| format!("getxattr of inode {ino}: {e:?}"))?;
         xattrs.insert(name, v);
     }
-    Ok(Node { kind, data, xattrs })
+    let a = fs
+        .getattr(ino)
+        .map_err(|e| format!("getattr of inode {ino}: {e:?}"))?;
+    Ok(Node {
+        kind,
+        data,
+        xattrs,
+        meta: Meta::of(&a),
+    })
+}
+
+/// Put lsfs's attributes into `tree`, a walk of the model taken at the same
+/// moment, after checking that lsfs and the model agree on all but times
+/// (and a directory's size). `from_model`: model inode → lsfs inode.
+fn lsfs_meta(tree: &mut Tree, fs: &mut Lsfs, from_model: &HashMap<Ino, Ino>) -> Result<(), String> {
+    for (&m, n) in tree.nodes.iter_mut() {
+        let ino = *from_model
+            .get(&m)
+            .ok_or_else(|| format!("model inode {m} has no lsfs twin"))?;
+        let a = fs
+            .getattr(ino)
+            .map_err(|e| format!("lsfs getattr of inode {ino}: {e:?}"))?;
+        let got = Meta::of(&a);
+        if got.model_part() != n.meta.model_part() {
+            return Err(format!(
+                "lsfs inode {ino} has attributes {got:?}, the model {:?}",
+                n.meta
+            ));
+        }
+        n.meta = got;
+    }
+    Ok(())
 }
 
 // ---- the initial tree ----
@@ -495,7 +623,8 @@ enum Promise {
     Nothing,
     /// Everything as it was: sync, fsync of a directory, snapshot.
     All,
-    /// This inode's content, xattrs and names (fsync of a file or symlink).
+    /// This inode's content, xattrs, attributes and names (fsync or
+    /// fdatasync of a file or symlink).
     Inode(Ino),
 }
 
@@ -532,12 +661,15 @@ fn record(base: &Base, ops: &[Op]) -> Result<Recorded, String> {
     let empty = HashMap::new();
     let (dev, log) = CrashDevice::new(MemDevice::from_bytes(base.image.clone()));
     let mut fs = Lsfs::open(Box::new(dev), ace_cfg()).map_err(|e| format!("mount: {e}"))?;
+    let mut from_model: HashMap<Ino, Ino> = base.to_model.iter().map(|(&l, &m)| (m, l)).collect();
+    let mut tree = walk(&mut model, &empty)?;
+    lsfs_meta(&mut tree, &mut fs, &from_model).map_err(|e| format!("after mount: {e}"))?;
     let mut rec = Recorded {
         spans: vec![(0, log.len())],
         log,
         ops: ops.to_vec(),
         promises: vec![Promise::All],
-        trees: vec![walk(&mut model, &empty)?],
+        trees: vec![tree],
         snapshots: Vec::new(),
         to_model: base.to_model.clone(),
         blocks_copied: 0,
@@ -564,6 +696,7 @@ fn record(base: &Base, ops: &[Op]) -> Result<Recorded, String> {
         match (&got, &want) {
             (Ok(Some(a)), Ok(Some(b))) => {
                 rec.to_model.insert(*a, *b);
+                from_model.insert(*b, *a);
             }
             (Ok(_), Ok(_)) => {}
             (Err(a), Err(b)) if a == b => {}
@@ -583,7 +716,9 @@ fn record(base: &Base, ops: &[Op]) -> Result<Recorded, String> {
         };
         rec.spans.push((start, rec.log.len()));
         rec.promises.push(promise);
-        rec.trees.push(walk(&mut model, &empty)?);
+        let mut tree = walk(&mut model, &empty)?;
+        lsfs_meta(&mut tree, &mut fs, &from_model).map_err(|e| format!("op {i} {op:?}: {e}"))?;
+        rec.trees.push(tree);
     }
     drop(fs); // a power cut: no unmount
     Ok(rec)
@@ -633,9 +768,12 @@ fn check_state(
     for (&ino, n) in &got.nodes {
         if !window(lower).iter().any(|t| t.nodes.get(&ino) == Some(n)) {
             return Err(format!(
-                "inode {ino} holds {} bytes {:?} that it never had in {lower}..={upper}",
-                n.data.len(),
-                n.xattrs.keys().collect::<Vec<_>>()
+                "inode {ino} holds what it never had in {lower}..={upper}: {}; there: {:?}",
+                describe(Some(n)),
+                window(lower)
+                    .iter()
+                    .map(|t| describe(t.nodes.get(&ino)))
+                    .collect::<Vec<_>>()
             ));
         }
     }
@@ -655,14 +793,11 @@ fn check_state(
         }
         if let Some(n) = got.nodes.get(&ino) {
             if !window(p).iter().any(|t| t.nodes.get(&ino) == Some(n)) {
-                let at = &rec.trees[p].nodes.get(&ino);
                 return Err(format!(
-                    "inode {ino} fsync'd at op {p} ({:?}) holds {} bytes, xattrs {:?}; at the fsync: {:?} bytes, xattrs {:?}",
+                    "inode {ino} fsync'd at op {p} ({:?}) holds {}; at the fsync: {}",
                     rec.ops[p - 1],
-                    n.data.len(),
-                    n.xattrs.keys().collect::<Vec<_>>(),
-                    at.map(|n| n.data.len()),
-                    at.map(|n| n.xattrs.keys().collect::<Vec<_>>())
+                    describe(Some(n)),
+                    describe(rec.trees[p].nodes.get(&ino))
                 ));
             }
         }
@@ -900,7 +1035,7 @@ fn ace_workloads_keep_what_crash_md_promises() {
     let take2 = if target.is_some() {
         n2
     } else {
-        env_u64("LSFS_ACE_SEQ2").unwrap_or(400)
+        env_u64("LSFS_ACE_SEQ2").unwrap_or(300)
     };
     for i in 0..take2.min(n2) {
         if run.full() {
