@@ -371,3 +371,39 @@ fn sufile_block_missing_from_its_map_is_refused() {
     let f = fsck_errors(img);
     assert!(f.contains("SUFILE"), "{f}");
 }
+
+/// The SUFILE entry of the segment the writer fills next, damaged to count
+/// it nearly full, every block live (opening accepts that: the count fits
+/// the segment, and the mount's first checkpoint kills as many blocks as it
+/// places). An fsync then placed more live blocks there than the segment
+/// holds, and `SegTable::add_live` asserted. Now it is a corruption error
+/// naming the segment, and writes stop.
+#[test]
+fn sufile_counting_the_writers_segment_all_live_stops_writes() {
+    let mut fs = mkfs(DEV_BYTES, cfg());
+    fs.mknod(ROOT_INO, b"f", libc::S_IFREG | 0o644, 0, &ctx())
+        .unwrap();
+    fs.unmount().unwrap();
+    let (root, seg) = (fs.store.sufile_root, fs.store.cur_seg);
+    let nearly_full = (opts().segment_blocks - 16).to_le_bytes();
+    let img = patch_meta_block(&mut fs, root, 0, |b| {
+        let at = seg as usize * 32;
+        b[at..at + 4].copy_from_slice(&nearly_full);
+        b[at + 4..at + 8].copy_from_slice(&nearly_full);
+    });
+
+    let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(img.clone())), cfg()).unwrap();
+    let f = fs
+        .mknod(ROOT_INO, b"g", libc::S_IFREG | 0o644, 0, &ctx())
+        .unwrap();
+    fs.write(f.ino, 0, &pattern(1, 20 * BLOCK_BYTES)).unwrap();
+    assert!(fs.fsync(f.ino, false).is_err(), "the fsync succeeded");
+    assert!(fs.store.writable().is_err(), "the mount keeps writing");
+    let e = fs.store.failed.clone().unwrap();
+    assert!(
+        e.contains(&format!("segment {seg}")) && e.contains("live blocks"),
+        "{e}"
+    );
+    let f = fsck_errors(img);
+    assert!(f.contains(&format!("segment {seg}")), "{f}");
+}

@@ -375,14 +375,14 @@ impl Store {
                     e.pblock = pos;
                     self.dat_set(v, e)?;
                     if !self.moved_dead.contains(&v) {
-                        self.segs.add_live(seg, now);
+                        self.add_live(seg, now)?;
                     } else if self.snapshot_counted(v, e.start, e.end) {
                         self.add_snapshot(seg, 1)?;
                     }
                 }
                 Item::Dat(t) => {
                     dat_addr.insert(t, pos);
-                    self.segs.add_live(seg, now);
+                    self.add_live(seg, now)?;
                 }
                 Item::SuperRoot | Item::InodeLog => {}
             }
@@ -873,10 +873,10 @@ impl Store {
                 let mut e = self.dat_get(v)?;
                 e.pblock = pos;
                 self.dat_set(v, e)?;
-                self.segs.add_live(
+                self.add_live(
                     self.geo.segment_of(pos).expect("planned inside the log"),
                     now,
-                );
+                )?;
             }
         }
         for r in &plan.records {

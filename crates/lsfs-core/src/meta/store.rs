@@ -852,6 +852,13 @@ impl Store {
         self.stop_on_error(r)
     }
 
+    /// A block placed in `seg` is live ([`SegTable::add_live`]); more than
+    /// the segment holds is a damaged image, and writes stop.
+    pub(crate) fn add_live(&mut self, seg: u64, now: u64) -> Result<()> {
+        let r = self.segs.add_live(seg, now);
+        self.stop_on_error(r)
+    }
+
     /// A live block of `seg` died ([`SegTable::kill_live`]); a SUFILE count
     /// that is already 0 is a damaged image, and writes stop.
     pub(crate) fn kill_live(&mut self, seg: u64, to_snapshot: bool, now: u64) -> Result<()> {

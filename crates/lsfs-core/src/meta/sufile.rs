@@ -84,16 +84,24 @@ impl SegTable {
         self.dirty_blocks.insert(seg / SU_PER_BLOCK);
     }
 
-    pub fn add_live(&mut self, seg: u64, now_secs: u64) {
+    /// A block placed in `seg` is live. More live blocks than the segment
+    /// holds is an error, not an assertion: the count starts from the
+    /// SUFILE on disk, which a damaged image can make too large. (Blocks are
+    /// counted live when placed, before the record is counted written, so
+    /// the bound is the segment's size, not `nblocks`.)
+    pub fn add_live(&mut self, seg: u64, now_secs: u64) -> Result<()> {
         let u = &mut self.usage[seg as usize];
+        if u.nlive >= self.segment_blocks {
+            return Err(Error::corrupt(format!(
+                "a block placed in segment {seg} would make {} live blocks, more than its {}: its SUFILE entry is damaged: {u:?}",
+                u.nlive as u64 + 1,
+                self.segment_blocks
+            )));
+        }
         u.nlive += 1;
-        assert!(
-            u.nlive <= u.nblocks.max(self.segment_blocks),
-            "segment {seg}: nlive {} exceeds its size",
-            u.nlive
-        );
         u.nlive_lastmod_secs = now_secs;
         self.touch(seg);
+        Ok(())
     }
 
     /// A live block of `seg` died; if a snapshot still needs it, it moves to `nsnapshot`.
@@ -210,10 +218,6 @@ impl SegTable {
 mod tests {
     use super::*;
 
-    /// Found by the `image` fuzz target (input `01 11 00 65 10 00 08 81 00
-    /// 86 f6 01`): a damaged SUFILE counted no live blocks in a segment the
-    /// DAT still used, and rolling an fsync record forward panicked on the
-    /// underflow. The count comes from disk: it is an error naming the segment.
     /// Found by the `image` fuzz target (input `2f 00 40 60 40 00 01 00 f6
     /// d7 0a 01 00 f6 01`): a damaged record header put the log position
     /// past what the SUFILE counted, and the first checkpoint of a
@@ -227,11 +231,15 @@ mod tests {
         assert_eq!(t.usage[2].nblocks, 60, "a refused write changes nothing");
     }
 
+    /// Found by the `image` fuzz target (input `01 11 00 65 10 00 08 81 00
+    /// 86 f6 01`): a damaged SUFILE counted no live blocks in a segment the
+    /// DAT still used, and rolling an fsync record forward panicked on the
+    /// underflow. The count comes from disk: it is an error naming the segment.
     #[test]
     fn killing_in_a_segment_counted_empty_is_corrupt() {
         let mut t = SegTable::new(4, 64);
         t.add_written(1, 10, 0).unwrap();
-        t.add_live(1, 0);
+        t.add_live(1, 0).unwrap();
         t.kill_live(1, false, 0).unwrap();
         let e = t.kill_live(1, false, 0).unwrap_err().to_string();
         assert!(
@@ -239,6 +247,19 @@ mod tests {
             "{e}"
         );
         assert_eq!(t.usage[1].nlive, 0);
+    }
+
+    /// A damaged SUFILE entry counting the segment full of live blocks: one
+    /// more placed there was an assertion; it is an error now.
+    #[test]
+    fn more_live_blocks_than_the_segment_holds_is_corrupt() {
+        let mut t = SegTable::new(4, 64);
+        for _ in 0..64 {
+            t.add_live(3, 0).unwrap();
+        }
+        let e = t.add_live(3, 0).unwrap_err().to_string();
+        assert!(e.contains("segment 3") && e.contains("65 live"), "{e}");
+        assert_eq!(t.usage[3].nlive, 64, "a refused count changes nothing");
     }
 
     /// Found by the `image` fuzz target (a patch to a DAT entry's `end`,

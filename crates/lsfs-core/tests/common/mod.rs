@@ -97,6 +97,47 @@ pub fn patch_root_leaf(
     img
 }
 
+/// Like [`patch_root_leaf`], but `patch` changes data block `idx` of the
+/// metadata file rooted at `root` (a one-leaf tree): the block's bytes, with
+/// the record holding it resealed.
+pub fn patch_meta_block(
+    fs: &mut Lsfs,
+    root: u64,
+    idx: u64,
+    patch: impl FnOnce(&mut [u8]),
+) -> Vec<u8> {
+    use lsfs_core::btree::Node;
+    use lsfs_core::codec::crc_with_hole;
+    use lsfs_core::layout::BLOCK_BYTES;
+    use lsfs_core::log::chain::segment_records;
+
+    let leaf = fs.store.dat_get(root).unwrap().pblock;
+    let (geo, fs_id) = (fs.store.geo, fs.store.sb.fs_id);
+    let mut img = image(fs);
+    let at = leaf as usize * BLOCK_BYTES;
+    let Ok(Node::Leaf { items }) = Node::decode(&img[at..at + BLOCK_BYTES], BLOCK_BYTES) else {
+        panic!("a small image's metadata root is a leaf");
+    };
+    let (_, v) = items
+        .iter()
+        .find(|(k, _)| *k == idx)
+        .expect("the block is mapped");
+    let v = u64::from_le_bytes(v[..8].try_into().unwrap());
+    let pblock = fs.store.dat_get(v).unwrap().pblock;
+    let seg = geo.segment_of(pblock).unwrap();
+    let rec = segment_records(&mut MemDevice::from_bytes(img.clone()), &geo, fs_id, seg)
+        .unwrap()
+        .into_iter()
+        .find(|r| r.block <= pblock && pblock < r.end_block())
+        .expect("the record holding the block");
+    let at = pblock as usize * BLOCK_BYTES;
+    patch(&mut img[at..at + BLOCK_BYTES]);
+    let r = &mut img[rec.block as usize * BLOCK_BYTES..rec.end_block() as usize * BLOCK_BYTES];
+    let crc = crc_with_hole(r, 8);
+    r[8..12].copy_from_slice(&crc.to_le_bytes());
+    img
+}
+
 pub fn fsck_bytes(bytes: Vec<u8>) -> FsckReport {
     fsck(Box::new(MemDevice::from_bytes(bytes)) as Box<dyn BlockDevice>).expect("fsck runs")
 }
