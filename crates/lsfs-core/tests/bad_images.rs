@@ -407,3 +407,74 @@ fn sufile_counting_the_writers_segment_all_live_stops_writes() {
     let f = fsck_errors(img);
     assert!(f.contains(&format!("segment {seg}")), "{f}");
 }
+
+/// The SUFILE entry of the segment holding the last checkpoint, damaged to
+/// count fewer blocks written than that checkpoint's records take: the
+/// writer would have placed new records over them. Opening refuses it,
+/// naming the record and the segment.
+#[test]
+fn sufile_counting_fewer_blocks_than_the_checkpoint_wrote_is_refused() {
+    let mut fs = mkfs(DEV_BYTES, cfg());
+    fs.mknod(ROOT_INO, b"f", libc::S_IFREG | 0o644, 0, &ctx())
+        .unwrap();
+    fs.unmount().unwrap();
+    let (root, seg, off) = (fs.store.sufile_root, fs.store.cur_seg, fs.store.cur_off);
+    assert!(off > 2, "the last checkpoint is in the writer's segment");
+    let img = patch_meta_block(&mut fs, root, 0, |b| {
+        let at = seg as usize * 32;
+        b[at..at + 4].copy_from_slice(&(off - 1).to_le_bytes());
+        let nlive = u32::from_le_bytes(b[at + 4..at + 8].try_into().unwrap());
+        b[at + 4..at + 8].copy_from_slice(&nlive.min(off - 1).to_le_bytes());
+    });
+    let e = open_error(img.clone());
+    assert!(
+        e.contains(&format!("of segment {seg}"))
+            && e.contains(&format!("counts {} blocks written", off - 1)),
+        "{e}"
+    );
+    let f = fsck_errors(img);
+    assert!(f.contains(&format!("segment {seg}")), "{f}");
+}
+
+/// Records written after the last checkpoint (an fsync's) lie past what its
+/// SUFILE counts, legitimately, and roll forward; but the log appends, so
+/// the first must start where the count ends. A SUFILE entry counting more
+/// blocks than the log holds (so recovery would count the fsync record's
+/// blocks twice over) is refused.
+#[test]
+fn record_after_the_checkpoint_must_start_where_the_sufile_count_ends() {
+    let mut fs = mkfs(DEV_BYTES, cfg());
+    let f = fs
+        .mknod(ROOT_INO, b"f", libc::S_IFREG | 0o644, 0, &ctx())
+        .unwrap();
+    fs.checkpoint().unwrap();
+    let (root, seg, off) = (fs.store.sufile_root, fs.store.cur_seg, fs.store.cur_off);
+    fs.write(f.ino, 0, &pattern(3, 9000)).unwrap();
+    fs.fsync(f.ino, false).unwrap();
+    assert_eq!(
+        fs.store.cur_seg, seg,
+        "the fsync record follows the checkpoint"
+    );
+
+    // A crash now: the fsync record is rolled forward.
+    let crashed = image(&mut fs);
+    let mut back = Lsfs::open(Box::new(MemDevice::from_bytes(crashed)), cfg()).unwrap();
+    assert_eq!(back.read(f.ino, 0, 9000).unwrap(), pattern(3, 9000));
+    assert_eq!(
+        back.store.segs.usage[seg as usize].nblocks,
+        back.store.cur_off
+    );
+
+    // The same crash, the checkpoint's SUFILE counting one block more.
+    let img = patch_meta_block(&mut fs, root, 0, |b| {
+        let at = seg as usize * 32;
+        b[at..at + 4].copy_from_slice(&(off + 1).to_le_bytes());
+    });
+    let e = open_error(img);
+    assert!(
+        e.contains("after the checkpoint")
+            && e.contains(&format!("blocks {off}.."))
+            && e.contains(&format!("counts {} blocks written", off + 1)),
+        "{e}"
+    );
+}

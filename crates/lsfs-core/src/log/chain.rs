@@ -2,7 +2,7 @@
 //! records that recovery follows from a checkpoint.
 
 use crate::device::BlockDevice;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::layout::Geometry;
 use crate::log::record::{RecordHeader, FLAG_DATA_STREAM, MAX_RECORD_PAYLOAD};
 
@@ -22,6 +22,34 @@ impl FoundRecord {
     pub fn end_block(&self) -> u64 {
         self.block + self.header.nblocks as u64
     }
+}
+
+/// Check a record of the recovery chain against the SUFILE entry of its
+/// segment, which counts `written` blocks there. A record the checkpoint
+/// being opened wrote, or one before it, lies within that count (the
+/// checkpoint counts its own records). A record after it (`after`: rolled
+/// forward, not counted) starts exactly where the count ends, since the log
+/// appends. Otherwise the SUFILE or the record is damaged, and a writer
+/// trusting either would overwrite the other or misjudge the free space.
+pub fn check_counted(geo: &Geometry, r: &FoundRecord, written: u32, after: bool) -> Result<()> {
+    let start = geo.segment_start(r.header.segno);
+    let (off, end) = (r.block - start, r.end_block() - start);
+    let bad = if after {
+        off != written as u64
+    } else {
+        end > written as u64
+    };
+    if bad {
+        return Err(Error::corrupt(format!(
+            "record at block {} (sequence {}, {} blocks{}) takes blocks {off}..{end} of segment {}, but its SUFILE entry counts {written} blocks written there",
+            r.block,
+            r.header.seq,
+            r.header.nblocks,
+            if after { ", after the checkpoint" } else { "" },
+            r.header.segno
+        )));
+    }
+    Ok(())
 }
 
 /// Read and verify the record starting at `block` whose sequence number must

@@ -8,7 +8,7 @@ use crate::cache::BlockCache;
 use crate::device::BlockDevice;
 use crate::error::{Error, Result};
 use crate::layout::{Geometry, BLOCK_BYTES, FIRST_USER_INO};
-use crate::log::chain::{follow_chain, read_record, FoundRecord};
+use crate::log::chain::{check_counted, follow_chain, read_record, FoundRecord};
 use crate::log::record::{BlockKind, FLAG_DSYNC, FLAG_SUPER_ROOT};
 use crate::log::super_root::SuperRoot;
 use crate::log::superblock::{Superblock, FORMAT_VERSION};
@@ -228,9 +228,17 @@ impl Store {
                 sr.cno
             )));
         }
-        // Records after the base checkpoint occupy space its SUFILE does not know of.
+        // The base checkpoint's SUFILE counts its records and those before
+        // it; records after it occupy space that SUFILE does not know of.
+        let counted = base_idx.map_or(&chain[..0], |i| &chain[..=i]);
+        for r in std::iter::once(&start).chain(counted) {
+            let written = store.segs.usage[r.header.segno as usize].nblocks;
+            check_counted(&geo, r, written, false)?;
+        }
         let now = store.now();
         for r in after {
+            let written = store.segs.usage[r.header.segno as usize].nblocks;
+            check_counted(&geo, r, written, true)?;
             store
                 .segs
                 .add_written(r.header.segno, r.header.nblocks, now)?;
