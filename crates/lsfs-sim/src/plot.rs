@@ -23,7 +23,7 @@ pub struct Chart<'a> {
     pub legend: SeriesLabelPosition,
 }
 
-const COLORS: [RGBColor; 8] = [
+const COLORS: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -32,6 +32,8 @@ const COLORS: [RGBColor; 8] = [
     RGBColor(140, 86, 75),
     RGBColor(227, 119, 194),
     RGBColor(23, 190, 207),
+    RGBColor(188, 189, 34),
+    RGBColor(127, 127, 127),
 ];
 
 pub fn line_chart(path: &Path, chart: &Chart, series: &[Series]) -> Result<(), Box<dyn Error>> {

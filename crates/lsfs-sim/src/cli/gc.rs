@@ -2,7 +2,7 @@ use std::error::Error;
 use std::path::PathBuf;
 
 use crate::access::{parse_block_trace, AccessSpec};
-use crate::gc::{run_sweep, GcConfig, GcPolicy, GcResult};
+use crate::gc::{run_sweep, GcConfig, GcPolicy, GcResult, ThreadedLogging, RANDOM_WRITE_COST};
 use crate::plot::{line_chart, Chart, Series};
 
 use super::{parse_list, CommonArgs};
@@ -67,6 +67,23 @@ pub struct GcArgs {
     /// Segment utilization distribution at the highest utilization, as SVG.
     #[arg(long)]
     pub histogram: Option<PathBuf>,
+    /// Threaded logging (hole plugging), comma-separated modes to run: off (append only),
+    /// always (plug every write below the cleaner's low-water mark, F2FS SSR's target),
+    /// adaptive (plug a victim the policy picks instead of cleaning it when R < 2/(1-u) and
+    /// R is below the measured cost of recent cleaning), per-victim (adaptive without the
+    /// measured gate).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "off")]
+    pub threaded: Vec<ThreadedLogging>,
+    /// R: cost of one plugged (random) block write in sequential block writes; a finite
+    /// number >= 1. Default: fio on this machine, 203,472 / 19,144 blocks/s.
+    #[arg(long, value_name = "R", default_value_t = RANDOM_WRITE_COST, value_parser = parse_random_write_cost)]
+    pub random_write_cost: f64,
+    /// Threaded logging: cost per user write (plugged blocks at R) against utilization, as SVG.
+    #[arg(long)]
+    pub plot_cost: Option<PathBuf>,
+    /// Threaded logging: fraction of user writes plugged into holes against utilization, as SVG.
+    #[arg(long)]
+    pub plot_plugged: Option<PathBuf>,
     #[command(flatten)]
     pub common: CommonArgs,
 }
@@ -112,23 +129,37 @@ impl GcArgs {
         let utilizations: Vec<f64> = parse_list(&self.utilizations)?;
         let mut jobs = Vec::new();
         for policy in self.policies()? {
-            for &u in &utilizations {
-                if !(0.0..1.0).contains(&u) {
-                    return Err(format!("utilization {u} outside (0, 1)").into());
+            for &threaded in &self.threaded {
+                for &u in &utilizations {
+                    if !(0.0..1.0).contains(&u) {
+                        return Err(format!("utilization {u} outside (0, 1)").into());
+                    }
+                    let mut c = GcConfig::new(self.disk_blocks, u, policy);
+                    c.segment_blocks = self.segment_blocks;
+                    c.access = access.clone();
+                    c.warmup_writes_per_block = self.warmup;
+                    c.measure_writes_per_block = self.measure;
+                    c.clean_batch_segments = self.clean_batch;
+                    c.min_quiet_writes = self.min_quiet_writes;
+                    c.histogram_bins = self.histogram_bins;
+                    c.seed = self.common.seed;
+                    c.threaded = threaded;
+                    c.random_write_cost = self.random_write_cost;
+                    jobs.push(c);
                 }
-                let mut c = GcConfig::new(self.disk_blocks, u, policy);
-                c.segment_blocks = self.segment_blocks;
-                c.access = access.clone();
-                c.warmup_writes_per_block = self.warmup;
-                c.measure_writes_per_block = self.measure;
-                c.clean_batch_segments = self.clean_batch;
-                c.min_quiet_writes = self.min_quiet_writes;
-                c.histogram_bins = self.histogram_bins;
-                c.seed = self.common.seed;
-                jobs.push(c);
             }
         }
         Ok(jobs)
+    }
+}
+
+fn parse_random_write_cost(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if r.is_finite() && r >= 1.0 => Ok(r),
+        _ => Err(format!(
+            "{s:?} is not a valid R: expected a finite number >= 1 (a random block write \
+             costs at least a sequential one)"
+        )),
     }
 }
 
@@ -154,10 +185,20 @@ pub(super) fn run(args: GcArgs) -> Result<(), Box<dyn Error>> {
     if let Some(path) = &args.histogram {
         plot_histogram(path, &results, args.histogram_at)?;
     }
+    if let Some(path) = &args.plot_cost {
+        plot_threaded(path, &results, Metric::Cost)?;
+    }
+    if let Some(path) = &args.plot_plugged {
+        plot_threaded(path, &results, Metric::PluggedFraction)?;
+    }
     Ok(())
 }
 
 fn print_table(results: &[GcResult]) {
+    if results.iter().any(|r| r.threaded != ThreadedLogging::Off) {
+        print_threaded_table(results);
+        return;
+    }
     println!(
         "{:<13} {:>6} {:>8} {:>8} {:>10} {:>10} {:>10}",
         "policy", "util", "WA", "w.cost", "efficiency", "victim u", "cleaned"
@@ -174,6 +215,120 @@ fn print_table(results: &[GcResult]) {
             r.segments_cleaned
         );
     }
+}
+
+fn print_threaded_table(results: &[GcResult]) {
+    println!(
+        "{:<13} {:>9} {:>6} {:>8} {:>8} {:>8} {:>10} {:>8}",
+        "policy", "threaded", "util", "WA", "w.cost", "cost", "victim u", "plugged"
+    );
+    for r in results {
+        println!(
+            "{:<13} {:>9} {:>6.3} {:>8.3} {:>8.3} {:>8.3} {:>10.3} {:>8.3}",
+            r.policy,
+            r.threaded.name(),
+            r.utilization,
+            r.write_amplification,
+            r.write_cost,
+            r.cost,
+            r.mean_victim_utilization,
+            r.plugged_fraction()
+        );
+    }
+    for s in switch_points(results) {
+        let at = |x: Option<f64>| x.map_or("none in range".to_string(), |u| format!("{u:.3}"));
+        println!(
+            "{} {}: always beats off from u = {}; adaptive plugs > 1 % from u = {}; \
+             adaptive / min(off, always) at most {:.3}",
+            s.access,
+            s.policy,
+            at(s.always_beats_off),
+            at(s.adaptive_plugs),
+            s.adaptive_worst_ratio
+        );
+    }
+}
+
+/// Where threaded logging starts to pay, for one access pattern and policy.
+pub(crate) struct SwitchPoint {
+    pub access: String,
+    pub policy: String,
+    /// The utilization where always's cost crosses below off's (linear interpolation of
+    /// off − always between the neighbouring runs); None if it never does in the range.
+    pub always_beats_off: Option<f64>,
+    /// The lowest utilization where adaptive plugged more than 1 % of the writes.
+    pub adaptive_plugs: Option<f64>,
+    /// The largest adaptive cost / min(off cost, always cost) over the utilizations run in all
+    /// three modes (NaN if there are none).
+    pub adaptive_worst_ratio: f64,
+}
+
+pub(crate) fn switch_points(results: &[GcResult]) -> Vec<SwitchPoint> {
+    let mut keys: Vec<(String, String)> = Vec::new();
+    for r in results {
+        let k = (r.access.clone(), r.policy.clone());
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    let mut out = Vec::new();
+    for (access, policy) in keys {
+        let curve = |mode: ThreadedLogging| {
+            let mut v: Vec<&GcResult> = results
+                .iter()
+                .filter(|r| r.access == access && r.policy == policy && r.threaded == mode)
+                .collect();
+            v.sort_by(|a, b| a.utilization.total_cmp(&b.utilization));
+            v
+        };
+        let (off, always, adaptive) = (
+            curve(ThreadedLogging::Off),
+            curve(ThreadedLogging::Always),
+            curve(ThreadedLogging::Adaptive),
+        );
+        let same_u = |a: &GcResult, b: &GcResult| (a.utilization - b.utilization).abs() < 1e-9;
+        let pairs: Vec<(f64, f64)> = off
+            .iter()
+            .filter_map(|o| {
+                always
+                    .iter()
+                    .find(|a| same_u(o, a))
+                    .map(|a| (o.utilization, o.cost - a.cost))
+            })
+            .collect();
+        let always_beats_off = pairs.iter().enumerate().find_map(|(i, &(u, d))| {
+            if d <= 0.0 {
+                return None;
+            }
+            Some(match i.checked_sub(1).map(|j| pairs[j]) {
+                Some((u0, d0)) => u0 + (u - u0) * (-d0) / (d - d0),
+                None => u,
+            })
+        });
+        let adaptive_plugs = adaptive
+            .iter()
+            .find(|r| r.plugged_fraction() > 0.01)
+            .map(|r| r.utilization);
+        let adaptive_worst_ratio = adaptive
+            .iter()
+            .filter_map(|a| {
+                let o = off.iter().find(|o| same_u(o, a))?;
+                let l = always.iter().find(|l| same_u(l, a))?;
+                Some(a.cost / o.cost.min(l.cost))
+            })
+            .fold(f64::NAN, f64::max);
+        if off.is_empty() || always.is_empty() {
+            continue;
+        }
+        out.push(SwitchPoint {
+            access,
+            policy,
+            always_beats_off,
+            adaptive_plugs,
+            adaptive_worst_ratio,
+        });
+    }
+    out
 }
 
 fn by_policy(results: &[GcResult], value: impl Fn(&GcResult) -> f64) -> Vec<Series> {
@@ -195,6 +350,10 @@ fn by_policy(results: &[GcResult], value: impl Fn(&GcResult) -> f64) -> Vec<Seri
 pub(crate) enum Metric {
     WriteCost,
     WriteAmplification,
+    /// Threaded logging: cost per user write, plugged blocks at R.
+    Cost,
+    /// Threaded logging: share of user writes plugged.
+    PluggedFraction,
 }
 
 pub(crate) fn plot_curves(
@@ -212,6 +371,7 @@ pub(crate) fn plot_curves(
             by_policy(results, |r| r.write_amplification),
             "Write amplification",
         ),
+        Metric::Cost | Metric::PluggedFraction => return plot_threaded(path, results, metric),
     };
     let title = format!("{name} vs disk utilization ({access})");
     let chart = Chart {
@@ -269,4 +429,123 @@ pub(crate) fn plot_histogram(
         legend: plotters::prelude::SeriesLabelPosition::UpperLeft,
     };
     line_chart(path, &chart, &series)
+}
+
+/// Threaded logging: one line per policy and mode (cost, or plugged fraction without `off`).
+pub(crate) fn plot_threaded(
+    path: &std::path::Path,
+    results: &[GcResult],
+    metric: Metric,
+) -> Result<(), Box<dyn Error>> {
+    let access = results
+        .first()
+        .map(|r| r.access.clone())
+        .unwrap_or_default();
+    let r_cost = results
+        .first()
+        .map_or(RANDOM_WRITE_COST, |r| r.random_write_cost);
+    // Without cleaning, `always` costs exactly R whatever the policy: one line says it.
+    let always_is_r = results
+        .iter()
+        .filter(|r| r.threaded == ThreadedLogging::Always)
+        .all(|r| (r.cost - r_cost).abs() < 1e-9);
+    let mut series: Vec<Series> = Vec::new();
+    for r in results {
+        let y = match metric {
+            Metric::Cost if always_is_r && r.threaded == ThreadedLogging::Always => continue,
+            Metric::PluggedFraction if r.threaded == ThreadedLogging::Off => continue,
+            Metric::PluggedFraction => r.plugged_fraction(),
+            _ => r.cost,
+        };
+        let label = format!("{} {}", r.policy, r.threaded.name());
+        match series.iter_mut().find(|s| s.label == label) {
+            Some(s) => s.points.push((r.utilization, y)),
+            None => series.push(Series {
+                label,
+                points: vec![(r.utilization, y)],
+            }),
+        }
+    }
+    for s in series.iter_mut() {
+        s.points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    let (title, y_label, y_max) = match metric {
+        Metric::PluggedFraction => (
+            format!("Share of user writes plugged into holes ({access})"),
+            "plugged / user writes",
+            Some(1.0),
+        ),
+        _ => {
+            let (x0, x1) = results
+                .iter()
+                .map(|r| r.utilization)
+                .fold((f64::MAX, f64::MIN), |(a, b), u| (a.min(u), b.max(u)));
+            series.push(Series {
+                label: if always_is_r {
+                    format!("always, every policy (= R = {r_cost:.1})")
+                } else {
+                    format!("R = {r_cost:.1}")
+                },
+                points: vec![(x0, r_cost), (x1, r_cost)],
+            });
+            (
+                format!("Cost per user write with threaded logging ({access})"),
+                "cost (sequential block writes)",
+                Some(40.0),
+            )
+        }
+    };
+    let chart = Chart {
+        title: &title,
+        x_label: "disk utilization",
+        y_label,
+        y_max,
+        log_y: false,
+        legend: plotters::prelude::SeriesLabelPosition::UpperLeft,
+    };
+    line_chart(path, &chart, &series)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        gc: GcArgs,
+    }
+
+    #[test]
+    fn threaded_modes_and_r_parse_and_bad_values_name_the_argument() {
+        let cli = Cli::try_parse_from([
+            "t",
+            "--threaded",
+            "off,adaptive",
+            "--random-write-cost",
+            "4",
+        ])
+        .expect("valid");
+        assert_eq!(
+            cli.gc.threaded,
+            [ThreadedLogging::Off, ThreadedLogging::Adaptive]
+        );
+        assert_eq!(cli.gc.random_write_cost, 4.0);
+        assert_eq!(cli.gc.jobs().expect("jobs").len(), 2 * 10 * 2);
+        let default = Cli::try_parse_from(["t"]).expect("valid");
+        assert_eq!(default.gc.threaded, [ThreadedLogging::Off]);
+        assert_eq!(default.gc.random_write_cost, RANDOM_WRITE_COST);
+        for (flag, value) in [
+            ("--random-write-cost", "0.5"),
+            ("--random-write-cost", "inf"),
+            ("--threaded", "sometimes"),
+        ] {
+            let err = Cli::try_parse_from(["t", flag, value])
+                .err()
+                .expect("rejected")
+                .to_string();
+            assert!(err.contains(flag), "{err}");
+        }
+    }
 }

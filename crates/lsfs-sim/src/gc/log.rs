@@ -1,13 +1,19 @@
 //! The simulated log: segments, the block → slot map, open streams and the cleaner loop.
 
+use std::collections::VecDeque;
+
 use lsfs_policy::gc::{Greedy, SegmentUsage, SelectionPolicy, Temperature};
 
 use super::oracle::Oracle;
 use super::placement::Placement;
-use super::{GcConfig, GcPolicy, GcResult};
+use super::{GcConfig, GcPolicy, GcResult, ThreadedLogging};
 use crate::access::Access;
 
 const NONE: u32 = u32::MAX;
+
+/// Adaptive threaded logging: weight of the past in the measured cleaning cost, per cleaned
+/// victim (a memory of about a hundred victims).
+const CLEAN_COST_DECAY: f64 = 0.99;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -33,6 +39,7 @@ struct Counters {
     read_blocks: u64,
     segments_cleaned: u64,
     victim_utilization_sum: f64,
+    plugged_blocks: u64,
 }
 
 pub(super) struct SegmentLog {
@@ -56,11 +63,34 @@ pub(super) struct SegmentLog {
     segment_histogram: Vec<u64>,
     victim_histogram: Vec<u64>,
     usage: Vec<SegmentUsage>,
+    threaded: ThreadedLogging,
+    random_write_cost: f64,
+    /// Per stream: the segment whose holes user writes plug (NONE if none), and the next slot
+    /// offset to look at. A target is in state Open, so the cleaner leaves it alone.
+    plug_target: Vec<u32>,
+    plug_cursor: Vec<u32>,
+    /// Adaptive mode: victims the policy picked that are cheaper to plug than to clean, in
+    /// order (state Open); user writes fill the head's holes from `queue_cursor` on.
+    plug_queue: VecDeque<u32>,
+    queue_cursor: u32,
+    /// Adaptive mode: blocks read + copied and slots freed by the victims actually cleaned,
+    /// each victim's share decayed by [`CLEAN_COST_DECAY`] per later victim.
+    cleaned_cost_blocks: f64,
+    cleaned_freed_slots: f64,
+    /// Tests: check the invariants every this many user writes (0: never).
+    check_every: u64,
 }
 
 impl SegmentLog {
     pub(super) fn run(config: &GcConfig) -> GcResult {
+        Self::run_checked(config, 0)
+    }
+
+    /// [`Self::run`], checking [`Self::check_invariants`] every `check_every` user writes and
+    /// at the end (0: never).
+    pub(super) fn run_checked(config: &GcConfig, check_every: u64) -> GcResult {
         let mut log = Self::new(config);
+        log.check_every = check_every;
         let live = log.live_blocks;
         // At low utilization a few overwrites per live block do not even wrap the log once, so
         // warm up for at least two disk-fulls and measure at least one.
@@ -74,6 +104,8 @@ impl SegmentLog {
                 .collect();
             log.placement = Placement::Oracle(Box::new(Oracle::new(sequence, live)));
             log.open = vec![NONE; log.placement.stream_count()];
+            log.plug_target = vec![NONE; log.placement.stream_count()];
+            log.plug_cursor = vec![0; log.placement.stream_count()];
             log.low_water_segments = log.placement.stream_count() + 2;
             log.check_room(config);
         }
@@ -89,6 +121,10 @@ impl SegmentLog {
                 _ => access.next_block(),
             };
             log.user_write(block);
+        }
+        if check_every > 0 {
+            let placed = log.check_invariants();
+            assert_eq!(placed, log.live_blocks, "every block is live at the end");
         }
         log.result(config)
     }
@@ -134,6 +170,8 @@ impl SegmentLog {
             block_last_write: vec![u64::MAX; live_blocks as usize],
             free: (0..nsegments as u32).rev().collect(),
             open: vec![NONE; placement.stream_count()],
+            plug_target: vec![NONE; placement.stream_count()],
+            plug_cursor: vec![0; placement.stream_count()],
             now: 0,
             live_blocks,
             policy,
@@ -145,6 +183,13 @@ impl SegmentLog {
             segment_histogram: vec![0; config.histogram_bins.max(1)],
             victim_histogram: vec![0; config.histogram_bins.max(1)],
             usage: Vec::with_capacity(nsegments),
+            threaded: config.threaded,
+            random_write_cost: config.random_write_cost,
+            plug_queue: VecDeque::new(),
+            queue_cursor: 0,
+            cleaned_cost_blocks: 0.0,
+            cleaned_freed_slots: 0.0,
+            check_every: 0,
         };
         log.check_room(config);
         log
@@ -164,19 +209,251 @@ impl SegmentLog {
     }
 
     fn user_write(&mut self, block: u64) {
-        self.ensure_free_segments();
+        let plug = match self.threaded {
+            ThreadedLogging::Off => {
+                self.ensure_free_segments();
+                false
+            }
+            _ => self.plug_or_clean(),
+        };
         let last = self.block_last_write[block as usize];
         let since = (last != u64::MAX).then(|| self.now - last);
         let stream = self
             .placement
             .user_stream(block, self.now, since, self.live_blocks as f64);
+        let hole = if plug { self.next_hole(stream) } else { None };
+        if plug && hole.is_none() {
+            // No closed segment has a hole: clean after all.
+            self.ensure_free_segments();
+        }
         self.kill(block);
-        self.append(block, stream);
+        match hole {
+            Some(slot) => {
+                self.plug(block, slot);
+                if self.measuring {
+                    self.counters.plugged_blocks += 1;
+                }
+            }
+            None => self.append(block, stream),
+        }
         self.block_last_write[block as usize] = self.now;
         self.now += 1;
         if self.measuring {
             self.counters.user_writes += 1;
         }
+        if self.check_every > 0 && self.now % self.check_every == 0 {
+            self.check_invariants();
+        }
+    }
+
+    /// Threaded modes, before a user write: whether it should plug a hole. Above the
+    /// low-water mark every write appends. Below it, `always` plugs (SSR's target, see
+    /// [`Self::next_hole`]); `adaptive` asks the policy for victims and, victim by victim,
+    /// plugs its holes instead of cleaning it when that is cheaper:
+    ///
+    /// R < C_clean = 1 + (read + copied) / freed = 2 / (1 − u)   ⇔   u > 1 − 2 / R
+    ///
+    /// (per freed slot; u = the victim's live share). Plugging a segment's (1 − u)·S holes
+    /// costs R·(1 − u)·S, cleaning it 2·S for as many slots, and under uniform writes either
+    /// way leaves a segment of its old live blocks plus (1 − u)·S new ones, so the choice is
+    /// per segment. Under skewed writes it is not: hot writes plugged into the old, nearly
+    /// full cold segments that cost-benefit picks undo the hot/cold separation, the victims
+    /// stay expensive and plugging feeds itself. So a victim is plugged only when, besides,
+    /// the measured cost of the victims recently cleaned, C̄ = 1 + Σ(read + copied) / Σ freed
+    /// (decayed), exceeds R: the more is plugged, the cheaper the cleaned victims, and
+    /// plugging backs off (negative feedback instead of lock-in).
+    fn plug_or_clean(&mut self) -> bool {
+        if self.free.len() >= self.low_water_segments {
+            self.release_plug_targets();
+            return false;
+        }
+        if self.threaded == ThreadedLogging::Always {
+            return true;
+        }
+        loop {
+            if self.queue_has_hole() {
+                return true;
+            }
+            if self.free.len() >= self.low_water_segments {
+                return false;
+            }
+            for segno in self.select_victims() {
+                let s = &self.segments[segno as usize];
+                let (written, live) = (s.written_blocks as u64, s.live_blocks as u64);
+                let read = if live > 0 { written } else { 0 };
+                let freed = (written - live).max(1) as f64;
+                let clean_cost = 1.0 + (read + live) as f64 / freed;
+                let measured = if self.cleaned_freed_slots > 0.0 {
+                    1.0 + self.cleaned_cost_blocks / self.cleaned_freed_slots
+                } else {
+                    0.0 // nothing cleaned yet: no evidence that cleaning is dear
+                };
+                let r = self.random_write_cost;
+                let gate = self.threaded == ThreadedLogging::PerVictim || r < measured;
+                if r < clean_cost && gate {
+                    self.segments[segno as usize].state = State::Open;
+                    self.plug_queue.push_back(segno as u32);
+                } else {
+                    self.cleaned_cost_blocks =
+                        self.cleaned_cost_blocks * CLEAN_COST_DECAY + (read + live) as f64;
+                    self.cleaned_freed_slots = self.cleaned_freed_slots * CLEAN_COST_DECAY + freed;
+                    self.clean_segment(segno as u32);
+                }
+            }
+        }
+    }
+
+    /// Adaptive mode: whether the plug queue still has a hole (dropping finished heads).
+    fn queue_has_hole(&mut self) -> bool {
+        while let Some(&segno) = self.plug_queue.front() {
+            let first = segno * self.segment_blocks;
+            let written = self.segments[segno as usize].written_blocks;
+            let cursor = self.queue_cursor;
+            match (cursor..written).find(|&o| self.slot_owner[(first + o) as usize] == NONE) {
+                Some(offset) => {
+                    self.queue_cursor = offset;
+                    return true;
+                }
+                None => {
+                    self.segments[segno as usize].state = State::Closed;
+                    self.plug_queue.pop_front();
+                    self.queue_cursor = 0;
+                }
+            }
+        }
+        false
+    }
+
+    /// The next hole of the stream's plug target, choosing a new target when it has none or
+    /// the cursor reached its end. None if no closed segment has a hole.
+    fn next_hole(&mut self, stream: usize) -> Option<u32> {
+        if self.threaded != ThreadedLogging::Always {
+            if !self.queue_has_hole() {
+                return None;
+            }
+            let segno = *self.plug_queue.front().expect("a queued target");
+            let slot = segno * self.segment_blocks + self.queue_cursor;
+            self.queue_cursor += 1;
+            return Some(slot);
+        }
+        loop {
+            let segno = self.plug_target[stream];
+            if segno == NONE {
+                let segno = self.choose_plug_target(stream)?;
+                self.segments[segno as usize].state = State::Open;
+                self.plug_target[stream] = segno;
+                self.plug_cursor[stream] = 0;
+                continue;
+            }
+            let first = segno * self.segment_blocks;
+            let written = self.segments[segno as usize].written_blocks;
+            let cursor = self.plug_cursor[stream];
+            let found = (cursor..written).find(|&o| self.slot_owner[(first + o) as usize] == NONE);
+            match found {
+                Some(offset) => {
+                    self.plug_cursor[stream] = offset + 1;
+                    return Some(first + offset);
+                }
+                None => {
+                    self.segments[segno as usize].state = State::Closed;
+                    self.plug_target[stream] = NONE;
+                }
+            }
+        }
+    }
+
+    /// SSR's choice: the closed segment with the fewest live blocks among those of the
+    /// stream's temperature that have a hole, else among all with a hole; lowest number on ties.
+    fn choose_plug_target(&self, stream: usize) -> Option<u32> {
+        let temperature = self.placement.temperature(stream);
+        let mut best_same: Option<(u32, u32)> = None;
+        let mut best_any: Option<(u32, u32)> = None;
+        for (segno, s) in self.segments.iter().enumerate() {
+            if s.state != State::Closed || s.live_blocks >= s.written_blocks {
+                continue;
+            }
+            let candidate = (s.live_blocks, segno as u32);
+            if best_any.is_none_or(|b| candidate < b) {
+                best_any = Some(candidate);
+            }
+            if s.temperature == temperature && best_same.is_none_or(|b| candidate < b) {
+                best_same = Some(candidate);
+            }
+        }
+        best_same.or(best_any).map(|(_, segno)| segno)
+    }
+
+    /// Give the plug targets back to the cleaner (their unvisited holes stay holes).
+    fn release_plug_targets(&mut self) {
+        for target in self.plug_target.iter_mut() {
+            if *target != NONE {
+                self.segments[*target as usize].state = State::Closed;
+                *target = NONE;
+            }
+        }
+        for segno in self.plug_queue.drain(..) {
+            self.segments[segno as usize].state = State::Closed;
+        }
+        self.queue_cursor = 0;
+    }
+
+    /// Write `block` into the dead slot `slot` of a full segment. The segment's age becomes
+    /// the live-weighted mean of its old age and now (F2FS's `update_segment_mtime`).
+    fn plug(&mut self, block: u64, slot: u32) {
+        debug_assert_eq!(self.slot_owner[slot as usize], NONE);
+        let seg = &mut self.segments[(slot / self.segment_blocks) as usize];
+        debug_assert!(slot % self.segment_blocks < seg.written_blocks);
+        let live = seg.live_blocks as u64;
+        seg.lastmod = (seg.lastmod * live + self.now) / (live + 1);
+        seg.live_blocks += 1;
+        seg.nlive_lastmod = self.now;
+        self.slot_owner[slot as usize] = block as u32;
+        self.block_slot[block as usize] = slot;
+    }
+
+    /// Every live block sits in exactly one slot that names it back, and every segment's live
+    /// count is the number of its slots that hold a block. Panics otherwise; returns the
+    /// number of blocks placed.
+    pub(super) fn check_invariants(&self) -> u64 {
+        let mut live_total = 0u64;
+        for (segno, s) in self.segments.iter().enumerate() {
+            let first = segno * self.segment_blocks as usize;
+            let slots = &self.slot_owner[first..first + self.segment_blocks as usize];
+            let live = slots.iter().filter(|b| **b != NONE).count() as u32;
+            assert_eq!(live, s.live_blocks, "segment {segno}: live count");
+            assert!(
+                slots[s.written_blocks as usize..]
+                    .iter()
+                    .all(|b| *b == NONE),
+                "segment {segno}: a block beyond the written part"
+            );
+            if s.state == State::Free {
+                assert_eq!(s.live_blocks, 0, "free segment {segno} holds blocks");
+            }
+            live_total += live as u64;
+        }
+        for (slot, &b) in self.slot_owner.iter().enumerate() {
+            if b != NONE {
+                assert_eq!(self.block_slot[b as usize], slot as u32, "block {b}");
+            }
+        }
+        let placed = self.block_slot.iter().filter(|s| **s != NONE).count() as u64;
+        assert_eq!(placed, live_total, "blocks with a slot vs occupied slots");
+        for (stream, &t) in self.plug_target.iter().enumerate() {
+            if t != NONE {
+                assert!(
+                    self.segments[t as usize].state == State::Open,
+                    "plug target of stream {stream}"
+                );
+            }
+        }
+        for &t in &self.plug_queue {
+            assert!(
+                self.segments[t as usize].state == State::Open,
+                "queued plug target {t}"
+            );
+        }
+        placed
     }
 
     fn kill(&mut self, block: u64) {
@@ -223,6 +500,13 @@ impl SegmentLog {
     }
 
     fn clean_pass(&mut self) {
+        for segno in self.select_victims() {
+            self.clean_segment(segno as u32);
+        }
+    }
+
+    /// The policy's victims among the closed segments (sampling the utilization histogram).
+    fn select_victims(&mut self) -> Vec<u64> {
         self.usage.clear();
         for (segno, s) in self.segments.iter().enumerate() {
             if s.state == State::Closed {
@@ -250,9 +534,7 @@ impl SegmentLog {
             !victims.is_empty(),
             "no reclaimable segment: the disk is full of live data"
         );
-        for segno in victims {
-            self.clean_segment(segno as u32);
-        }
+        victims
     }
 
     fn clean_segment(&mut self, segno: u32) {
@@ -300,6 +582,11 @@ impl SegmentLog {
     fn result(&self, config: &GcConfig) -> GcResult {
         let c = &self.counters;
         let user = c.user_writes.max(1) as f64;
+        let appended = c.user_writes - c.plugged_blocks;
+        let cost = (appended as f64
+            + self.random_write_cost * c.plugged_blocks as f64
+            + (c.copied_blocks + c.read_blocks) as f64)
+            / user;
         let cleaned_blocks = c.segments_cleaned as f64 * self.segment_blocks as f64;
         GcResult {
             policy: config.policy.name().to_string(),
@@ -325,6 +612,14 @@ impl SegmentLog {
             },
             segment_histogram: self.segment_histogram.clone(),
             victim_histogram: self.victim_histogram.clone(),
+            threaded: self.threaded,
+            random_write_cost: self.random_write_cost,
+            plugged_blocks: c.plugged_blocks,
+            cost: if c.plugged_blocks == 0 {
+                (c.user_writes + c.copied_blocks + c.read_blocks) as f64 / user
+            } else {
+                cost
+            },
         }
     }
 }

@@ -10,7 +10,9 @@
 //!   segment is read whole unless it is empty (then 2 / (1 − u) for victims at utilization u);
 //! * cleaner efficiency E = 1 − copied / blocks in cleaned segments (Rohner);
 //! * the distribution of segment utilizations, sampled over all closed segments at every
-//!   cleaning pass of the measured phase (Rosenblum Fig. 5/6, Rohner's 512-bin histograms).
+//!   cleaning pass of the measured phase (Rosenblum Fig. 5/6, Rohner's 512-bin histograms);
+//! * with threaded logging ([`ThreadedLogging`]), the cost per user write in sequential-write
+//!   units: appended user blocks 1, plugged (random) user blocks R, copies 1, blocks read 1.
 
 mod log;
 pub mod oracle;
@@ -63,6 +65,63 @@ impl GcPolicy {
     }
 }
 
+/// The measured ratio of random to sequential write cost on this machine's disk: fio, direct
+/// I/O, 4 KiB random writes at 19,144 blocks/s against 1 MiB sequential writes at 203,472
+/// blocks/s (docs/CLEANER.md; re-measure with `docs/bench/threaded-logging/measure-r.sh`).
+pub const RANDOM_WRITE_COST: f64 = 203_472.0 / 19_144.0;
+
+/// Threaded logging (F2FS's slack space recycling, Janda's hole plugging): near full, a user
+/// write may go into a dead slot of a closed, partly valid segment instead of the log head.
+///
+/// `always` targets like F2FS's SSR: the closed segment with the fewest live blocks of the
+/// stream's temperature (any temperature if none has a hole), whose holes are filled in slot
+/// order; it stays the stream's target until the cursor reaches its end. `adaptive` and
+/// `per-victim` plug the holes of the victims the policy picked, in the order picked,
+/// whatever the stream. Only
+/// user writes plug; the cleaner's copies always append.
+///
+/// Cost, in sequential block writes: an appended block costs 1, a plugged block R
+/// ([`GcConfig::random_write_cost`]). Getting a free slot by cleaning victims that hold
+/// `live` of `written` blocks costs reading them (`written`, as in the write cost) plus copying
+/// `live`, for `written − live` freed slots, so one appended user block costs
+///
+/// ```text
+/// C_clean = 1 + (written + live) / (written − live) = 2 / (1 − u)    (u = live / written)
+/// ```
+///
+/// and plugging pays when R < 2 / (1 − u), i.e. for victims above u = 1 − 2/R (0.81 for
+/// R = 10.6).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum ThreadedLogging {
+    /// Never plug: every write appends, the cleaner keeps segments free (the old behaviour).
+    #[default]
+    Off,
+    /// Plug every user write while free segments are below the cleaner's low-water mark;
+    /// clean only when no closed segment has a hole.
+    Always,
+    /// Below the low-water mark, let the policy pick its victims, then for each one plug its
+    /// holes instead of cleaning it when R < C_clean = 2 / (1 − u) at its utilization u and
+    /// R is also below the measured cost of the victims recently cleaned.
+    Adaptive,
+    /// `adaptive` without the measured gate: the per-victim comparison alone (it can lock
+    /// itself into plugging under skewed writes; kept for comparison).
+    PerVictim,
+}
+
+impl ThreadedLogging {
+    pub fn name(self) -> &'static str {
+        match self {
+            ThreadedLogging::Off => "off",
+            ThreadedLogging::Always => "always",
+            ThreadedLogging::Adaptive => "adaptive",
+            ThreadedLogging::PerVictim => "per-victim",
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct GcConfig {
     /// Physical blocks on the simulated disk (rounded down to whole segments).
@@ -83,6 +142,10 @@ pub struct GcConfig {
     pub min_quiet_writes: u64,
     pub histogram_bins: usize,
     pub seed: u64,
+    /// Threaded logging mode (off: append only).
+    pub threaded: ThreadedLogging,
+    /// R: cost of one plugged (random) block write in sequential block writes.
+    pub random_write_cost: f64,
 }
 
 impl GcConfig {
@@ -103,6 +166,8 @@ impl GcConfig {
             min_quiet_writes: 0,
             histogram_bins: 100,
             seed: 1,
+            threaded: ThreadedLogging::Off,
+            random_write_cost: RANDOM_WRITE_COST,
         }
     }
 }
@@ -127,6 +192,30 @@ pub struct GcResult {
     pub segment_histogram: Vec<u64>,
     /// Counts of victim utilizations, same bins.
     pub victim_histogram: Vec<u64>,
+    /// Threaded logging mode of the run.
+    #[serde(default)]
+    pub threaded: ThreadedLogging,
+    /// R used for `cost` (cost of a plugged block in sequential block writes).
+    #[serde(default = "default_random_write_cost")]
+    pub random_write_cost: f64,
+    /// Measured user writes that went into holes of closed segments.
+    #[serde(default)]
+    pub plugged_blocks: u64,
+    /// Cost per user write in sequential block writes: (appended user blocks + R · plugged
+    /// blocks + copied + read) / user blocks. Equals `write_cost` when nothing is plugged.
+    #[serde(default)]
+    pub cost: f64,
+}
+
+fn default_random_write_cost() -> f64 {
+    RANDOM_WRITE_COST
+}
+
+impl GcResult {
+    /// Share of the measured user writes that were plugged into holes.
+    pub fn plugged_fraction(&self) -> f64 {
+        self.plugged_blocks as f64 / self.user_writes.max(1) as f64
+    }
 }
 
 /// Run one simulation; deterministic for a given config.

@@ -172,3 +172,148 @@ fn sweeps_return_results_in_job_order() {
     assert!(results[0].utilization < results[1].utilization);
     assert!(results[0].write_amplification < results[1].write_amplification);
 }
+
+// Threaded logging.
+
+fn threaded(
+    policy: GcPolicy,
+    utilization: f64,
+    access: AccessSpec,
+    mode: ThreadedLogging,
+) -> GcConfig {
+    let mut c = config(policy, utilization, access);
+    c.threaded = mode;
+    c
+}
+
+/// `off` is the simulator as it was before threaded logging: these numbers were printed by
+/// the commit before it (`lsfs-sim gc --disk-blocks 65536 --segment-blocks 64 --warmup 3
+/// --measure 3`, seed 1).
+#[test]
+fn off_reproduces_the_results_from_before_threaded_logging() {
+    let cases = [
+        (
+            PolicyKind::Greedy,
+            0.85,
+            hot_cold(),
+            [474_444, 641_536, 10_024],
+        ),
+        (
+            PolicyKind::CostBenefit,
+            0.9,
+            AccessSpec::Uniform,
+            [727_287, 904_192, 14_128],
+        ),
+        (
+            PolicyKind::StreamBalanced,
+            0.9,
+            hot_cold(),
+            [266_508, 443_392, 6_928],
+        ),
+        (
+            PolicyKind::Timestamp,
+            0.75,
+            AccessSpec::Uniform,
+            [182_383, 329_728, 5_152],
+        ),
+    ];
+    for (kind, u, access, [copied, read, cleaned]) in cases {
+        let c = threaded(GcPolicy::Shared(kind), u, access, ThreadedLogging::Off);
+        let r = simulate(&c);
+        assert_eq!(
+            [r.copied_blocks, r.read_blocks, r.segments_cleaned],
+            [copied, read, cleaned],
+            "{} at {u}",
+            kind.name()
+        );
+        assert_eq!(r.plugged_blocks, 0);
+        assert_eq!(r.cost, r.write_cost);
+    }
+}
+
+/// With plugging, every segment's live count matches its slots and every block sits in
+/// exactly one slot, checked every 2048 user writes and at the end, in every mode, with one
+/// stream pair (greedy, cost-benefit) and with temperature streams (balanced).
+#[test]
+fn invariants_hold_with_plugging() {
+    for mode in [
+        ThreadedLogging::Always,
+        ThreadedLogging::Adaptive,
+        ThreadedLogging::PerVictim,
+    ] {
+        for kind in [
+            PolicyKind::Greedy,
+            PolicyKind::CostBenefit,
+            PolicyKind::StreamBalanced,
+        ] {
+            for access in [hot_cold(), AccessSpec::Uniform] {
+                let mut c = threaded(GcPolicy::Shared(kind), 0.95, access, mode);
+                c.disk_blocks = 32_768;
+                let r = log::SegmentLog::run_checked(&c, 2048);
+                assert!(
+                    r.plugged_blocks > 0,
+                    "{} {}: nothing plugged at 95 %",
+                    mode.name(),
+                    kind.name()
+                );
+            }
+        }
+    }
+}
+
+/// `always` never cleans once below the low-water mark, so every measured write is plugged
+/// and costs R; the cost adds R − 1 per plugged block to the write cost in every mode.
+#[test]
+fn plugged_blocks_cost_r_each() {
+    let c = threaded(
+        GcPolicy::Shared(PolicyKind::Greedy),
+        0.9,
+        AccessSpec::Uniform,
+        ThreadedLogging::Always,
+    );
+    let r = simulate(&c);
+    assert_eq!(r.plugged_blocks, r.user_writes);
+    assert_eq!(r.copied_blocks, 0);
+    assert!((r.cost - RANDOM_WRITE_COST).abs() < 1e-9, "cost {}", r.cost);
+    let mut c = threaded(
+        GcPolicy::Shared(PolicyKind::CostBenefit),
+        0.93,
+        AccessSpec::Uniform,
+        ThreadedLogging::Adaptive,
+    );
+    c.random_write_cost = 8.0;
+    let r = simulate(&c);
+    assert!(r.plugged_blocks > 0 && r.plugged_blocks < r.user_writes);
+    let expected = r.write_cost + 7.0 * r.plugged_fraction();
+    assert!((r.cost - expected).abs() < 1e-9, "{} vs {expected}", r.cost);
+}
+
+/// Adaptive never costs more than the cheaper of off and always by more than noise (2 %),
+/// below, around and above the switch point.
+#[test]
+fn adaptive_costs_no_more_than_the_cheaper_of_off_and_always() {
+    let cases = [
+        (PolicyKind::Greedy, hot_cold()),
+        (PolicyKind::CostBenefit, hot_cold()),
+        (PolicyKind::StreamBalanced, hot_cold()),
+        (PolicyKind::Greedy, AccessSpec::Uniform),
+        (PolicyKind::CostBenefit, AccessSpec::Uniform),
+    ];
+    for (kind, access) in cases {
+        for u in [0.85, 0.92, 0.96] {
+            let cost =
+                |mode| simulate(&threaded(GcPolicy::Shared(kind), u, access.clone(), mode)).cost;
+            let (off, always, adaptive) = (
+                cost(ThreadedLogging::Off),
+                cost(ThreadedLogging::Always),
+                cost(ThreadedLogging::Adaptive),
+            );
+            assert!(
+                adaptive <= off.min(always) * 1.02,
+                "{} {} at {u}: adaptive {adaptive}, off {off}, always {always}",
+                kind.name(),
+                access.label()
+            );
+        }
+    }
+}
