@@ -165,10 +165,17 @@ fn parse_random_write_cost(s: &str) -> Result<f64, String> {
 
 pub(super) fn run(args: GcArgs) -> Result<(), Box<dyn Error>> {
     let started = std::time::Instant::now();
-    let results: Vec<GcResult> = match &args.from_json {
+    let mut results: Vec<GcResult> = match &args.from_json {
         Some(path) => serde_json::from_str(&std::fs::read_to_string(path)?)?,
         None => run_sweep(&args.jobs()?, args.threads, !args.common.quiet),
     };
+    for r in results.iter_mut() {
+        // Results saved before threaded logging have no cost: nothing was plugged, so it is
+        // the write cost.
+        if r.plugged_blocks == 0 && r.cost == 0.0 {
+            r.cost = r.write_cost;
+        }
+    }
     let elapsed_secs = started.elapsed().as_secs_f64();
     if args.common.json {
         println!("{}", serde_json::to_string_pretty(&results)?);
