@@ -61,6 +61,7 @@ struct GcArgs {
     /// The mount point.
     #[arg(long, global = true)]
     mount: Option<PathBuf>,
+    /// Print machine-readable JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
 }
@@ -82,9 +83,13 @@ enum GcAction {
     /// Stop background cleaning (foreground cleaning before ENOSPC stays).
     Stop,
     /// Change the selection policy (timestamp, greedy, cost-benefit, cost-hotness, balanced).
-    Policy { name: String },
+    Policy {
+        /// The policy's name.
+        name: String,
+    },
     /// Write an SVG of the utilization histogram and write amplification over time.
     Plot {
+        /// The SVG file to write.
         #[arg(long, default_value = "gc.svg")]
         out: PathBuf,
     },
@@ -92,7 +97,9 @@ enum GcAction {
 
 #[derive(Args)]
 struct FsckArgs {
+    /// The unmounted image file or block device.
     image: PathBuf,
+    /// Print machine-readable JSON instead of text.
     #[arg(long)]
     json: bool,
 }
@@ -101,6 +108,7 @@ struct FsckArgs {
 struct InspectArgs {
     #[command(subcommand)]
     what: InspectWhat,
+    /// Print machine-readable JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
 }
@@ -108,18 +116,30 @@ struct InspectArgs {
 #[derive(Subcommand)]
 enum InspectWhat {
     /// Both superblock copies.
-    Superblock { image: PathBuf },
+    Superblock {
+        /// The unmounted image file or block device.
+        image: PathBuf,
+    },
     /// The segment usage table (like NILFS's lssu).
     Segments {
+        /// The unmounted image file or block device.
         image: PathBuf,
         /// Include free segments.
         #[arg(long)]
         all: bool,
     },
     /// The checkpoints and snapshots (like lscp).
-    Checkpoints { image: PathBuf },
+    Checkpoints {
+        /// The unmounted image file or block device.
+        image: PathBuf,
+    },
     /// The log records of one segment with their summaries (like dumpseg).
-    DumpSegment { image: PathBuf, segno: u64 },
+    DumpSegment {
+        /// The unmounted image file or block device.
+        image: PathBuf,
+        /// Segment number (0 .. segments − 1).
+        segno: u64,
+    },
 }
 
 #[derive(Args)]
@@ -151,13 +171,16 @@ struct MkfsArgs {
     /// Overwrite an existing lsfs image.
     #[arg(long)]
     force: bool,
+    /// Print machine-readable JSON instead of text.
     #[arg(long)]
     json: bool,
 }
 
 #[derive(Args)]
 struct MountArgs {
+    /// The image file or block device.
     image: PathBuf,
+    /// An existing directory to mount it on.
     mountpoint: PathBuf,
     /// Mount this checkpoint or snapshot read-only.
     #[arg(long)]
@@ -184,6 +207,7 @@ struct Target {
     /// An unmounted image.
     #[arg(long, global = true)]
     image: Option<PathBuf>,
+    /// Print machine-readable JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
 }
@@ -198,17 +222,23 @@ struct CpArgs {
 
 #[derive(Subcommand)]
 enum CpAction {
+    /// Every checkpoint and snapshot.
     List,
+    /// Take a checkpoint now.
     Create,
+    /// Delete a plain checkpoint.
     Delete {
+        /// Checkpoint number.
         cno: u64,
     },
     /// Make a checkpoint a snapshot.
     Promote {
+        /// Checkpoint number.
         cno: u64,
     },
     /// Make a snapshot a plain checkpoint again.
     Demote {
+        /// Snapshot's checkpoint number.
         cno: u64,
     },
 }
@@ -223,15 +253,23 @@ struct SnapArgs {
 
 #[derive(Subcommand)]
 enum SnapAction {
+    /// The snapshots.
     List,
+    /// Take a snapshot now.
     Create,
-    Delete { cno: u64 },
+    /// Demote a snapshot to a plain checkpoint (its blocks become reclaimable).
+    Delete {
+        /// Snapshot's checkpoint number.
+        cno: u64,
+    },
 }
 
 #[derive(Args)]
 struct StatsArgs {
+    /// The mount point of a mounted lsfs.
     #[arg(long)]
     mount: PathBuf,
+    /// Print machine-readable JSON instead of text.
     #[arg(long)]
     json: bool,
 }
