@@ -118,6 +118,24 @@ fn hot_cold_overwrites_keep_running_near_full() {
         fs.store.stats.blocks_by_class
     );
     assert!(fs.store.stats.blocks_by_class["file data"] >= rounds as u64);
+    // Every DAT block made dirty is either written by a checkpoint or
+    // punched out; overwrites and the cleaner both change the DAT.
+    fs.checkpoint().unwrap();
+    let stats = &fs.store.stats;
+    let dirtied: u64 = stats.dat_blocks_dirtied.values().sum();
+    assert_eq!(
+        dirtied,
+        stats.blocks_by_class["dat"] + stats.dat_blocks_punched,
+        "{:?}",
+        stats.dat_blocks_dirtied
+    );
+    for cause in ["allocate", "overwrite", "cleaner move"] {
+        assert!(
+            stats.dat_blocks_dirtied.get(cause).copied().unwrap_or(0) > 0,
+            "no DAT block dirtied by {cause}: {:?}",
+            stats.dat_blocks_dirtied
+        );
+    }
     eprintln!(
         "hot/cold, 60 % of blocks in files: {} passes, {} segments cleaned, WA {:.2}",
         st.passes, st.segments_cleaned, st.write_amplification

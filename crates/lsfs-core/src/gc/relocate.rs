@@ -214,13 +214,13 @@ impl Store {
         for action in plan.actions {
             match action {
                 Action::MoveLive(v, e, owner, pos) => {
-                    self.move_vblock(v, e, owner, pos)?;
+                    self.with_dat_cause("cleaner move", |s| s.move_vblock(v, e, owner, pos))?;
                     self.note_moved(v, seg, true);
                     self.kill_live(seg, false, now)?;
                     rep.live_copied += 1;
                 }
                 Action::MoveProtected(v, e, owner, pos) => {
-                    self.move_vblock(v, e, owner, pos)?;
+                    self.with_dat_cause("cleaner move", |s| s.move_vblock(v, e, owner, pos))?;
                     self.note_moved(v, seg, false);
                     if self.snapshot_counted(v, e.start, e.end) {
                         self.add_snapshot(seg, -1)?;
@@ -234,11 +234,11 @@ impl Store {
                         // reconciliation reached it (meta/reconcile.rs).
                         self.add_snapshot(seg, -1)?;
                     }
-                    self.dat_set(v, DatEntry::default())?;
+                    self.with_dat_cause("cleaner free", |s| s.dat_set(v, DatEntry::default()))?;
                     rep.freed_entries += 1;
                 }
                 Action::CowDat(idx) => {
-                    self.dat_block_cow(idx)?;
+                    self.with_dat_cause("cleaner copy", |s| s.dat_block_cow(idx))?;
                     rep.dat_copied += 1;
                 }
                 Action::DatNode(pos) => dat_nodes_here.push(pos),

@@ -112,6 +112,7 @@ impl Store {
             dat_map: Default::default(),
             recon: Default::default(),
             deaths_since_checkpoint: 0,
+            dat_cause: "other",
             data_records_since_log: 0,
             streams: crate::meta::stream::Streams::new(
                 config_streams && geo.nsegments >= config_streams_min,

@@ -68,6 +68,17 @@ pub struct StoreStats {
     pub snapshot_changes_reconciled: u64,
     /// Payload blocks written, by what they hold (see `SummaryEntry::class`).
     pub blocks_by_class: std::collections::BTreeMap<&'static str, u64>,
+    /// DAT blocks made dirty (each costs a block write at the next
+    /// checkpoint), by what first changed them since the last checkpoint:
+    /// "allocate" (new blocks), "overwrite" (old blocks retired by writes,
+    /// truncates and deletes), "cleaner move", "cleaner free" (dead entries
+    /// of a victim), "cleaner copy" (live DAT blocks found in a victim),
+    /// "reclaim" (segments freed without copying), "other". The DAT's
+    /// share of the metadata traffic, and why (docs/CLEANER.md §4).
+    pub dat_blocks_dirtied: std::collections::BTreeMap<&'static str, u64>,
+    /// DAT blocks left all free and punched out before they were written
+    /// (so dirtied = written + punched).
+    pub dat_blocks_punched: u64,
 }
 
 pub struct Store {
@@ -121,6 +132,8 @@ pub struct Store {
     pub(crate) data_records_since_log: u32,
     /// Write streams and their open segments.
     pub streams: crate::meta::stream::Streams,
+    /// What is changing the DAT now (see `StoreStats::dat_blocks_dirtied`).
+    pub(crate) dat_cause: &'static str,
 }
 
 /// Bound of the in-memory mirror of the DAT's block map: 1M entries (about
@@ -450,11 +463,20 @@ impl Store {
             }
             None => (n.new_temp(), vec![0; self.geo.block_bytes]),
         };
+        if Some(t) != addr {
+            // Clean until now: one more DAT block for the next checkpoint.
+            *self
+                .stats
+                .dat_blocks_dirtied
+                .entry(self.dat_cause)
+                .or_default() += 1;
+        }
         for (slot, e) in changes {
             e.write(&mut block, *slot);
         }
         if block.iter().all(|&x| x == 0) {
             // Every entry of this DAT block is free: punch it out of the DAT.
+            self.stats.dat_blocks_punched += 1;
             n.cache.remove(pkey(t));
             tree.remove(&mut n, &mut self.dat_root, idx)?;
             self.dat_map.remove(&idx);
@@ -570,6 +592,10 @@ impl Store {
     /// `n` new consecutive virtual blocks (one extent), their DAT entries
     /// written a DAT block at a time.
     pub fn valloc_run(&mut self, n: u64) -> Result<u64> {
+        self.with_dat_cause("allocate", |s| s.valloc_run_inner(n))
+    }
+
+    fn valloc_run_inner(&mut self, n: u64) -> Result<u64> {
         let v0 = self.next_vblock;
         self.next_vblock += n;
         let fresh = DatEntry {
@@ -599,6 +625,10 @@ impl Store {
 
     /// Free the DAT entries of dead blocks no checkpoint needs any more.
     pub(crate) fn dat_free_many(&mut self, vs: &[u64]) -> Result<()> {
+        self.with_dat_cause("reclaim", |s| s.dat_free_many_inner(vs))
+    }
+
+    fn dat_free_many_inner(&mut self, vs: &[u64]) -> Result<()> {
         let mut sorted = vs.to_vec();
         sorted.sort_unstable();
         for run in sorted.chunk_by(|a, b| a / DAT_PER_BLOCK == b / DAT_PER_BLOCK) {
@@ -619,6 +649,22 @@ impl Store {
     /// The current file system stops using these blocks; DAT entries are
     /// updated a DAT block at a time.
     pub fn vkill_many(&mut self, vs: &[u64]) -> Result<()> {
+        self.with_dat_cause("overwrite", |s| s.vkill_many_inner(vs))
+    }
+
+    /// Run `f` with DAT changes counted under `cause`.
+    pub(crate) fn with_dat_cause<T>(
+        &mut self,
+        cause: &'static str,
+        f: impl FnOnce(&mut Self) -> Result<T>,
+    ) -> Result<T> {
+        let outer = std::mem::replace(&mut self.dat_cause, cause);
+        let r = f(self);
+        self.dat_cause = outer;
+        r
+    }
+
+    fn vkill_many_inner(&mut self, vs: &[u64]) -> Result<()> {
         let mut sorted = vs.to_vec();
         sorted.sort_unstable();
         let now = self.now();
