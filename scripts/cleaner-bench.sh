@@ -124,7 +124,7 @@ write_config() { # policy
 protection_secs = 0
 [cleaner]
 policy = "$1"
-# The low and high marks stay at their defaults (10 % and 20 % free). Below the low mark the
+# The low and high marks stay at their defaults (5 % and 10 % free). Below the low mark the
 # engine cleans with greedy whatever the policy ("low space", as F2FS's foreground GC); the
 # background passes in between run the policy under test, so they run every second and wide
 # enough (64 victims) to keep up with paced writes.

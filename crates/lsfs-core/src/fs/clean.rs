@@ -8,6 +8,10 @@ use crate::fs::Lsfs;
 use crate::gc::{on_battery, CleanerConfig, CleanerStats, PassReport, SelectionPolicy};
 use std::time::Instant;
 
+/// Segments of room for copies the low-water mark keeps above the reserve
+/// and the streams' open segments (see [`Lsfs::low_water_segments`]).
+const LOW_WATER_ROOM_SEGMENTS: u64 = 4;
+
 pub struct Cleaner {
     pub config: CleanerConfig,
     policy: Box<dyn SelectionPolicy>,
@@ -57,6 +61,38 @@ impl Lsfs {
     pub fn free_percent(&self) -> f64 {
         let s = &self.store.segs;
         (s.free_count() + s.pending_free.len() as u64) as f64 * 100.0 / s.nsegments() as f64
+    }
+
+    /// Free segments, counting those the last checkpoint freed.
+    pub fn free_segments(&self) -> u64 {
+        let s = &self.store.segs;
+        s.free_count() + s.pending_free.len() as u64
+    }
+
+    /// The low-water mark in segments: below it, writes clean in the
+    /// foreground. `min_free_percent` of the device, but never less than a
+    /// pass needs: the reserve (which passes leave alone), the segments the
+    /// streams hold open, and room for the copies of a few victims. Without
+    /// that floor a small device with a low percentage starts cleaning with
+    /// no room left, each pass frees less than its checkpoint writes, and
+    /// writes get ENOSPC with reclaimable space left (measured: 128 MiB,
+    /// 256-block segments, 5 %).
+    pub fn low_water_segments(&self) -> u64 {
+        let s = &self.store;
+        let pct = (s.segs.nsegments() * self.cleaner.config.min_free_percent as u64).div_ceil(100);
+        let streams = if s.streams.enabled {
+            crate::meta::stream::Stream::DATA.len() as u64
+        } else {
+            0
+        };
+        pct.max(s.reserve_segments() + streams + LOW_WATER_ROOM_SEGMENTS)
+    }
+
+    /// Background passes stop at this many free segments.
+    pub fn high_water_segments(&self) -> u64 {
+        let pct = (self.store.segs.nsegments() * self.cleaner.config.max_free_percent as u64)
+            .div_ceil(100);
+        pct.max(self.low_water_segments() + 1)
     }
 
     /// One cleaning pass over at most `max_victims` segments.
@@ -255,7 +291,7 @@ impl Lsfs {
             return Ok(());
         }
         let cfg = self.cleaner.config.clone();
-        let free = self.free_percent();
+        let free = self.free_segments();
         let (start, copied) = self.cleaner.window;
         if start.elapsed().as_secs() < 1 && copied >= cfg.max_copy_blocks_per_sec {
             return Ok(()); // rate bound: foreground I/O first
@@ -264,10 +300,10 @@ impl Lsfs {
         let idle =
             cfg.idle_secs > 0 && self.cleaner.last_activity.elapsed().as_secs() >= cfg.idle_secs;
         let due = self.cleaner.last_check.elapsed().as_secs() >= cfg.check_interval_secs;
-        if free < cfg.min_free_percent as f64 {
+        if free < self.low_water_segments() {
             self.cleaner.last_check = Instant::now();
             self.clean(cfg.aggressive_segments_per_pass as usize, "low space")?;
-        } else if free < cfg.max_free_percent as f64 && !battery && (due || idle) {
+        } else if free < self.high_water_segments() && !battery && (due || idle) {
             self.cleaner.last_check = Instant::now();
             self.clean(
                 cfg.segments_per_pass as usize,
@@ -292,7 +328,7 @@ impl Lsfs {
             self.checkpoint()?;
         }
         for _ in 0..cfg.aggressive_segments_per_pass {
-            if self.free_percent() > cfg.min_free_percent as f64 {
+            if self.free_segments() > self.low_water_segments() {
                 break;
             }
             let rep = self.clean(cfg.aggressive_segments_per_pass as usize, "low space")?;

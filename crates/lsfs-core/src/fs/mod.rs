@@ -334,9 +334,7 @@ impl Lsfs {
         if self.store.free_blocks() >= need {
             // Below the cleaner's low-water mark, clean in the foreground
             // back above it.
-            if self.cleaner.enabled
-                && self.free_percent() < self.cleaner.config.min_free_percent as f64
-            {
+            if self.cleaner.enabled && self.free_segments() < self.low_water_segments() {
                 self.clean_to_low_water().map_err(e)?;
             }
             return Ok(());
