@@ -9,7 +9,10 @@
 #   scripts/cleaner-bench.sh [--quick] [--out DIR] [--policies a,b] [--workloads a,b]
 #                            [--image-size 256M] [--segment-size 512K] [--rounds R] [--steps S]
 #                            [--fill-percent P] [--rate W] [--seed N] [--keep-raw DIR]
+#                            [--marks LOW,HIGH]
 #
+# --marks LOW,HIGH sets the cleaner's min_free_percent and max_free_percent (default: the
+# engine's defaults), to compare free-space marks on the same binary.
 # --rate W paces the overwrites to W 4 KiB blocks per second (0: as fast as lsfs takes them).
 # Unpaced, the cleaner falls behind and the engine's low-space passes (greedy for every policy)
 # do the cleaning; paced, the background passes run the policy under test.
@@ -34,6 +37,7 @@ rate=1500         # overwritten blocks per second (0 = unpaced)
 fill_percent=78
 seed=1
 keep_raw=""
+marks=""
 quick=0
 nfs_ops=500000    # synthetic NFS trace: calls, and files the namespace holds at most
 nfs_max_files=12000
@@ -52,9 +56,10 @@ while [ $# -gt 0 ]; do
         --rate) rate=$2; shift ;;
         --seed) seed=$2; shift ;;
         --keep-raw) keep_raw=$2; shift ;;
+        --marks) marks=$2; shift ;;
         --nfs-operations) nfs_ops=$2; shift ;;
         --nfs-max-files) nfs_max_files=$2; shift ;;
-        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -134,6 +139,9 @@ aggressive_segments_per_pass = 64
 idle_secs = 1
 max_copy_blocks_per_sec = 10000000
 EOF
+    if [ -n "$marks" ]; then
+        printf 'min_free_percent = %s\nmax_free_percent = %s\n' "${marks%,*}" "${marks#*,}" >> "$work/lsfs.toml"
+    fi
 }
 
 stats() { # file; a failure (the server died) fails the run, not the benchmark
