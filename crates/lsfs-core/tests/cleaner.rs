@@ -215,3 +215,56 @@ fn snapshot_blocks_survive_cleaning_and_are_released_after() {
     assert_eq!(fs.read(a.ino, 0, new.len() as u32).unwrap(), new);
     fsck_clean(&mut fs);
 }
+
+/// Under a long protection period, dead blocks are protected and victims
+/// are not worth cleaning. A pass under pressure finds that once; the next
+/// pass skips the same victims while their counts stay the same, and a pass
+/// that changed nothing writes no checkpoint (before: every pass planned
+/// the same candidates again and ended with a checkpoint).
+#[test]
+fn futile_victims_are_not_planned_again_under_pressure() {
+    let mut c = cfg();
+    c.store.protection_secs = 3600;
+    let opts = MkfsOptions {
+        segment_blocks: 64,
+        label: "futile".into(),
+    };
+    let mut fs = Lsfs::mkfs(Box::new(MemDevice::new(16 << 20)), &opts, c).unwrap();
+    let t0 = fs.store.now();
+    fs.store.now_override = Some(t0);
+    fs.cleaner.enabled = false; // no cleaning but the passes below
+    let ctx = Ctx::default();
+    let a = fs
+        .mknod(ROOT_INO, b"f", libc::S_IFREG | 0o644, 0, &ctx)
+        .unwrap();
+    // Overwrite one region again and again, a checkpoint each time: every
+    // old version stays protected.
+    for v in 0..40u32 {
+        for k in 0..48usize {
+            fs.write(a.ino, (k * 4096) as u64, &block(k, v)).unwrap();
+        }
+        fs.checkpoint().unwrap();
+    }
+    let first = fs.clean(8, "low space").unwrap();
+    assert!(first.victims.is_empty(), "{first:?}");
+    assert!(
+        !first.late_aborted.is_empty(),
+        "the protected victims should have been planned and found futile"
+    );
+    let cps = fs.store.stats.checkpoints_written;
+    let second = fs.clean(8, "low space").unwrap();
+    assert!(
+        second.late_aborted.is_empty(),
+        "planned the same futile victims again: {:?}",
+        second.late_aborted
+    );
+    assert_eq!(
+        fs.store.stats.checkpoints_written, cps,
+        "a pass that changed nothing checkpointed"
+    );
+    // Once the verdicts are old, the victims are looked at again.
+    fs.store.now_override = Some(t0 + 31);
+    let third = fs.clean(8, "low space").unwrap();
+    assert!(!third.late_aborted.is_empty() || !third.victims.is_empty());
+    fsck_clean(&mut fs);
+}
