@@ -363,15 +363,20 @@ pub(crate) enum Metric {
     PluggedFraction,
 }
 
+/// The access pattern of a set of runs (they share one), for plot titles.
+fn access_of(results: &[GcResult]) -> String {
+    results
+        .first()
+        .map(|r| r.access.clone())
+        .unwrap_or_default()
+}
+
 pub(crate) fn plot_curves(
     path: &std::path::Path,
     results: &[GcResult],
     metric: Metric,
 ) -> Result<(), Box<dyn Error>> {
-    let access = results
-        .first()
-        .map(|r| r.access.clone())
-        .unwrap_or_default();
+    let access = access_of(results);
     let (series, name) = match metric {
         Metric::WriteCost => (by_policy(results, |r| r.write_cost), "Write cost"),
         Metric::WriteAmplification => (
@@ -444,10 +449,7 @@ pub(crate) fn plot_threaded(
     results: &[GcResult],
     metric: Metric,
 ) -> Result<(), Box<dyn Error>> {
-    let access = results
-        .first()
-        .map(|r| r.access.clone())
-        .unwrap_or_default();
+    let access = access_of(results);
     let r_cost = results
         .first()
         .map_or(RANDOM_WRITE_COST, |r| r.random_write_cost);
