@@ -134,6 +134,29 @@ impl GcArgs {
                     if !(0.0..1.0).contains(&u) {
                         return Err(format!("utilization {u} outside (0, 1)").into());
                     }
+                    // The simulated log keeps the cleaner's reserve free (low water:
+                    // streams + 2, a batch of victims, the open segments): refuse what
+                    // would not fit rather than fail inside a worker thread. (The
+                    // oracle's stream count depends on the trace; it checks itself.)
+                    let streams = match policy {
+                        GcPolicy::Shared(k) if !k.build(0).wants_temperature_streams() => 2,
+                        _ => 4,
+                    };
+                    let seg = self.segment_blocks.max(1) as u64;
+                    let disk = self.disk_blocks / seg * seg;
+                    let reserve = 2 * streams + 2 + self.clean_batch.max(1) as u64;
+                    let room = disk.saturating_sub((reserve + 1) * seg);
+                    if !matches!(policy, GcPolicy::Oracle)
+                        && (u * disk as f64).round() as u64 > room
+                    {
+                        return Err(format!(
+                            "--utilizations: {u} leaves no room for the cleaner's reserve of \
+                             {reserve} segments of {seg} blocks on {disk} blocks; at most {:.3} \
+                             here (use a larger --disk-blocks or smaller --segment-blocks)",
+                            room as f64 / disk.max(1) as f64
+                        )
+                        .into());
+                    }
                     let mut c = GcConfig::new(self.disk_blocks, u, policy);
                     c.segment_blocks = self.segment_blocks;
                     c.access = access.clone();
@@ -556,5 +579,30 @@ mod tests {
                 .to_string();
             assert!(err.contains(flag), "{err}");
         }
+    }
+
+    /// A utilization that leaves no room for the simulated cleaner's reserve
+    /// is refused by name (it used to panic inside a worker thread).
+    #[test]
+    fn utilization_without_room_for_the_reserve_is_refused() {
+        let args = |policies: &str, u: &str| {
+            Cli::try_parse_from([
+                "t",
+                "--disk-blocks",
+                "32768",
+                "--segment-blocks",
+                "256",
+                "--policies",
+                policies,
+                "--utilizations",
+                u,
+            ])
+            .expect("valid flags")
+        };
+        let err = args("balanced", "0.88").gc.jobs().err().expect("refused");
+        assert!(err.to_string().contains("--utilizations"), "{err}");
+        // Greedy keeps two streams, not four: 0.88 fits for it.
+        assert_eq!(args("greedy", "0.88").gc.jobs().expect("fits").len(), 1);
+        assert_eq!(args("balanced", "0.85").gc.jobs().expect("fits").len(), 1);
     }
 }
