@@ -72,8 +72,7 @@ impl Cleaner {
 impl Lsfs {
     /// Free segments as a percentage of all segments.
     pub fn free_percent(&self) -> f64 {
-        let s = &self.store.segs;
-        (s.free_count() + s.pending_free.len() as u64) as f64 * 100.0 / s.nsegments() as f64
+        self.free_segments() as f64 * 100.0 / self.store.segs.nsegments() as f64
     }
 
     /// Free segments, counting those the last checkpoint freed.
