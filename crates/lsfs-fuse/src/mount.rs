@@ -172,6 +172,11 @@ fn start<V: Vfs + 'static>(
     opts: &MountOptions,
 ) -> io::Result<(MountHandle, Sender<Event>)> {
     mountpoint::check(mountpoint)?;
+    // The kernel records the resolved absolute path in mountinfo; keep the
+    // same form, or a relative or symlinked mount point would never be found
+    // there and a dead mount would be left behind after an aborted session.
+    let resolved = std::fs::canonicalize(mountpoint)?;
+    let mountpoint = resolved.as_path();
     let read_only = opts.read_only || vfs.lock().map(|v| v.read_only()).unwrap_or(true);
     let config = config(opts, read_only);
     let adapter = FuseAdapter::new(vfs);
@@ -208,7 +213,17 @@ fn start<V: Vfs + 'static>(
     let thread = thread::Builder::new()
         .name("lsfs-fuse".to_string())
         .spawn(move || {
-            let r = session.run();
+            let r = match session.run() {
+                // An aborted connection (fusectl's abort, or an unmount that
+                // cut off requests in flight) ends the session like an
+                // unmount: the file system was never told to stop, and it
+                // still writes its final checkpoint when it is dropped.
+                Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => {
+                    tracing::warn!("the kernel aborted the FUSE connection");
+                    Ok(())
+                }
+                r => r,
+            };
             if let Err(e) = &r {
                 tracing::error!("FUSE session ended with an error: {e}");
             }

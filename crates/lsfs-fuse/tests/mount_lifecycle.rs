@@ -4,7 +4,7 @@ mod common;
 
 use std::fs;
 use std::io::ErrorKind;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -317,7 +317,11 @@ fn aborted_connection_is_unmounted() {
     let tmp = tempfile::tempdir().unwrap();
     let mnt = tmp.path().join("mnt");
     fs::create_dir(&mnt).unwrap();
-    let handle = spawn_mount(memfs(), &mnt, &MountOptions::default()).unwrap();
+    fs::create_dir(tmp.path().join("sub")).unwrap();
+    // Mounted through a path that is not the one mountinfo shows: the handle
+    // must still recognize its mount (it left dead mounts behind before).
+    let roundabout = tmp.path().join("sub/../mnt");
+    let handle = spawn_mount(memfs(), &roundabout, &MountOptions::default()).unwrap();
     let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
     let dev = info
         .lines()
@@ -326,33 +330,44 @@ fn aborted_connection_is_unmounted() {
         .map(|f| f[2].to_string())
         .unwrap();
     let minor = dev.split(':').nth(1).unwrap();
-    let abort = format!("/sys/fs/fuse/connections/{minor}/abort");
-    // The fuse control file system may not be mounted; mount it for the
-    // length of the test (root only) and put things back afterwards.
-    struct Fusectl(bool);
+    // The fuse control file system may not be mounted (in a container
+    // /sys/fs/fuse/connections may not take a mount either): mount a private
+    // instance for the length of the test (root only) and take it down after.
+    struct Fusectl(Option<tempfile::TempDir>);
     impl Drop for Fusectl {
         fn drop(&mut self) {
-            if self.0 {
-                let _ = Command::new("umount")
-                    .arg("/sys/fs/fuse/connections")
-                    .status();
+            if let Some(dir) = &self.0 {
+                let _ = Command::new("umount").arg(dir.path()).status();
             }
         }
     }
-    let mut fusectl = Fusectl(false);
-    if !Path::new(&abort).exists() {
-        fusectl.0 = Command::new("mount")
-            .args(["-t", "fusectl", "fusectl", "/sys/fs/fuse/connections"])
+    let mut fusectl = Fusectl(None);
+    let mut abort = PathBuf::from(format!("/sys/fs/fuse/connections/{minor}/abort"));
+    if !abort.exists() {
+        let dir = tempfile::tempdir().unwrap();
+        let mounted = Command::new("mount")
+            .args(["-t", "fusectl", "fusectl"])
+            .arg(dir.path())
             .status()
             .is_ok_and(|s| s.success());
+        abort = dir.path().join(minor).join("abort");
+        if mounted {
+            fusectl.0 = Some(dir);
+        }
     }
-    if !Path::new(&abort).exists() {
-        eprintln!("SKIPPED: {abort} is not available (fusectl cannot be mounted)");
+    if !abort.exists() {
+        eprintln!(
+            "SKIPPED: {} is not available (fusectl cannot be mounted)",
+            abort.display()
+        );
         return;
     }
     fs::write(&abort, b"1").unwrap();
     let e = fs::metadata(mnt.join("x")).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::ENOTCONN));
+    // Let the session thread see the abort first, so the handle takes the
+    // path where the session ended on its own (as `lsfs mount` does).
+    std::thread::sleep(Duration::from_millis(300));
     handle.unmount().unwrap();
     assert!(!is_mounted(&mnt));
 }
