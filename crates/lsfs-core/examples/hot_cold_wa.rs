@@ -14,8 +14,9 @@
 //! JSON line, with three write amplifications (the engine's, which counts
 //! metadata as user writes; Rohner's on file data alone; and everything
 //! the log wrote per block the application wrote), the blocks written by
-//! class (file data, ifile, DAT, ...), the DAT blocks dirtied by cause and
-//! what the cleaner did per stream.
+//! class (file data, ifile, DAT, ...), the DAT blocks dirtied by cause, the
+//! DAT's size and entries reused, what the cleaner did per stream, and per
+//! stream at the end [segments, blocks, live blocks].
 
 use lsfs_core::device::MemDevice;
 use lsfs_core::fs::{Lsfs, MountConfig};
@@ -104,7 +105,8 @@ fn main() {
                     .collect();
                 c.sort();
                 panic!(
-                    "write {i} of {writes}: {e:?}: live {live} of {} blocks, free segments {}, free blocks {}, cleanable (live, blocks) {:?}, stats {:?}",
+                    "write {i} of {writes}: {e:?} (store failed: {:?}): live {live} of {} blocks, free segments {}, free blocks {}, cleanable (live, blocks) {:?}, stats {:?}",
+                    fs.store.failed,
                     fs.store.geo.total_segment_blocks(),
                     fs.store.segs.free_count(),
                     fs.store.free_blocks(),
@@ -122,6 +124,16 @@ fn main() {
     let copied = fs.cleaner.stats.blocks_copied - base_copied;
     let user = written - copied;
     let data_written = data_blocks(&fs) - base_data;
+    // Per stream at the end: segments, blocks written, live blocks.
+    let mut streams_at_end = std::collections::BTreeMap::new();
+    for u in fs.store.segs.usage.iter().filter(|u| u.nblocks > 0) {
+        let e = streams_at_end
+            .entry(lsfs_core::meta::stream::Stream::from_flags(u.flags).name())
+            .or_insert([0u64; 3]);
+        e[0] += 1;
+        e[1] += u.nblocks as u64;
+        e[2] += u.nlive as u64;
+    }
     let hist = fs.store.utilization_histogram();
     let used: u64 = hist.iter().sum();
     println!(
@@ -143,6 +155,9 @@ fn main() {
             "by_class": fs.store.stats.blocks_by_class,
             "dat_blocks_dirtied": fs.store.stats.dat_blocks_dirtied,
             "next_vblock": fs.store.next_vblock,
+            "dat_blocks": fs.store.dat_blocks_in_use().expect("DAT walk"),
+            "dat_entries_reused": fs.store.stats.dat_entries_reused,
+            "streams_at_end": streams_at_end,
             "checkpoints": fs.store.stats.checkpoints_written,
             "live_share": fs.store.segs.usage.iter().map(|u| u.nlive as u64).sum::<u64>() as f64 / fs.store.geo.total_segment_blocks() as f64,
         })

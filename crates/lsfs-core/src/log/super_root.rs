@@ -14,7 +14,8 @@ const CRC_AT: usize = BLOCK_BYTES - 4;
 pub struct SuperRoot {
     pub cno: u64,
     pub created_secs: u64,
-    /// Next virtual block number to hand out (they are never reused).
+    /// End of the DAT: numbers from here on were never handed out (free
+    /// entries below it are reused, meta/dat_reuse.rs).
     pub next_vblock: u64,
     /// Next inode number to hand out (they are never reused).
     pub next_ino: u64,

@@ -515,6 +515,7 @@ impl Store {
         self.deaths_since_checkpoint = 0;
         self.cur_cno += 1;
         self.fresh_floor = self.next_vblock;
+        self.dat_reuse.checkpoint_done();
         self.stats.checkpoints_written += 1;
         self.write_superblock(cno, last.0, last.1)?;
         Ok(cno)

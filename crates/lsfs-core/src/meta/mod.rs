@@ -2,6 +2,7 @@
 //!
 //! - [`dat_entry`]: the DAT, virtual → physical block numbers with the
 //!   checkpoint range each block is visible in;
+//! - [`dat_reuse`]: free DAT entries handed out again;
 //! - [`sufile`]: per-segment usage counters, exact at every checkpoint;
 //! - [`cpfile`]: the checkpoints and snapshots;
 //! - [`ifile`]: inode slots;
@@ -16,6 +17,7 @@
 pub mod construct;
 pub mod cpfile;
 pub mod dat_entry;
+pub mod dat_reuse;
 pub mod ifile;
 pub mod open;
 pub mod reclaim;

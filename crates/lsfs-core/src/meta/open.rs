@@ -113,6 +113,7 @@ impl Store {
             recon: Default::default(),
             deaths_since_checkpoint: 0,
             dat_cause: "other",
+            dat_reuse: Default::default(),
             data_records_since_log: 0,
             streams: crate::meta::stream::Streams::new(
                 config_streams && geo.nsegments >= config_streams_min,

@@ -16,7 +16,7 @@ use crate::layout::{Geometry, DAT_INO, IFILE_INO};
 use crate::log::record::BlockKind;
 use crate::log::superblock::Superblock;
 use crate::meta::cpfile::CpTable;
-use crate::meta::dat_entry::{DatEntry, CNO_MAX, DAT_PER_BLOCK};
+use crate::meta::dat_entry::{DatEntry, CNO_MAX, DAT_ENTRY_BYTES, DAT_PER_BLOCK};
 use crate::meta::ifile::{self, INODE_BYTES};
 use crate::meta::sufile::SegTable;
 
@@ -79,6 +79,9 @@ pub struct StoreStats {
     /// DAT blocks left all free and punched out before they were written
     /// (so dirtied = written + punched).
     pub dat_blocks_punched: u64,
+    /// New virtual blocks that took a free DAT entry instead of a new one
+    /// at the end of the DAT (meta/dat_reuse.rs).
+    pub dat_entries_reused: u64,
 }
 
 pub struct Store {
@@ -134,6 +137,8 @@ pub struct Store {
     pub streams: crate::meta::stream::Streams,
     /// What is changing the DAT now (see `StoreStats::dat_blocks_dirtied`).
     pub(crate) dat_cause: &'static str,
+    /// Free DAT entries that new virtual blocks may take (meta/dat_reuse.rs).
+    pub dat_reuse: crate::meta::dat_reuse::DatReuse,
 }
 
 /// Bound of the in-memory mirror of the DAT's block map: 1M entries (about
@@ -344,8 +349,9 @@ impl Store {
         self.tree
     }
 
+    /// No checkpoint has seen `vblock`: allocated since the last one.
     pub fn is_fresh(&self, vblock: u64) -> bool {
-        vblock >= self.fresh_floor
+        vblock >= self.fresh_floor || self.dat_reuse.fresh.contains(&vblock)
     }
 
     pub fn writable(&self) -> Result<()> {
@@ -388,6 +394,19 @@ impl Store {
     /// checkpoint (changing it again writes nothing more).
     pub(crate) fn dat_block_is_dirty(&mut self, idx: u64) -> bool {
         matches!(self.dat_block_addr(idx), Ok(Some(a)) if is_temp(a))
+    }
+
+    /// How many blocks the DAT has now: a walk of its map, for reports and
+    /// tests (the entries themselves are not read).
+    pub fn dat_blocks_in_use(&mut self) -> Result<u64> {
+        let tree = self.tree;
+        let root = self.dat_root;
+        let mut n = 0u64;
+        tree.visit(&mut dat_nodes!(self), root, &mut |node| {
+            n += node.items().map_or(0, |items| items.len() as u64);
+            Ok(())
+        })?;
+        Ok(n)
     }
 
     /// A block of the DAT or its tree at `addr` (physical, or temporary and cached).
@@ -463,6 +482,25 @@ impl Store {
             }
             None => (n.new_temp(), vec![0; self.geo.block_bytes]),
         };
+        let clean = addr.is_some_and(|a| !is_temp(a));
+        if clean {
+            // As in the durable checkpoint: its free slots may be reused,
+            // but for those this change hands out (a reused one among them).
+            let taking = changes
+                .iter()
+                .filter(|(_, e)| !e.is_free())
+                .fold(0u128, |m, (slot, _)| m | 1 << slot);
+            let free = free_slots(&block, idx, self.fresh_floor) & !taking;
+            self.dat_reuse.note_durable_block(idx, free);
+        }
+        for (slot, e) in changes {
+            let was_free = block[slot * DAT_ENTRY_BYTES..(slot + 1) * DAT_ENTRY_BYTES]
+                .iter()
+                .all(|&x| x == 0);
+            if e.is_free() && !was_free {
+                self.dat_reuse.note_freed(idx, *slot);
+            }
+        }
         if Some(t) != addr {
             // Clean until now: one more DAT block for the next checkpoint.
             *self
@@ -477,6 +515,7 @@ impl Store {
         if block.iter().all(|&x| x == 0) {
             // Every entry of this DAT block is free: punch it out of the DAT.
             self.stats.dat_blocks_punched += 1;
+            self.dat_reuse.forget_block(idx);
             n.cache.remove(pkey(t));
             tree.remove(&mut n, &mut self.dat_root, idx)?;
             self.dat_map.remove(&idx);
@@ -596,6 +635,11 @@ impl Store {
     }
 
     fn valloc_run_inner(&mut self, n: u64) -> Result<u64> {
+        if n == 1 {
+            if let Some(v) = self.dat_reuse.take() {
+                return self.valloc_reused(v);
+            }
+        }
         let v0 = self.next_vblock;
         self.next_vblock += n;
         let fresh = DatEntry {
@@ -615,6 +659,31 @@ impl Store {
         }
         self.blocks_used += n;
         Ok(v0)
+    }
+
+    /// Hand out `v`, a DAT entry that was free in the last checkpoint.
+    fn valloc_reused(&mut self, v: u64) -> Result<u64> {
+        let old = self.dat_get(v)?;
+        if !old.is_free() {
+            // The reuse bookkeeping and the DAT disagree: a bug, not damage.
+            debug_assert!(false, "reusable DAT entry {v} is in use: {old:?}");
+            let err = Error::corrupt(format!(
+                "DAT entry {v} was to be reused but is in use: {old:?}"
+            ));
+            self.fail(&err);
+            return Err(err);
+        }
+        // A clean copy of the block that used `v` before may still be cached.
+        self.cache.remove(vkey(v));
+        let fresh = DatEntry {
+            pblock: 0,
+            start: self.cur_cno,
+            end: CNO_MAX,
+        };
+        self.dat_set(v, fresh)?;
+        self.blocks_used += 1;
+        self.stats.dat_entries_reused += 1;
+        Ok(v)
     }
 
     /// Contents of a block `valloc_run` just handed out (no placed copy to retire).
@@ -935,6 +1004,21 @@ impl Store {
             self.failed = Some(err.to_string());
         }
     }
+}
+
+/// A bit per free entry of DAT block `idx` (contents `block`), counting only
+/// entries below `floor`, the end of the DAT in the last checkpoint: the
+/// ones above were handed out since, or never, and belong to the end.
+fn free_slots(block: &[u8], idx: u64, floor: u64) -> u128 {
+    let mut free = 0u128;
+    for (slot, e) in block.chunks_exact(DAT_ENTRY_BYTES).enumerate() {
+        let v = idx * DAT_PER_BLOCK + slot as u64;
+        // Virtual block 0 means "none" and is never handed out.
+        if v != 0 && v < floor && e.iter().all(|&x| x == 0) {
+            free |= 1 << slot;
+        }
+    }
+    free
 }
 
 pub(crate) fn decode_u64(b: &[u8], what: &str) -> Result<u64> {
