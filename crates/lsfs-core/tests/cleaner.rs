@@ -268,3 +268,71 @@ fn futile_victims_are_not_planned_again_under_pressure() {
     assert!(!third.late_aborted.is_empty() || !third.victims.is_empty());
     fsck_clean(&mut fs);
 }
+
+/// Cold blocks the cleaner moves leave the hot stream. A moved block's
+/// temperature used to be its victim segment's age, so cold blocks the
+/// cleaner had once moved into a young segment stayed "hot" for ever; now it
+/// is the block's own age (from its DAT entry), and the hot segments hold
+/// about the hot files.
+#[test]
+fn moved_cold_blocks_leave_the_hot_stream() {
+    use lsfs_core::meta::stream::Stream;
+    let opts = MkfsOptions {
+        segment_blocks: 128,
+        label: "gc".into(),
+    };
+    let mut fs = Lsfs::mkfs(Box::new(MemDevice::new(128 << 20)), &opts, cfg()).unwrap();
+    let t0 = fs.store.now();
+    let ctx = Ctx::default();
+    let nfiles = (fs.store.free_blocks() as f64 * 0.75 / 1.14) as usize;
+    let mut inos = Vec::new();
+    for f in 0..nfiles {
+        let a = fs
+            .mknod(
+                ROOT_INO,
+                format!("f{f}").as_bytes(),
+                libc::S_IFREG | 0o644,
+                0,
+                &ctx,
+            )
+            .unwrap();
+        fs.write(a.ino, 0, &block(f, 0)).unwrap();
+        inos.push(a.ino);
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let hot = nfiles / 10;
+    for i in 0..3 * nfiles {
+        let f = if rng.gen_bool(0.9) {
+            rng.gen_range(0..hot)
+        } else {
+            rng.gen_range(hot..nfiles)
+        };
+        fs.write(inos[f], 0, &block(f, i as u32 + 1)).unwrap();
+        if i % 64 == 0 {
+            fs.store.now_override = Some(t0 + 1 + i as u64 / 64);
+            fs.tick().unwrap();
+        }
+    }
+    fs.checkpoint().unwrap();
+    let live_in = |s: Stream| -> u64 {
+        fs.store
+            .segs
+            .usage
+            .iter()
+            .filter(|u| Stream::from_flags(u.flags) == s)
+            .map(|u| u.nlive as u64)
+            .sum()
+    };
+    let (hot_live, cleaner_live) = (live_in(Stream::HotUser), live_in(Stream::Cleaner));
+    let written = fs.store.streams.blocks_written;
+    assert!(
+        fs.cleaner.stats.segments_cleaned > 0 && written[Stream::HotUser as usize] > 0,
+        "neither the cleaner nor the hot stream ran: {written:?}"
+    );
+    assert!(
+        hot_live <= 3 * hot as u64 && cleaner_live > 0,
+        "{hot_live} live blocks in hot segments for {hot} hot files \
+         ({cleaner_live} in the cleaner's); blocks per stream {written:?}"
+    );
+    fsck_clean(&mut fs);
+}

@@ -215,13 +215,13 @@ impl Store {
             match action {
                 Action::MoveLive(v, e, owner, pos) => {
                     self.with_dat_cause("cleaner move", |s| s.move_vblock(v, e, owner, pos))?;
-                    self.note_moved(v, seg, true);
+                    self.note_moved(v, e.start, true);
                     self.kill_live(seg, false, now)?;
                     rep.live_copied += 1;
                 }
                 Action::MoveProtected(v, e, owner, pos) => {
                     self.with_dat_cause("cleaner move", |s| s.move_vblock(v, e, owner, pos))?;
-                    self.note_moved(v, seg, false);
+                    self.note_moved(v, e.start, false);
                     if self.snapshot_counted(v, e.start, e.end) {
                         self.add_snapshot(seg, -1)?;
                     }

@@ -411,7 +411,6 @@ impl Store {
                 self.add_written(r.seg, (summary_blocks(r.npayload) + r.npayload) as u32, now)?;
                 let u = &mut self.segs.usage[r.seg as usize];
                 u.flags = (u.flags & !STREAM_MASK) | st.flags();
-                self.streams.seg_clock[r.seg as usize] = self.streams.clock.max(1);
                 self.streams.blocks_written[st as usize] += r.npayload as u64;
             }
         }

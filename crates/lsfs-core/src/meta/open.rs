@@ -117,7 +117,6 @@ impl Store {
             data_records_since_log: 0,
             streams: crate::meta::stream::Streams::new(
                 config_streams && geo.nsegments >= config_streams_min,
-                geo.nsegments,
             ),
         })
     }
@@ -303,7 +302,6 @@ impl Store {
         s.segs = SegTable::new(geo.nsegments, geo.segment_blocks);
         s.streams = crate::meta::stream::Streams::new(
             s.config.streams && geo.nsegments >= s.config.streams_min_segments,
-            geo.nsegments,
         );
         Ok(s)
     }

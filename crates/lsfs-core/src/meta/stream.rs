@@ -17,8 +17,13 @@
 //! the data set (live blocks: at that write rate every live block is
 //! rewritten once per that many writes) is hot; a file written for the
 //! first time, or seen too long ago, is cold. A block the cleaner moves is
-//! hot if its segment was written within that interval, else it goes to the
-//! cleaner stream. The per-file history is kept in memory, bounded by
+//! hot if its own last user write lies within that interval, else it goes to
+//! the cleaner stream. Its age comes from its DAT entry's first checkpoint
+//! (moves keep it), converted to the clock by the checkpoints and user
+//! blocks counted since mount. (The age of the victim segment, used before,
+//! made cold blocks that the cleaner had once moved into a young segment
+//! look hot for ever: measured on 90/10 hot/cold, 40,000 of 49,000 live
+//! blocks ended up in the hot stream.) The per-file history is kept in memory, bounded by
 //! [`FILE_HISTORY_MAX`] files; a file outside it counts as new (cold).
 //!
 //! Streams are on by default on file systems of at least
@@ -112,8 +117,9 @@ pub struct Streams {
     pub heads: [Option<DataHead>; 3],
     /// User data blocks written since mount: the classifier's clock.
     pub clock: u64,
-    /// Clock when each segment was last written (0 = before this mount).
-    pub seg_clock: Vec<u64>,
+    /// `(clock, checkpoint being built)` at this mount's first user write:
+    /// the exchange rate between checkpoint numbers and the clock.
+    cno_base: Option<(u64, u64)>,
     /// Clock of each file's last write.
     file_last_write: std::collections::HashMap<u64, u64>,
     /// Streams of files written since the last checkpoint.
@@ -128,10 +134,9 @@ pub struct Streams {
 }
 
 impl Streams {
-    pub fn new(enabled: bool, nsegments: u64) -> Streams {
+    pub fn new(enabled: bool) -> Streams {
         Streams {
             enabled,
-            seg_clock: vec![0; nsegments as usize],
             ..Default::default()
         }
     }
@@ -170,6 +175,9 @@ impl Store {
             return;
         }
         let now = self.streams.clock;
+        if self.streams.cno_base.is_none() {
+            self.streams.cno_base = Some((now, self.cur_cno));
+        }
         let since = self
             .streams
             .file_last_write
@@ -194,9 +202,10 @@ impl Store {
         self.streams.clock += nblocks;
     }
 
-    /// The cleaner moves block `v` out of `victim`: a live block by its age,
-    /// a dead one kept for a snapshot or checkpoint to the cleaner stream.
-    pub(crate) fn note_moved(&mut self, v: u64, victim: u64, live: bool) {
+    /// The cleaner moves block `v`, first written in checkpoint `start`: a
+    /// live block by its age, a dead one kept for a snapshot or checkpoint
+    /// to the cleaner stream.
+    pub(crate) fn note_moved(&mut self, v: u64, start: u64, live: bool) {
         if !self.streams.enabled {
             return;
         }
@@ -204,8 +213,7 @@ impl Store {
             self.streams.moved_stream.insert(v, Stream::Cleaner);
             return;
         }
-        let written = self.streams.seg_clock[victim as usize];
-        let age = (written > 0).then(|| self.streams.clock.saturating_sub(written));
+        let age = self.user_write_age(start);
         let t = TemperatureClassifier::default().classify_write(age, self.mean_rewrite_interval());
         let s = if t == Temperature::Hot {
             Stream::HotUser
@@ -213,6 +221,20 @@ impl Store {
             Stream::Cleaner
         };
         self.streams.moved_stream.insert(v, s);
+    }
+
+    /// User blocks written since checkpoint `start`, estimated from the
+    /// user blocks per checkpoint since mount; `None` (unknown: cold) before
+    /// this mount's writes have spanned a checkpoint.
+    fn user_write_age(&self, start: u64) -> Option<u64> {
+        let (clock0, cno0) = self.streams.cno_base?;
+        let clock = self.streams.clock.saturating_sub(clock0);
+        let cnos = self.cur_cno.saturating_sub(cno0);
+        if clock == 0 || cnos == 0 {
+            return None;
+        }
+        let age = self.cur_cno.saturating_sub(start) as f64 * clock as f64 / cnos as f64;
+        Some(age as u64)
     }
 
     /// The stream dirty virtual block `v` (owned by `o`) is written to.
