@@ -110,3 +110,45 @@ fn random_overwrites_keep_the_dat_dense() {
     drop(fs);
     assert_clean(&fsck_bytes(bytes), "after remount");
 }
+
+/// A reused virtual block may sit right before a file's next, older, extent.
+/// Joining the two made an extent whose fresh block is followed by one a
+/// checkpoint holds, and a later two-block write in the same checkpoint
+/// rewrote that block in place (an assertion stopped it).
+#[test]
+fn a_reused_block_is_not_joined_to_an_older_extent_after_it() {
+    let mut fs = mkfs(64 * MIB, cfg_no_protection());
+    let mk = |fs: &mut Lsfs, name: &str| {
+        fs.mknod(ROOT_INO, name.as_bytes(), libc::S_IFREG | 0o644, 0, &ctx())
+            .unwrap()
+            .ino
+    };
+    let (g, f) = (mk(&mut fs, "g"), mk(&mut fs, "f"));
+    fs.checkpoint().unwrap();
+    // Consecutive numbers: g's block, then f's block 1.
+    fs.write(g, 0, &block(0, 0)).unwrap();
+    fs.write(f, 4096, &block(1, 0)).unwrap();
+    // g's block dies before any checkpoint saw it: its entry is free at once.
+    let size0 = lsfs_vfs::SetAttr {
+        size: Some(0),
+        ..Default::default()
+    };
+    fs.setattr(g, &size0).unwrap();
+    fs.checkpoint().unwrap();
+    // f's block 0 takes g's old number, right before f's block 1.
+    let reused = fs.store.stats.dat_entries_reused;
+    fs.write(f, 0, &block(2, 0)).unwrap();
+    assert_eq!(
+        fs.store.stats.dat_entries_reused,
+        reused + 1,
+        "the setup did not reuse an entry"
+    );
+    let mut both = block(3, 0);
+    both.extend(block(4, 0));
+    fs.write(f, 0, &both).unwrap();
+    fs.checkpoint().unwrap();
+    assert_eq!(fs.read(f, 0, 8192).unwrap(), both);
+    let bytes = common::image(&mut fs);
+    drop(fs);
+    assert_clean(&fsck_bytes(bytes), "after the writes");
+}

@@ -196,9 +196,17 @@ fn remap_run(s: &mut Store, ino: &mut Inode, b: u64, n: u64, vs: u64) -> Result<
             }
         }
     }
+    // Only with a fresh extent after: along an extent, the blocks after a
+    // fresh one must be fresh too (`write_blocks` rewrites them in place).
+    // New numbers at the end of the DAT always were; a reused number can sit
+    // right before the older extent of the next file block.
     if let Some((k, val)) = map::get_ceil(s, ino, end)? {
         let next = decode_ext(k, &val)?;
-        if k == end && next.vstart == vs + n && new.len + next.len <= u32::MAX as u64 {
+        if k == end
+            && next.vstart == vs + n
+            && s.is_fresh(next.vstart)
+            && new.len + next.len <= u32::MAX as u64
+        {
             map::remove(s, ino, k)?;
             new.len += next.len;
         }
@@ -218,7 +226,8 @@ fn write_blocks(s: &mut Store, ino: &mut Inode, b0: u64, data: &[u8]) -> Result<
         let b = b0 + i;
         let ext = extent_at(s, ino, b)?;
         if let Some(e) = ext.filter(|e| s.is_fresh(e.vstart + (b - e.file_block))) {
-            // Virtual blocks grow along an extent, so the rest of it is fresh too.
+            // Along an extent, the blocks after a fresh one are fresh too
+            // (`remap_run` keeps it so).
             let m = (n - i).min(e.file_block + e.len - b);
             for j in 0..m {
                 s.vwrite(
