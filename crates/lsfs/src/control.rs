@@ -143,6 +143,17 @@ pub fn stats(fs: &Lsfs) -> Value {
         "blocks_used": st.blocks_used,
         "inodes_used": st.inodes_used,
         "read_only_reason": st.failed,
+        "memory": memory(fs),
+    })
+}
+
+/// The mount's in-memory structures and their bounds (`Lsfs::memory`).
+fn memory(fs: &Lsfs) -> Value {
+    let items = fs.memory();
+    json!({
+        "bytes": items.iter().map(|i| i.bytes).sum::<u64>(),
+        "bound_bytes": items.iter().map(|i| i.max_bytes).sum::<u64>(),
+        "items": items,
     })
 }
 

@@ -7,6 +7,7 @@ pub mod dir;
 pub mod file;
 pub mod inode;
 pub mod map;
+pub mod memory;
 pub mod snapview;
 pub mod xattr;
 

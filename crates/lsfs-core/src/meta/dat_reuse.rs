@@ -28,15 +28,17 @@
 //! (runs of more than one block) still take fresh numbers at the end: they
 //! need consecutive numbers, and sequential writes leave no holes.
 //! Memory: 16 bytes of bitmap per tracked DAT block, at most
-//! [`TRACKED_BLOCKS_MAX`] blocks (about 12 MiB with the indexes).
+//! [`TRACKED_BLOCKS_MAX`] blocks in each of two maps (about 6 MiB with the
+//! indexes; `Lsfs::memory`).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 use crate::meta::dat_entry::DAT_PER_BLOCK;
 
-/// DAT blocks with reusable slots tracked at most (others are not reused
-/// until they are seen again below the bound).
-pub const TRACKED_BLOCKS_MAX: usize = 1 << 18;
+/// DAT blocks with reusable slots tracked at most, in each of `ready` and
+/// `pending` (others are not reused until they are seen again below the
+/// bound): 65,536 blocks cover 8M entries, and holes are found again.
+pub const TRACKED_BLOCKS_MAX: usize = 1 << 16;
 
 /// Free slots of one DAT block, one bit per slot.
 type Slots = u128;
@@ -119,6 +121,14 @@ impl DatReuse {
             self.set_ready(idx, known | slots);
         }
         self.fresh.clear();
+    }
+
+    /// DAT blocks tracked now, and at most.
+    pub fn tracked_blocks(&self) -> (u64, u64) {
+        (
+            (self.ready.len() + self.pending.len()) as u64,
+            2 * TRACKED_BLOCKS_MAX as u64,
+        )
     }
 
     /// Reusable slots now (for tests and statistics).

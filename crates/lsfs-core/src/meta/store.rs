@@ -143,7 +143,7 @@ pub struct Store {
 
 /// Bound of the in-memory mirror of the DAT's block map: 1M entries (about
 /// 32 MiB) cover 2^27 virtual blocks, 512 GiB of data.
-const DAT_MAP_MAX_ENTRIES: usize = 1 << 20;
+pub(crate) const DAT_MAP_MAX_ENTRIES: usize = 1 << 20;
 
 pub fn wall_secs() -> u64 {
     std::time::SystemTime::now()

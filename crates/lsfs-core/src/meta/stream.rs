@@ -141,6 +141,11 @@ impl Streams {
         }
     }
 
+    /// Files whose last write time is remembered.
+    pub fn history_len(&self) -> usize {
+        self.file_last_write.len()
+    }
+
     /// Forget the per-checkpoint routing (the blocks are placed).
     pub(crate) fn checkpoint_done(&mut self) {
         self.file_stream.clear();
