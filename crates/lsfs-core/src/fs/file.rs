@@ -255,7 +255,7 @@ fn write_blocks(s: &mut Store, ino: &mut Inode, b0: u64, data: &[u8]) -> Result<
                 }
             }
         }
-        let vs = s.valloc_run(m)?;
+        let vs = s.valloc_data_run(ino.ino, m)?;
         for j in 0..m {
             s.vfill(vs + j, chunk(i + j), owner(ino.ino, b + j));
         }

@@ -48,13 +48,19 @@ const _: () = assert!(DAT_PER_BLOCK == Slots::BITS as u64);
 pub struct DatReuse {
     /// Slots free in the last durable checkpoint and not handed out since.
     ready: HashMap<u64, Slots>,
-    /// `(DAT_PER_BLOCK - free slots, block)` of `ready`: most free first.
-    by_free: BTreeSet<(u32, u64)>,
+    /// `(DAT_PER_BLOCK - free slots, block)` of `ready`, most free first,
+    /// for cold blocks (`[0]`) and hot ones (`[1]`).
+    by_free: [BTreeSet<(u32, u64)>; 2],
+    /// DAT blocks last drained for hot blocks. Their entries die soon, all
+    /// of them: keeping them apart from cold entries keeps the DAT blocks a
+    /// checkpoint dirties few.
+    hot: HashSet<u64>,
     /// Slots freed since the last checkpoint.
     pending: HashMap<u64, Slots>,
-    /// The block being drained: allocation stays in it while it has ready
-    /// slots, so that one checkpoint's allocations dirty few DAT blocks.
-    current: Option<u64>,
+    /// The block being drained, per temperature: allocation stays in it
+    /// while it has ready slots, so that one checkpoint's allocations dirty
+    /// few DAT blocks.
+    current: [Option<u64>; 2],
     /// Virtual blocks handed out from `ready` since the last checkpoint:
     /// fresh (no checkpoint has seen them) although below the fresh floor.
     pub(crate) fresh: HashSet<u64>,
@@ -62,15 +68,30 @@ pub struct DatReuse {
 
 impl DatReuse {
     fn set_ready(&mut self, idx: u64, slots: Slots) {
+        let class = self.hot.contains(&idx) as usize;
         if let Some(old) = self.ready.remove(&idx) {
-            self.by_free
-                .remove(&(DAT_PER_BLOCK as u32 - old.count_ones(), idx));
+            self.by_free[class].remove(&(DAT_PER_BLOCK as u32 - old.count_ones(), idx));
         }
         if slots != 0 && (self.ready.len() < TRACKED_BLOCKS_MAX) {
             self.ready.insert(idx, slots);
-            self.by_free
-                .insert((DAT_PER_BLOCK as u32 - slots.count_ones(), idx));
+            self.by_free[class].insert((DAT_PER_BLOCK as u32 - slots.count_ones(), idx));
         }
+    }
+
+    fn set_hot(&mut self, idx: u64, hot: bool) {
+        if self.hot.contains(&idx) == hot {
+            return;
+        }
+        let slots = self.ready.get(&idx).copied().unwrap_or(0);
+        self.set_ready(idx, 0);
+        if hot {
+            if self.hot.len() < TRACKED_BLOCKS_MAX {
+                self.hot.insert(idx);
+            }
+        } else {
+            self.hot.remove(&idx);
+        }
+        self.set_ready(idx, slots);
     }
 
     /// Slot `slot` of DAT block `idx` was freed in the checkpoint being built.
@@ -95,16 +116,25 @@ impl DatReuse {
     pub(crate) fn forget_block(&mut self, idx: u64) {
         self.set_ready(idx, 0);
         self.pending.remove(&idx);
+        self.hot.remove(&idx);
     }
 
-    /// A reusable virtual block, if there is one; it is fresh until the next
-    /// checkpoint.
-    pub(crate) fn take(&mut self) -> Option<u64> {
-        let idx = match self.current.filter(|i| self.ready.contains_key(i)) {
+    /// A reusable virtual block for a block of the given temperature, if
+    /// there is one; it is fresh until the next checkpoint. A block of the
+    /// other temperature's DAT blocks is taken only when its own have none.
+    pub(crate) fn take(&mut self, hot: bool) -> Option<u64> {
+        let class = hot as usize;
+        let idx = match self.current[class].filter(|i| self.ready.contains_key(i)) {
             Some(i) => i,
-            None => self.by_free.first()?.1,
+            None => {
+                self.by_free[class]
+                    .first()
+                    .or_else(|| self.by_free[1 - class].first())?
+                    .1
+            }
         };
-        self.current = Some(idx);
+        self.current[class] = Some(idx);
+        self.set_hot(idx, hot);
         let slots = self.ready[&idx];
         let slot = slots.trailing_zeros() as u64;
         self.set_ready(idx, slots & !(1 << slot));
@@ -145,11 +175,11 @@ mod tests {
     fn freed_slots_wait_for_the_checkpoint() {
         let mut r = DatReuse::default();
         r.note_freed(3, 5);
-        assert_eq!(r.take(), None, "freed in the checkpoint being built");
+        assert_eq!(r.take(false), None, "freed in the checkpoint being built");
         r.checkpoint_done();
-        assert_eq!(r.take(), Some(3 * DAT_PER_BLOCK + 5));
+        assert_eq!(r.take(false), Some(3 * DAT_PER_BLOCK + 5));
         assert!(r.fresh.contains(&(3 * DAT_PER_BLOCK + 5)));
-        assert_eq!(r.take(), None);
+        assert_eq!(r.take(false), None);
         r.checkpoint_done();
         assert!(r.fresh.is_empty());
     }
@@ -159,9 +189,29 @@ mod tests {
         let mut r = DatReuse::default();
         r.note_durable_block(1, 0b1);
         r.note_durable_block(7, 0b1110);
-        let got: Vec<u64> = std::iter::from_fn(|| r.take()).collect();
+        let got: Vec<u64> = std::iter::from_fn(|| r.take(false)).collect();
         let b = DAT_PER_BLOCK;
         assert_eq!(got, vec![7 * b + 1, 7 * b + 2, 7 * b + 3, b]);
+    }
+
+    #[test]
+    fn hot_and_cold_blocks_drain_different_dat_blocks() {
+        let mut r = DatReuse::default();
+        let b = DAT_PER_BLOCK;
+        r.note_durable_block(1, 0b1111);
+        r.note_durable_block(2, 0b111);
+        assert_eq!(r.take(true), Some(b));
+        // Cold goes elsewhere while there is elsewhere.
+        assert_eq!(r.take(false), Some(2 * b));
+        assert_eq!(r.take(true), Some(b + 1));
+        // Freed hot entries come back to the hot block.
+        r.note_freed(1, 0);
+        r.checkpoint_done();
+        assert_eq!(r.take(true), Some(b), "block 1 stays hot");
+        assert_eq!(r.take(true), Some(b + 2));
+        assert_eq!(r.take(true), Some(b + 3));
+        // With no hot block left, hot takes a cold one.
+        assert_eq!(r.take(true), Some(2 * b + 1));
     }
 
     #[test]
@@ -171,6 +221,6 @@ mod tests {
         r.note_freed(2, 4);
         r.forget_block(2);
         r.checkpoint_done();
-        assert_eq!(r.take(), None);
+        assert_eq!(r.take(false), None);
     }
 }

@@ -631,12 +631,21 @@ impl Store {
     /// `n` new consecutive virtual blocks (one extent), their DAT entries
     /// written a DAT block at a time.
     pub fn valloc_run(&mut self, n: u64) -> Result<u64> {
-        self.with_dat_cause("allocate", |s| s.valloc_run_inner(n))
+        self.with_dat_cause("allocate", |s| s.valloc_run_inner(n, true))
     }
 
-    fn valloc_run_inner(&mut self, n: u64) -> Result<u64> {
+    /// `n` new blocks for data of file `ino`: as [`Store::valloc_run`], but a
+    /// reused entry is taken from the DAT blocks of the file's temperature.
+    /// (Everything else allocated is hot: metadata blocks are rewritten at
+    /// every checkpoint that changes them.)
+    pub fn valloc_data_run(&mut self, ino: u64, n: u64) -> Result<u64> {
+        let hot = self.file_is_hot(ino);
+        self.with_dat_cause("allocate", |s| s.valloc_run_inner(n, hot))
+    }
+
+    fn valloc_run_inner(&mut self, n: u64, hot: bool) -> Result<u64> {
         if n == 1 {
-            if let Some(v) = self.dat_reuse.take() {
+            if let Some(v) = self.dat_reuse.take(hot) {
                 return self.valloc_reused(v);
             }
         }

@@ -242,6 +242,12 @@ impl Store {
         Some(age as u64)
     }
 
+    /// Whether file `ino` is hot in the checkpoint being built (its blocks
+    /// go to the hot stream).
+    pub(crate) fn file_is_hot(&self, ino: u64) -> bool {
+        self.streams.file_stream.get(&ino) == Some(&Stream::HotUser)
+    }
+
     /// The stream dirty virtual block `v` (owned by `o`) is written to.
     pub(crate) fn stream_of(&self, v: u64, o: &Owner) -> Stream {
         if !self.streams.active {
