@@ -106,6 +106,16 @@ fn hot_cold_overwrites_keep_running_near_full() {
     let st = fs.cleaner.stats.clone();
     assert!(st.segments_cleaned > 0, "the cleaner never ran: {st:?}");
     assert!(st.write_amplification >= 1.0);
+    // File data alone: copies are a part of what was written.
+    assert!(
+        st.file_data_copied > 0
+            && st.file_data_copied <= st.blocks_copied
+            && st.file_data_copied < st.file_data_written
+            && st.data_write_amplification
+                == st.file_data_written as f64
+                    / (st.file_data_written - st.file_data_copied) as f64,
+        "{st:?}"
+    );
     // The per-stream and per-class counters add up to the totals.
     let victims: u64 = st.by_stream.values().map(|t| t.victims).sum();
     let copied: u64 = st.by_stream.values().map(|t| t.copied).sum();

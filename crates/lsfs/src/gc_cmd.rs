@@ -76,7 +76,7 @@ pub fn stats(mnt: &Path, json_out: bool) -> Result<Value, String> {
     } else {
         let s = &v["stats"];
         println!(
-            "{} passes, {} segments cleaned, {} blocks copied, {} late aborts\nuser blocks {}, cleaner blocks {}, write amplification {:.3}, unaccounted {:.4}\ncheckpoints given up for space {}, snapshot changes awaiting reconciliation {} ({:.0} % through the first)",
+            "{} passes, {} segments cleaned, {} blocks copied, {} late aborts\nuser blocks {}, cleaner blocks {}, write amplification {:.3} (file data alone {:.3}), unaccounted {:.4}\ncheckpoints given up for space {}, snapshot changes awaiting reconciliation {} ({:.0} % through the first)",
             s["passes"],
             s["segments_cleaned"],
             s["blocks_copied"],
@@ -84,6 +84,7 @@ pub fn stats(mnt: &Path, json_out: bool) -> Result<Value, String> {
             s["user_blocks_written"],
             s["cleaner_blocks_written"],
             s["write_amplification"].as_f64().unwrap_or(1.0),
+            s["data_write_amplification"].as_f64().unwrap_or(1.0),
             s["unaccounted_fraction"].as_f64().unwrap_or(0.0),
             s["checkpoints_given_up"],
             s["snapshot_changes_pending"],

@@ -249,6 +249,11 @@ impl Lsfs {
         c.stats.passes += 1;
         c.stats.segments_cleaned += rep.victims.len() as u64;
         c.stats.blocks_copied += rep.blocks_copied;
+        c.stats.file_data_copied += rep
+            .victims
+            .iter()
+            .map(|v| v.file_data_copied as u64)
+            .sum::<u64>();
         c.stats.late_aborts += rep.late_aborted.len() as u64;
         for v in &rep.victims {
             let t = c.stats.by_stream.entry(v.stream).or_default();
@@ -283,6 +288,19 @@ impl Lsfs {
             1.0
         } else {
             written as f64 / c.user_blocks_written as f64
+        };
+        c.file_data_written = self
+            .store
+            .stats
+            .blocks_by_class
+            .get("file data")
+            .copied()
+            .unwrap_or(0);
+        let user_data = c.file_data_written.saturating_sub(c.file_data_copied);
+        c.data_write_amplification = if user_data == 0 {
+            1.0
+        } else {
+            c.file_data_written as f64 / user_data as f64
         };
         let used: u64 = self.store.segs.usage.iter().map(|u| u.nblocks as u64).sum();
         // Dead blocks are unaccounted only while a plain checkpoint still

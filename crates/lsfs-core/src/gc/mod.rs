@@ -199,6 +199,14 @@ pub struct CleanerStats {
     pub cleaner_blocks_written: u64,
     /// (user + cleaner) / user.
     pub write_amplification: f64,
+    /// File-data blocks written (by writes and by the cleaner).
+    pub file_data_written: u64,
+    /// File-data blocks the cleaner copied.
+    pub file_data_copied: u64,
+    /// Write amplification of file data alone, Rohner's and the simulator's
+    /// definition: written / (written − copied). `write_amplification`
+    /// counts metadata among the user writes, so more metadata lowers it.
+    pub data_write_amplification: f64,
     /// Fraction of written blocks whose state no counter tracks (dead, protected only by a plain checkpoint).
     pub unaccounted_fraction: f64,
     /// Snapshot promotions and demotions not yet applied to every segment

@@ -34,6 +34,9 @@ pub struct Relocated {
     pub dat_copied: u32,
     /// DAT entries of unneeded dead blocks freed.
     pub freed_entries: u32,
+    /// Of the live and protected blocks copied, those holding file data
+    /// (the rest are metadata: IFILE, CPFILE, SUFILE blocks and tree nodes).
+    pub file_data_copied: u32,
 }
 
 /// One block's fate when its segment is cleaned.
@@ -216,12 +219,14 @@ impl Store {
                 Action::MoveLive(v, e, owner, pos) => {
                     self.with_dat_cause("cleaner move", |s| s.move_vblock(v, e, owner, pos))?;
                     self.note_moved(v, e.start, true);
+                    rep.file_data_copied += is_file_data(&owner) as u32;
                     self.kill_live(seg, false, now)?;
                     rep.live_copied += 1;
                 }
                 Action::MoveProtected(v, e, owner, pos) => {
                     self.with_dat_cause("cleaner move", |s| s.move_vblock(v, e, owner, pos))?;
                     self.note_moved(v, e.start, false);
+                    rep.file_data_copied += is_file_data(&owner) as u32;
                     if self.snapshot_counted(v, e.start, e.end) {
                         self.add_snapshot(seg, -1)?;
                     }
@@ -288,4 +293,10 @@ impl Store {
         let v = tree.get(&mut dat_nodes!(self), root, idx)?;
         v.map(|b| decode_u64(&b, "DAT block map")).transpose()
     }
+}
+
+/// A block of a file's contents (the class `blocks_by_class` calls "file
+/// data"), as opposed to metadata.
+fn is_file_data(o: &Owner) -> bool {
+    o.kind == BlockKind::Data && o.ino >= crate::layout::FIRST_USER_INO
 }

@@ -10,6 +10,9 @@
 //! * `wa_engine` = (Δuser + Δcleaner) / Δuser: the engine's own definition (`lsfs gc stats`),
 //!   the closest to the simulator's WA; its "user" blocks include metadata and the
 //!   checkpoints that end cleaning passes, so more frequent passes lower it a little;
+//! * `wa_data` = Δfile data written / (Δfile data written − Δfile data copied): file data
+//!   alone, Rohner's and the simulator's definition (engines before session 5 do not report
+//!   it);
 //! * `wa_device` = (Δuser + Δcleaner) / data, where data is the 4 KiB blocks the workload
 //!   wrote (its own count): blocks the log wrote per block the application wrote. It can be
 //!   below 1: overwrites of a hot file that meet in the cache reach the log once.
@@ -57,6 +60,7 @@ pub struct RunSummary {
     pub cleaner_blocks_measured: u64,
     pub wa_device: Option<f64>,
     pub wa_engine: Option<f64>,
+    pub wa_data: Option<f64>,
     /// Since mount, fill included (what `lsfs gc stats` prints).
     pub write_amplification_since_mount: f64,
     pub cleaner_efficiency: Option<f64>,
@@ -191,6 +195,11 @@ pub fn summarize(dir: &Path) -> Result<RunSummary, Box<dyn Error>> {
     if data > 0.0 {
         s.wa_device = Some((du + dc) / data);
     }
+    let dfw = num(last, "file_data_written") - num(first, "file_data_written");
+    let dfc = num(last, "file_data_copied") - num(first, "file_data_copied");
+    if dfw > dfc && dfw > 0.0 {
+        s.wa_data = Some(dfw / (dfw - dfc));
+    }
     if dseg > 0.0 {
         let u = dcopied / (dseg * segment_blocks);
         s.mean_victim_utilization = Some(u);
@@ -234,7 +243,7 @@ fn opt(v: Option<f64>, digits: usize) -> String {
 pub fn markdown(runs: &[RunSummary]) -> String {
     let mut md = String::new();
     md.push_str(
-        "| workload | policy | live after fill | WA | log blocks per app block | E | mean victim u | data GiB | passes: policy / low-space greedy | late aborts | time s | fsck | status |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| workload | policy | live after fill | WA | data WA | log blocks per app block | E | mean victim u | data GiB | passes: policy / low-space greedy | late aborts | time s | fsck | status |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in runs {
         let reason = |k: &str| r.passes_by_reason.get(k).copied().unwrap_or(0);
@@ -252,11 +261,12 @@ pub fn markdown(runs: &[RunSummary]) -> String {
         };
         let _ = writeln!(
             md,
-            "| {} | {} | {:.1} % | {} | {} | {} | {} | {:.2} | {} / {} | {} | {:.0} | {} | {} |",
+            "| {} | {} | {:.1} % | {} | {} | {} | {} | {} | {:.2} | {} / {} | {} | {:.0} | {} | {} |",
             r.workload,
             r.policy,
             r.live_percent_after_fill,
             opt(r.wa_engine, 3),
+            opt(r.wa_data, 3),
             opt(r.wa_device, 3),
             opt(r.cleaner_efficiency, 3),
             opt(r.mean_victim_utilization, 3),
