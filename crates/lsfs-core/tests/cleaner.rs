@@ -2,6 +2,8 @@
 //! overwrites must keep accepting writes, lose nothing, and keep its
 //! per-segment counters exact (fsck recounts them).
 
+mod common;
+
 use lsfs_core::device::MemDevice;
 use lsfs_core::fs::{Lsfs, MountConfig};
 use lsfs_core::meta::open::MkfsOptions;
@@ -40,26 +42,12 @@ fn hot_cold_overwrites_keep_running_near_full() {
     let mut fs = Lsfs::mkfs(Box::new(MemDevice::new(64 << 20)), &opts, cfg()).unwrap();
     let t0 = fs.store.now();
     fs.store.now_override = Some(t0);
-    let ctx = Ctx::default();
     let capacity = fs.store.geo.total_segment_blocks() as usize;
     // With its inode (1/8 block) and DAT entry, a 4 KiB file takes about
     // 1.14 blocks: 60 % of the blocks in files is about 70 % used.
     let nfiles = capacity * 60 / 100;
-    let mut inos = Vec::new();
     let mut versions = vec![0u32; nfiles];
-    for f in 0..nfiles {
-        let a = fs
-            .mknod(
-                ROOT_INO,
-                format!("f{f}").as_bytes(),
-                libc::S_IFREG | 0o644,
-                0,
-                &ctx,
-            )
-            .unwrap();
-        fs.write(a.ino, 0, &block(f, 0)).unwrap();
-        inos.push(a.ino);
-    }
+    let inos = common::make_files(&mut fs, nfiles, |f| block(f, 0));
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let hot = nfiles / 10;
     let rounds = capacity * 2;
@@ -293,22 +281,8 @@ fn moved_cold_blocks_leave_the_hot_stream() {
     };
     let mut fs = Lsfs::mkfs(Box::new(MemDevice::new(128 << 20)), &opts, cfg()).unwrap();
     let t0 = fs.store.now();
-    let ctx = Ctx::default();
     let nfiles = (fs.store.free_blocks() as f64 * 0.75 / 1.14) as usize;
-    let mut inos = Vec::new();
-    for f in 0..nfiles {
-        let a = fs
-            .mknod(
-                ROOT_INO,
-                format!("f{f}").as_bytes(),
-                libc::S_IFREG | 0o644,
-                0,
-                &ctx,
-            )
-            .unwrap();
-        fs.write(a.ino, 0, &block(f, 0)).unwrap();
-        inos.push(a.ino);
-    }
+    let inos = common::make_files(&mut fs, nfiles, |f| block(f, 0));
     let mut rng = rand::rngs::StdRng::seed_from_u64(11);
     let hot = nfiles / 10;
     for i in 0..3 * nfiles {

@@ -49,20 +49,7 @@ fn check_contents(fs: &mut Lsfs, inos: &[u64], versions: &[u32]) {
 #[test]
 fn random_overwrites_keep_the_dat_dense() {
     let mut fs = mkfs(64 * MIB, cfg_no_protection());
-    let mut inos = Vec::new();
-    for f in 0..FILES {
-        let a = fs
-            .mknod(
-                ROOT_INO,
-                format!("f{f}").as_bytes(),
-                libc::S_IFREG | 0o644,
-                0,
-                &ctx(),
-            )
-            .unwrap();
-        fs.write(a.ino, 0, &block(f, 0)).unwrap();
-        inos.push(a.ino);
-    }
+    let inos = common::make_files(&mut fs, FILES, |f| block(f, 0));
     let mut versions = vec![0u32; FILES];
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     overwrite(&mut fs, &inos, &mut versions, 20 * FILES, &mut rng);

@@ -153,3 +153,24 @@ pub fn assert_clean(report: &FsckReport, what: &str) {
         report.warnings
     );
 }
+
+/// `n` files `f0`, `f1`, … in the root, file `f` holding `contents(f)`;
+/// their inode numbers.
+pub fn make_files(fs: &mut Lsfs, n: usize, contents: impl Fn(usize) -> Vec<u8>) -> Vec<u64> {
+    use lsfs_vfs::{Vfs, ROOT_INO};
+    (0..n)
+        .map(|f| {
+            let a = fs
+                .mknod(
+                    ROOT_INO,
+                    format!("f{f}").as_bytes(),
+                    libc::S_IFREG | 0o644,
+                    0,
+                    &ctx(),
+                )
+                .unwrap();
+            fs.write(a.ino, 0, &contents(f)).unwrap();
+            a.ino
+        })
+        .collect()
+}
