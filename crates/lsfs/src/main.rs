@@ -283,6 +283,17 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    if !matches!(cli.cmd, Cmd::Run(_) | Cmd::Mount(_)) {
+        // Reporting commands end quietly when their reader goes away
+        // (`lsfs gc stats | head`), as other tools do, instead of panicking
+        // on EPIPE. Not the file system server: a control-socket client
+        // that hangs up must not kill the mount.
+        // SAFETY: restores the default disposition of one signal before
+        // any thread is started.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let r = match cli.cmd {
         Cmd::Run(a) => run(a),
         Cmd::Mkfs(a) => mkfs(a),
