@@ -89,7 +89,14 @@ echo "fsx-soak: $((passed * run_ops)) operations passed in $passed runs, $elapse
 "$lsfs" gc stats --mount "$mnt" || true
 
 fusermount3 -u "$mnt"
-for _ in $(seq 300); do pgrep -f "lsfs mount $img" >/dev/null || break; sleep 0.1; done
+# The server writes its final checkpoint and exits; fsck needs the image's
+# lock, so wait for that process itself (a long run's third soak once
+# reached fsck while the server still held the image).
+for _ in $(seq 6000); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$pid" 2>/dev/null; then
+    echo "fsx-soak: the lsfs server (pid $pid) is still running 10 minutes after the unmount" >&2
+    exit 1
+fi
 echo "== fsck"
 "$lsfs" fsck "$img"
 exit "$status"
