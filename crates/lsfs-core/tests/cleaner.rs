@@ -17,6 +17,15 @@ fn cfg() -> MountConfig {
     c
 }
 
+/// An in-memory file system of `mib` MiB with segments of `segment_blocks`.
+fn mkfs(mib: u64, segment_blocks: u32, config: MountConfig) -> Lsfs {
+    let opts = MkfsOptions {
+        segment_blocks,
+        label: "gc".into(),
+    };
+    Lsfs::mkfs(Box::new(MemDevice::new(mib << 20)), &opts, config).unwrap()
+}
+
 fn block(file: usize, version: u32) -> Vec<u8> {
     let mut b = vec![0u8; 4096];
     b[..8].copy_from_slice(&(file as u64).to_le_bytes());
@@ -35,11 +44,7 @@ fn fsck_clean(fs: &mut Lsfs) {
 /// Rohner's hot/cold workload: 4 KiB files, 10 % of them get 90 % of the writes.
 #[test]
 fn hot_cold_overwrites_keep_running_near_full() {
-    let opts = MkfsOptions {
-        segment_blocks: 256,
-        label: "gc".into(),
-    };
-    let mut fs = Lsfs::mkfs(Box::new(MemDevice::new(64 << 20)), &opts, cfg()).unwrap();
+    let mut fs = mkfs(64, 256, cfg());
     let t0 = fs.store.now();
     fs.store.now_override = Some(t0);
     let capacity = fs.store.geo.total_segment_blocks() as usize;
@@ -145,11 +150,7 @@ fn hot_cold_overwrites_keep_running_near_full() {
 /// snapshot goes, its segments become reclaimable.
 #[test]
 fn snapshot_blocks_survive_cleaning_and_are_released_after() {
-    let opts = MkfsOptions {
-        segment_blocks: 64,
-        label: "snap".into(),
-    };
-    let mut fs = Lsfs::mkfs(Box::new(MemDevice::new(32 << 20)), &opts, cfg()).unwrap();
+    let mut fs = mkfs(32, 64, cfg());
     let t0 = fs.store.now();
     fs.store.now_override = Some(t0);
     let ctx = Ctx::default();
@@ -223,11 +224,7 @@ fn snapshot_blocks_survive_cleaning_and_are_released_after() {
 fn futile_victims_are_not_planned_again_under_pressure() {
     let mut c = cfg();
     c.store.protection_secs = 3600;
-    let opts = MkfsOptions {
-        segment_blocks: 64,
-        label: "futile".into(),
-    };
-    let mut fs = Lsfs::mkfs(Box::new(MemDevice::new(16 << 20)), &opts, c).unwrap();
+    let mut fs = mkfs(16, 64, c);
     let t0 = fs.store.now();
     fs.store.now_override = Some(t0);
     fs.cleaner.enabled = false; // no cleaning but the passes below
@@ -275,11 +272,7 @@ fn futile_victims_are_not_planned_again_under_pressure() {
 #[test]
 fn moved_cold_blocks_leave_the_hot_stream() {
     use lsfs_core::meta::stream::Stream;
-    let opts = MkfsOptions {
-        segment_blocks: 128,
-        label: "gc".into(),
-    };
-    let mut fs = Lsfs::mkfs(Box::new(MemDevice::new(128 << 20)), &opts, cfg()).unwrap();
+    let mut fs = mkfs(128, 128, cfg());
     let t0 = fs.store.now();
     let nfiles = (fs.store.free_blocks() as f64 * 0.75 / 1.14) as usize;
     let inos = common::make_files(&mut fs, nfiles, |f| block(f, 0));

@@ -91,7 +91,7 @@ impl Lsfs {
                 std::mem::size_of::<crate::meta::cpfile::CpEntry>() as u64 + 48,
             ),
         ];
-        items.sort_by(|a, b| b.max_bytes.cmp(&a.max_bytes));
+        items.sort_by_key(|i| std::cmp::Reverse(i.max_bytes));
         items
     }
 }

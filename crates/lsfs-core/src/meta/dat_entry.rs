@@ -20,6 +20,21 @@ pub struct DatEntry {
 }
 
 impl DatEntry {
+    /// The entry of a block handed out in checkpoint `cno` and not placed yet.
+    pub fn fresh(cno: u64) -> DatEntry {
+        DatEntry {
+            pblock: 0,
+            start: cno,
+            end: CNO_MAX,
+        }
+    }
+    /// Whether slot `slot` of DAT block `block` is unused (all zero), without
+    /// decoding it.
+    pub fn slot_is_free(block: &[u8], slot: usize) -> bool {
+        block[slot * DAT_ENTRY_BYTES..(slot + 1) * DAT_ENTRY_BYTES]
+            .iter()
+            .all(|&x| x == 0)
+    }
     pub fn is_free(&self) -> bool {
         *self == DatEntry::default()
     }

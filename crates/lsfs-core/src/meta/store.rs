@@ -16,7 +16,7 @@ use crate::layout::{Geometry, DAT_INO, IFILE_INO};
 use crate::log::record::BlockKind;
 use crate::log::superblock::Superblock;
 use crate::meta::cpfile::CpTable;
-use crate::meta::dat_entry::{DatEntry, CNO_MAX, DAT_ENTRY_BYTES, DAT_PER_BLOCK};
+use crate::meta::dat_entry::{DatEntry, DAT_PER_BLOCK};
 use crate::meta::ifile::{self, INODE_BYTES};
 use crate::meta::sufile::SegTable;
 
@@ -494,10 +494,7 @@ impl Store {
             self.dat_reuse.note_durable_block(idx, free);
         }
         for (slot, e) in changes {
-            let was_free = block[slot * DAT_ENTRY_BYTES..(slot + 1) * DAT_ENTRY_BYTES]
-                .iter()
-                .all(|&x| x == 0);
-            if e.is_free() && !was_free {
+            if e.is_free() && !DatEntry::slot_is_free(&block, *slot) {
                 self.dat_reuse.note_freed(idx, *slot);
             }
         }
@@ -651,11 +648,7 @@ impl Store {
         }
         let v0 = self.next_vblock;
         self.next_vblock += n;
-        let fresh = DatEntry {
-            pblock: 0,
-            start: self.cur_cno,
-            end: CNO_MAX,
-        };
+        let fresh = DatEntry::fresh(self.cur_cno);
         let mut v = v0;
         while v < v0 + n {
             let idx = v / DAT_PER_BLOCK;
@@ -684,12 +677,7 @@ impl Store {
         }
         // A clean copy of the block that used `v` before may still be cached.
         self.cache.remove(vkey(v));
-        let fresh = DatEntry {
-            pblock: 0,
-            start: self.cur_cno,
-            end: CNO_MAX,
-        };
-        self.dat_set(v, fresh)?;
+        self.dat_set(v, DatEntry::fresh(self.cur_cno))?;
         self.blocks_used += 1;
         self.stats.dat_entries_reused += 1;
         Ok(v)
@@ -1019,15 +1007,13 @@ impl Store {
 /// entries below `floor`, the end of the DAT in the last checkpoint: the
 /// ones above were handed out since, or never, and belong to the end.
 fn free_slots(block: &[u8], idx: u64, floor: u64) -> u128 {
-    let mut free = 0u128;
-    for (slot, e) in block.chunks_exact(DAT_ENTRY_BYTES).enumerate() {
-        let v = idx * DAT_PER_BLOCK + slot as u64;
-        // Virtual block 0 means "none" and is never handed out.
-        if v != 0 && v < floor && e.iter().all(|&x| x == 0) {
-            free |= 1 << slot;
-        }
-    }
-    free
+    (0..DAT_PER_BLOCK as usize)
+        .filter(|&slot| {
+            let v = idx * DAT_PER_BLOCK + slot as u64;
+            // Virtual block 0 means "none" and is never handed out.
+            v != 0 && v < floor && DatEntry::slot_is_free(block, slot)
+        })
+        .fold(0u128, |m, slot| m | 1 << slot)
 }
 
 pub(crate) fn decode_u64(b: &[u8], what: &str) -> Result<u64> {
@@ -1063,6 +1049,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::meta::dat_entry::CNO_MAX;
 
     /// Found by the `image` fuzz target: a patch (`ff ff ff ff ff 64 64 64`)
     /// over an inode's xattr root gave a virtual block above 2^62, whose
