@@ -38,14 +38,18 @@
 //! cold and cleaner records before the log's, under a flush of their own.
 //! It takes seq-1, every other seq-2 and seq-3 workload, and pairs of
 //! writes to one file then sync (the only way user data gets hot: write
-//! history is not kept across mounts). Epochs with data-stream writes get
+//! history is not kept across mounts), and "hot triples": such a pair, then
+//! any step with a persistence point (`LSFS_ACE_HOT3` of them in CI,
+//! default 40; 600 in the long run). Epochs with data-stream writes get
 //! three times the random states; the test fails if under 4 % of all crash
-//! states lie in such epochs, or a stream is never written.
+//! states lie in such epochs, a stream is never written, or the hot
+//! triples write under 50 hot-stream blocks.
 //!
 //! Default: a CI sample (seq-1 exhaustive, seq-2 and seq-3 sampled).
-//! `LSFS_ACE_STATES=100000` runs seq-1, then seq-2 in a spread order (all of
-//! it if the target allows), then sampled seq-3, until that many crash
-//! states are checked, with a progress line every 30 s.
+//! `LSFS_ACE_STATES=100000` runs seq-1, the hot pairs and triples, then
+//! seq-2 in a spread order (all of it if the target allows), then sampled
+//! seq-3, until that many crash states are checked, with a progress line
+//! every 30 s.
 
 mod common;
 use common::*;
@@ -1230,6 +1234,40 @@ fn ace_workloads_keep_what_crash_md_promises() {
             }
         }
     }
+    // Hot triples: a hot pair, then any step with a persistence point, so
+    // that crash states after hot-stream records meet renames, truncates,
+    // unlinks, snapshots, fsyncs and another hot write, with the cleaner
+    // pass before each operation taking hot segments as victims (the pairs
+    // alone put 44 hot blocks in 100,000 crash states). The long run takes
+    // up to 600 (about a third of its states), CI a spread sample.
+    let mut triples: Vec<[Step; 3]> = Vec::new();
+    for f in FILES {
+        for a in writes(f) {
+            for b in writes(f) {
+                for &c in &last {
+                    triples.push([(a, Persist::None), (b, Persist::Sync), c]);
+                }
+            }
+        }
+    }
+    // Only workloads the model accepts (most third steps create or remove
+    // a name that is or is not there).
+    let streams_base = &run.bases[Variant::Streams as usize];
+    triples.retain(|t| valid(streams_base, &expand(t, Variant::Streams.cleaner())));
+    let n3 = triples.len() as u64;
+    let take_hot3 = if target.is_some() {
+        600
+    } else {
+        env_u64("LSFS_ACE_HOT3").unwrap_or(40)
+    };
+    for i in 0..take_hot3.min(n3) {
+        if run.full() {
+            break;
+        }
+        run.one(&triples[spread(i, n3) as usize], Variant::Streams, random);
+    }
+    let hot3_taken = take_hot3.min(n3);
+    eprintln!("ace: hot triples {n3}, {hot3_taken} taken");
     let hot = run.tally.states - seq1;
     // seq-2, bounded as ACE bounds it: any core operation, then any core
     // operation followed by fsync of what it touched or by sync (seq-1 and
@@ -1279,7 +1317,7 @@ fn ace_workloads_keep_what_crash_md_promises() {
     }
     let t = &run.tally;
     eprintln!(
-        "ace: {} workloads checked ({} invalid skipped), crash states: {} (seq-1 {seq1}, hot pairs {hot}, seq-2 {seq2}, seq-3 {}), cleaner copied {} blocks ({} live; {} of {} passes moved live blocks, {} crash states in their epochs), streams variant: {} passes, {} live blocks copied; data-stream writes (hot {}, cold {}, cleaner {} blocks) in the epochs of {} crash states ({} with some landed), {} s, violations {}",
+        "ace: {} workloads checked ({} invalid skipped), crash states: {} (seq-1 {seq1}, hot pairs and triples {hot}, seq-2 {seq2}, seq-3 {}), cleaner copied {} blocks ({} live; {} of {} passes moved live blocks, {} crash states in their epochs), streams variant: {} passes, {} live blocks copied; data-stream writes (hot {}, cold {}, cleaner {} blocks) in the epochs of {} crash states ({} with some landed), {} s, violations {}",
         t.workloads,
         t.skipped,
         t.states,
@@ -1316,8 +1354,9 @@ fn ace_workloads_keep_what_crash_md_promises() {
     // a flush of their own) must be in crash states too: they never were
     // while every image was too small for the streams to run. Measured on
     // the CI sample: 1,068 of 12,281 crash states (8.7 %) in epochs with
-    // data-stream writes; hot 31, cold 53 and cleaner 3,785 blocks. The
-    // floor is about half of that share.
+    // data-stream writes; hot 31, cold 53 and cleaner 3,785 blocks (with
+    // the hot triples: 1,573 of 12,598; hot 101, cold 122, cleaner 5,905).
+    // The floor is about half of that share.
     if t.states >= 5000 {
         assert!(
             t.stream_states * 25 >= t.states,
@@ -1330,6 +1369,15 @@ fn ace_workloads_keep_what_crash_md_promises() {
             "a data stream was never written: hot, cold, cleaner blocks {:?}",
             t.stream_blocks
         );
+        // With the hot triples (CI's 40): 101 hot blocks, against 31 from
+        // the pairs alone; the floor is half.
+        if hot3_taken >= 40 {
+            assert!(
+                t.stream_blocks[0] >= 50,
+                "hot triples wrote only {} hot-stream blocks",
+                t.stream_blocks[0]
+            );
+        }
     }
     if t.passes >= 20 {
         assert!(
