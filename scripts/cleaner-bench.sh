@@ -245,6 +245,7 @@ for workload in ${workloads//,/ }; do
             sed -n 's/.*"segment_blocks":\([0-9]*\),"total":\([0-9]*\).*/\1 \2/p')
         seg_total_blocks=$(echo "$seg_line" | awk '{ print $1 * $2 }')
         stats "$run/stats-000.json" || true
+        echo "$fs_stats" > "$run/fs-stats-000.json"
         if [ "$status" = ok ]; then
             for n in $(seq 1 "$steps"); do
                 if ! run_workload step "$n" > "$run/workload-$n.json" 2> "$run/workload-$n.err"; then
@@ -257,6 +258,8 @@ for workload in ${workloads//,/ }; do
                 "$lsfs" gc status --mount "$mnt" --json \
                     > "$(printf '%s/status-%03d.json' "$run" "$n")" 2>/dev/null || true
             done
+            # The engine's own counters (blocks written by class, checkpoints, DAT traffic).
+            "$lsfs" stats --mount "$mnt" --json > "$run/fs-stats-end.json" 2>/dev/null || true
         fi
         unmount
         if "$lsfs" fsck "$img" > "$run/fsck.txt" 2>&1; then fsck=clean; else fsck="exit $?"; fi
