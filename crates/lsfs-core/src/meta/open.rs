@@ -260,6 +260,7 @@ impl Store {
         store.segs.reserved.clear();
         store.segs.reserved.insert(store.cur_seg);
         store.segs.reserved.insert(store.next_seg);
+        store.resume_stream_heads();
         let replay = after
             .iter()
             .filter(|r| r.header.flags & FLAG_DSYNC != 0)
