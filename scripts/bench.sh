@@ -27,6 +27,8 @@
 # `lsfs stats` counters before and after each workload and the RSS of the
 # `lsfs mount` process (sampled every 0.5 s).
 #
+# LSFS_MOUNT_OPTS=OPTS mounts lsfs with `-o OPTS` (e.g. writeback_cache).
+#
 # Images live under $BENCH_TMP (default /var/tmp); everything this script
 # mounts, attaches or creates is removed by an EXIT trap, also on failure.
 # Needs root and the tools from scripts/install-deps.sh.
@@ -170,8 +172,10 @@ mount_fs() {
     mkdir -p "$mnt"
     if [[ $CUR_FS = lsfs ]]; then
         # The serving process keeps this stderr: its log goes to the raw dir.
-        "$LSFS" mount "$CUR_IMG" "$mnt" --background >/dev/null 2>>"$RAW/lsfs-mount.log"
-        LSFS_PID=$(pgrep -f -x -- "$LSFS mount $CUR_IMG $mnt( --background)?" | head -n1 || true)
+        local opts=()
+        [[ -n ${LSFS_MOUNT_OPTS:-} ]] && opts=(-o "$LSFS_MOUNT_OPTS")
+        "$LSFS" mount "$CUR_IMG" "$mnt" --background "${opts[@]}" >/dev/null 2>>"$RAW/lsfs-mount.log"
+        LSFS_PID=$(pgrep -f -- "$LSFS mount $CUR_IMG $mnt" | head -n1 || true)
         [[ -n $LSFS_PID ]] || die "cannot find the lsfs mount process"
     else
         mount "$CUR_LOOP" "$mnt"
@@ -347,6 +351,7 @@ cat >"$RAW/meta.json" <<EOF
   "loadavg_before": "$load_before",
   "loadavg_after": "$(cut -d' ' -f1-3 /proc/loadavg)",
   "filesystems": "$FSLIST",
+  "lsfs_mount_options": "${LSFS_MOUNT_OPTS:-}",
   "workloads": "$WORKLOADS",
   "image_size": "$IMG_SIZE",
   "seq_mb": $SEQ_MB,

@@ -2,6 +2,7 @@
 # External suites against a real lsfs mount: pjdfstest (POSIX semantics),
 # fsx (data integrity, FSX_OPS operations, default 100000), then unmount and
 # fsck. Usage: scripts/suites.sh PATH_TO_LSFS_BINARY
+# LSFS_MOUNT_OPTS=OPTS mounts with `-o OPTS` (e.g. writeback_cache).
 # The mount is always unmounted and the image removed, even on failure.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -24,7 +25,10 @@ cleanup() {
 trap cleanup EXIT
 
 "$lsfs" mkfs "$img" --size 2G
-LSFS_LOG=warn "$lsfs" mount "$img" "$mnt" --background
+opts=()
+[[ -n ${LSFS_MOUNT_OPTS:-} ]] && opts=(-o "$LSFS_MOUNT_OPTS")
+LSFS_LOG=warn "$lsfs" mount "$img" "$mnt" --background "${opts[@]}"
+echo "== mounted with ${LSFS_MOUNT_OPTS:-default options}"
 
 echo "== pjdfstest"
 "$here/pjdfstest.sh" "$mnt"

@@ -31,11 +31,16 @@ const READDIR_BATCH: usize = 128;
 
 pub(crate) struct FuseAdapter<V: Vfs> {
     vfs: Arc<Mutex<V>>,
+    /// Ask the kernel for its writeback cache (`MountOptions::writeback_cache`).
+    writeback_cache: bool,
 }
 
 impl<V: Vfs> FuseAdapter<V> {
-    pub(crate) fn new(vfs: Arc<Mutex<V>>) -> Self {
-        FuseAdapter { vfs }
+    pub(crate) fn new(vfs: Arc<Mutex<V>>, writeback_cache: bool) -> Self {
+        FuseAdapter {
+            vfs,
+            writeback_cache,
+        }
     }
 
     /// Run `f` on the locked `Vfs`, turning a poisoned lock or a panic into
@@ -98,7 +103,19 @@ fn reply_xattr(reply: ReplyXattr, size: u32, r: Result<Vec<u8>, fuser::Errno>) {
 }
 
 impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
-    fn init(&mut self, _req: &Request, _config: &mut KernelConfig) -> std::io::Result<()> {
+    /// With the writeback cache the kernel keeps written pages and sends
+    /// them in batches, and keeps size and times itself until it sends them
+    /// (setattr). Reads may come on write-only handles, which the `Vfs`
+    /// allows (it checks permissions at open, not per handle); append
+    /// offsets are the kernel's, which the `Vfs` takes as given anyway.
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        if self.writeback_cache {
+            if let Err(missing) = config.add_capabilities(fuser::InitFlags::FUSE_WRITEBACK_CACHE) {
+                tracing::warn!(
+                    "the kernel offers no FUSE writeback cache ({missing:?}); writing through"
+                );
+            }
+        }
         Ok(())
     }
 

@@ -30,6 +30,10 @@ pub struct MountOptions {
     /// Worker threads serving requests. They take turns on the `Vfs` mutex,
     /// so more than one helps only while one waits on the kernel.
     pub threads: usize,
+    /// The kernel's writeback cache (`-o writeback_cache`): write() fills
+    /// the page cache and returns; the kernel sends the pages later, in
+    /// batches, and on fsync, close and unmount. Off by default.
+    pub writeback_cache: bool,
 }
 
 impl Default for MountOptions {
@@ -41,6 +45,7 @@ impl Default for MountOptions {
             // /etc/fuse.conf says user_allow_other.
             allow_other: is_root(),
             threads: 1,
+            writeback_cache: false,
         }
     }
 }
@@ -179,7 +184,7 @@ fn start<V: Vfs + 'static>(
     let mountpoint = resolved.as_path();
     let read_only = opts.read_only || vfs.lock().map(|v| v.read_only()).unwrap_or(true);
     let config = config(opts, read_only);
-    let adapter = FuseAdapter::new(vfs);
+    let adapter = FuseAdapter::new(vfs, opts.writeback_cache);
     let mount_error = |e: io::Error| {
         io::Error::new(
             e.kind(),

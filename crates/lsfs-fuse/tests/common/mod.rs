@@ -6,6 +6,7 @@
 //! ```ignore
 //! mod common;
 //! posix_suite!(lsfs_vfs::model::MemFs::new);
+//! posix_suite!(make_engine, writeback_cache); // with the kernel's writeback cache
 //! ```
 
 #![allow(dead_code)]
@@ -94,10 +95,26 @@ pub fn fuse_available() -> bool {
 
 /// Mount what `make` builds, run `case` on it, unmount.
 pub fn run_case<V: Vfs + 'static>(make: impl FnOnce() -> V, case: fn(&Path)) {
+    run_case_with(make, case, false);
+}
+
+/// [`run_case`], optionally with the kernel's writeback cache.
+pub fn run_case_with<V: Vfs + 'static>(
+    make: impl FnOnce() -> V,
+    case: fn(&Path),
+    writeback_cache: bool,
+) {
     if !fuse_available() {
         return;
     }
-    let mount = TestMount::new(make());
+    let mount = TestMount::with_options(
+        make(),
+        &MountOptions {
+            fsname: "lsfs-test".into(),
+            writeback_cache,
+            ..MountOptions::default()
+        },
+    );
     case(mount.root());
     mount.unmount();
 }
@@ -108,7 +125,13 @@ pub fn run_case<V: Vfs + 'static>(make: impl FnOnce() -> V, case: fn(&Path)) {
 #[macro_export]
 macro_rules! posix_suite {
     ($make:expr) => {
-        $crate::posix_suite!(@cases $make;
+        $crate::posix_suite!(@suite $make, false);
+    };
+    ($make:expr, writeback_cache) => {
+        $crate::posix_suite!(@suite $make, true);
+    };
+    (@suite $make:expr, $wb:expr) => {
+        $crate::posix_suite!(@cases $make, $wb;
             write_read_and_sparse_files,
             random_writes_match_a_shadow_copy,
             truncate_shrinks_and_extends,
@@ -129,11 +152,11 @@ macro_rules! posix_suite {
             fsync_and_fallocate,
         );
     };
-    (@cases $make:expr; $($case:ident),* $(,)?) => {
+    (@cases $make:expr, $wb:expr; $($case:ident),* $(,)?) => {
         $(
             #[test]
             fn $case() {
-                common::run_case($make, common::cases::$case);
+                common::run_case_with($make, common::cases::$case, $wb);
             }
         )*
     };
