@@ -106,3 +106,91 @@ fn fsync_survives_a_crash_with_one_flush() {
         assert_eq!(fs.read(f.ino, 0, 50_000).unwrap(), data, "seed {seed}");
     }
 }
+
+/// SEEK_DATA and SEEK_HOLE against the blocks actually written, on random
+/// sparse files (enough extents for a B-tree map, some continuing each
+/// other), before and after a checkpoint and a remount, and after a
+/// truncate; inline files are all data; past the end is ENXIO (`None`).
+#[test]
+fn seek_data_and_hole_find_the_written_blocks() {
+    use rand::{Rng, SeedableRng};
+    const B: u64 = 4096;
+    let dev = MemDevice::new(64 * MIB);
+    let mut fs = Lsfs::mkfs(Box::new(dev), &small_opts(), cfg()).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let f = fs
+        .mknod(ROOT_INO, b"sparse", libc::S_IFREG | 0o644, 0, &ctx())
+        .unwrap()
+        .ino;
+    let nblocks = 2048u64;
+    let mut written = vec![false; nblocks as usize];
+    for _ in 0..120 {
+        let start = rng.gen_range(0..nblocks - 8);
+        let len = rng.gen_range(1..8);
+        fs.write(f, start * B, &pattern(start, (len * B) as usize))
+            .unwrap();
+        for b in start..start + len {
+            written[b as usize] = true;
+        }
+    }
+    // The last block is written, so the size is a whole number of blocks
+    // but for 100 bytes.
+    fs.write(f, (nblocks - 1) * B, &[1; 100]).unwrap();
+    written[nblocks as usize - 1] = true;
+    let size = (nblocks - 1) * B + 100;
+    let expect = |written: &[bool], size: u64, off: u64, data: bool| -> Option<u64> {
+        if off >= size {
+            return None;
+        }
+        let first = (off / B..written.len() as u64)
+            .find(|&b| written[b as usize] == data)
+            .map(|b| (b * B).max(off));
+        match (data, first) {
+            (true, Some(at)) => (at < size).then_some(at),
+            (true, None) => None,
+            (false, Some(at)) => Some(at.min(size)),
+            (false, None) => Some(size),
+        }
+    };
+    let check = |fs: &mut Lsfs, written: &[bool], size: u64, what: &str| {
+        for off in (0..size + 2 * B).step_by(1531).chain([0, size - 1, size]) {
+            for data in [true, false] {
+                assert_eq!(
+                    fs.seek_data_or_hole(f, off, data).unwrap(),
+                    expect(written, size, off, data),
+                    "{what}: {} from {off}",
+                    if data { "SEEK_DATA" } else { "SEEK_HOLE" }
+                );
+            }
+        }
+    };
+    assert!(
+        written.iter().filter(|&&w| !w).count() > 100,
+        "the file has holes"
+    );
+    check(&mut fs, &written, size, "before a checkpoint");
+    fs.checkpoint().unwrap();
+    fs.unmount().unwrap();
+    let img = fs.store.dev_bytes_for_test();
+    let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(img)), cfg()).unwrap();
+    check(&mut fs, &written, size, "after a remount");
+    let cut = 700 * B + 10;
+    fs.setattr(
+        f,
+        &lsfs_vfs::SetAttr {
+            size: Some(cut),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    check(&mut fs, &written[..701], cut, "after a truncate");
+    // A small file is inline data: all data.
+    let g = fs
+        .mknod(ROOT_INO, b"small", libc::S_IFREG | 0o644, 0, &ctx())
+        .unwrap()
+        .ino;
+    fs.write(g, 0, b"hello").unwrap();
+    assert_eq!(fs.seek_data_or_hole(g, 0, true).unwrap(), Some(0));
+    assert_eq!(fs.seek_data_or_hole(g, 1, false).unwrap(), Some(5));
+    assert_eq!(fs.seek_data_or_hole(g, 5, true).unwrap(), None);
+}

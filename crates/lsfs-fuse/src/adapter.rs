@@ -358,6 +358,33 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         reply_empty(reply, self.call(|v| v.fsync(ino.0, datasync)));
     }
 
+    /// The kernel handles SEEK_SET, SEEK_CUR and SEEK_END itself and asks
+    /// only for SEEK_DATA and SEEK_HOLE (cp, tar and rsync use them to skip
+    /// holes).
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: fuser::ReplyLseek,
+    ) {
+        let data = match whence {
+            libc::SEEK_DATA => true,
+            libc::SEEK_HOLE => false,
+            _ => return reply.error(fuser::Errno::EINVAL),
+        };
+        let Ok(offset) = u64::try_from(offset) else {
+            return reply.error(fuser::Errno::ENXIO);
+        };
+        match self.call(|v| v.seek_data_or_hole(ino.0, offset, data)) {
+            Ok(Some(o)) => reply.offset(o as i64),
+            Ok(None) => reply.error(fuser::Errno::ENXIO),
+            Err(e) => reply.error(e),
+        }
+    }
+
     fn opendir(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         self.open(_req, ino, flags, reply);
     }

@@ -267,6 +267,14 @@ pub trait Vfs: Send {
     fn removexattr(&mut self, ino: Ino, name: &[u8]) -> VfsResult<()>;
     /// Only mode 0 (allocate and extend) is supported; others give EOPNOTSUPP.
     fn fallocate(&mut self, ino: Ino, offset: u64, length: u64, mode: i32) -> VfsResult<()>;
+    /// lseek(2)'s SEEK_DATA (`data`) or SEEK_HOLE from `offset` of a regular
+    /// file: the offset found, or `None` for ENXIO (`offset` at or past the
+    /// end, or no data after it). By default the whole file is data, which
+    /// POSIX allows; file systems that know their holes say where they are.
+    fn seek_data_or_hole(&mut self, ino: Ino, offset: u64, data: bool) -> VfsResult<Option<u64>> {
+        let size = self.getattr(ino)?.size;
+        Ok((offset < size).then_some(if data { offset } else { size }))
+    }
     /// Make everything durable.
     fn sync(&mut self) -> VfsResult<()>;
     /// Whether the file system refuses changes.

@@ -446,6 +446,46 @@ pub fn allocate(s: &mut Store, ino: &mut Inode, off: u64, len: u64) -> Result<()
     Ok(())
 }
 
+/// lseek(2)'s SEEK_DATA (`data`) or SEEK_HOLE from byte `off`: the first
+/// byte at or after `off` in data, or in a hole. Blocks no extent maps are
+/// holes (also those fallocate reserved: they read as zeros); the end of the
+/// file counts as a hole; inline data is all data. `None` is ENXIO: `off` is
+/// at or past the end, or no data follows it.
+pub fn seek_data_or_hole(s: &mut Store, ino: &Inode, off: u64, data: bool) -> Result<Option<u64>> {
+    let size = ino.size;
+    if off >= size {
+        return Ok(None);
+    }
+    if ino.format == Format::InlineData {
+        return Ok(Some(if data { off } else { size }));
+    }
+    let b = off / BLOCK;
+    let here = extent_at(s, ino, b)?;
+    if data {
+        if here.is_some() {
+            return Ok(Some(off));
+        }
+        return match map::get_ceil(s, ino, b)? {
+            Some((k, v)) => {
+                let at = decode_ext(k, &v)?.file_block * BLOCK;
+                Ok((at < size).then_some(at))
+            }
+            None => Ok(None),
+        };
+    }
+    let Some(mut e) = here else {
+        return Ok(Some(off));
+    };
+    // Extents that continue one another are one run of data.
+    loop {
+        let end = e.file_block + e.len;
+        match map::get_ceil(s, ino, end)? {
+            Some((k, v)) if k == end => e = decode_ext(k, &v)?,
+            _ => return Ok(Some((end * BLOCK).min(size))),
+        }
+    }
+}
+
 /// File blocks `[from, to)` that hold data, with their virtual blocks (fsck, dsync).
 pub fn mapped_blocks(s: &mut Store, ino: &Inode) -> Result<Vec<(u64, u64)>> {
     let mut out = Vec::new();

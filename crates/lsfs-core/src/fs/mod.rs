@@ -1108,6 +1108,21 @@ impl Vfs for Lsfs {
         file::read(&mut self.store, &i, offset, size as u64).map_err(e)
     }
 
+    fn seek_data_or_hole(&mut self, ino: Ino, offset: u64, data: bool) -> VfsResult<Option<u64>> {
+        if is_virtual(ino) {
+            // A checkpoint's files: all data (the default), holes read as zeros.
+            let size = self.getattr(ino)?.size;
+            return Ok((offset < size).then_some(if data { offset } else { size }));
+        }
+        let i = self.get(ino).map_err(e)?;
+        match i.kind() {
+            FileKind::File => {}
+            FileKind::Dir => return Err(Errno::ISDIR),
+            _ => return Err(Errno::INVAL),
+        }
+        file::seek_data_or_hole(&mut self.store, &i, offset, data).map_err(e)
+    }
+
     fn write(&mut self, ino: Ino, offset: u64, data: &[u8]) -> VfsResult<u32> {
         self.mutable()?;
         let mut i = self.get(ino).map_err(e)?;
