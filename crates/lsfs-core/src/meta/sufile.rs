@@ -62,6 +62,11 @@ pub struct SegTable {
     /// (0 = before this mount). Segments in the recovery chain are not reclaimed.
     pub last_seq: Vec<u64>,
     pub segment_blocks: u32,
+    /// Segments with nothing written (`nblocks == 0`), kept by every change
+    /// of `nblocks` (all are in this file): `free_count` runs on every
+    /// write, and scanning the table there took 17 % of the server's CPU in
+    /// postmark on a 4 GiB image (8,192 segments).
+    empty: u64,
 }
 
 impl SegTable {
@@ -73,6 +78,7 @@ impl SegTable {
             reserved: BTreeSet::new(),
             last_seq: vec![0; nsegments as usize],
             segment_blocks,
+            empty: nsegments,
         }
     }
 
@@ -151,6 +157,9 @@ impl SegTable {
                 self.segment_blocks, u.nblocks
             )));
         }
+        if u.nblocks == 0 && n > 0 {
+            self.empty -= 1;
+        }
         u.nblocks = n as u32;
         u.lastmod_secs = now_secs;
         self.touch(seg);
@@ -163,8 +172,15 @@ impl SegTable {
             && !self.pending_free.contains(&seg)
     }
 
+    /// Free segments: empty, and neither reserved nor waiting for the
+    /// checkpoint that frees them. O(reserved + pending), not O(segments).
     pub fn free_count(&self) -> u64 {
-        (0..self.nsegments()).filter(|&s| self.is_free(s)).count() as u64
+        let empty_but_held = self
+            .reserved
+            .union(&self.pending_free)
+            .filter(|&&s| self.usage[s as usize].nblocks == 0)
+            .count() as u64;
+        self.empty.saturating_sub(empty_but_held)
     }
 
     /// The free segment after `after` (wrapping), so the log sweeps the device.
@@ -179,6 +195,9 @@ impl SegTable {
             u.nlive == 0 && u.nsnapshot == 0,
             "freeing segment {seg} with live blocks"
         );
+        if u.nblocks > 0 {
+            self.empty += 1;
+        }
         *u = SegUsage {
             lastmod_secs: now_secs,
             nlive_lastmod_secs: now_secs,
@@ -204,7 +223,13 @@ impl SegTable {
         let mut r = Reader::new(b, "SUFILE block");
         let first = idx * SU_PER_BLOCK;
         for s in first..(first + SU_PER_BLOCK).min(self.nsegments()) {
+            let was_empty = self.usage[s as usize].nblocks == 0;
             self.usage[s as usize] = SegUsage::decode(&mut r)?;
+            match (was_empty, self.usage[s as usize].nblocks == 0) {
+                (true, false) => self.empty -= 1,
+                (false, true) => self.empty += 1,
+                _ => {}
+            }
         }
         Ok(())
     }
@@ -217,6 +242,50 @@ impl SegTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The kept count of empty segments agrees with a scan of the table
+    /// after random writes, frees, reservations, loads and checkpoints.
+    #[test]
+    fn free_count_matches_a_scan() {
+        let scan = |t: &SegTable| (0..t.nsegments()).filter(|&s| t.is_free(s)).count() as u64;
+        let mut t = SegTable::new(300, 64);
+        let mut x = 12345u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for step in 0..20_000 {
+            let seg = next() % 300;
+            match next() % 6 {
+                0 | 1 => {
+                    let room = 64 - t.usage[seg as usize].nblocks;
+                    let _ = t.add_written(seg, (next() % 8) as u32 % (room + 1), step);
+                }
+                2 if t.usage[seg as usize].nlive == 0 && t.usage[seg as usize].nsnapshot == 0 => {
+                    t.mark_freed(seg, step)
+                }
+                3 => {
+                    if !t.reserved.insert(seg) {
+                        t.reserved.remove(&seg);
+                    }
+                }
+                4 => t.pending_free.clear(), // a checkpoint made them free
+                _ => {
+                    // Reload a block from its own encoding, or from zeros.
+                    let idx = seg / SU_PER_BLOCK;
+                    let b = if next() % 4 == 0 {
+                        vec![0; BLOCK_BYTES]
+                    } else {
+                        t.encode_block(idx)
+                    };
+                    t.decode_block(idx, &b).unwrap();
+                }
+            }
+            assert_eq!(t.free_count(), scan(&t), "step {step}");
+        }
+    }
 
     /// Found by the `image` fuzz target (input `2f 00 40 60 40 00 01 00 f6
     /// d7 0a 01 00 f6 01`): a damaged record header put the log position
