@@ -189,7 +189,36 @@ impl Node {
     /// Decodes and fully validates one node block. Never panics: anything
     /// malformed is an [`Error::Corrupt`] saying what is wrong.
     pub fn decode(block: &[u8], block_bytes: usize) -> Result<Node> {
-        Self::check_block_bytes(block_bytes)?;
+        Ok(NodeRef::parse(block, block_bytes)?.to_node())
+    }
+}
+
+/// Whether `b` is all zero bytes (eight at a time: padding is most of a
+/// sparsely filled block).
+fn is_zero(b: &[u8]) -> bool {
+    let words = b.chunks_exact(8);
+    let tail = words.remainder();
+    words.fold(0, |acc, w| acc | u64::from_ne_bytes(w.try_into().unwrap())) == 0
+        && tail.iter().all(|&x| x == 0)
+}
+
+/// A node block validated exactly as [`Node::decode`] validates it, its
+/// items located but not copied. Lookups read through it and copy the one
+/// value they return: decoding every item (an allocation each) took 16 %
+/// of the server's CPU under 4 KiB random writes, in file-map lookups.
+pub struct NodeRef<'a> {
+    block: &'a [u8],
+    level: u8,
+    /// Per item: the key, and the child pointer (internal) or the value's
+    /// offset and length (leaf: `offset << 16 | length`).
+    items: Vec<(u64, u64)>,
+}
+
+impl<'a> NodeRef<'a> {
+    /// Validates `block`: magic, crc, header fields, item bounds, value
+    /// sizes, non-null children, strictly increasing keys, zero padding.
+    pub fn parse(block: &'a [u8], block_bytes: usize) -> Result<NodeRef<'a>> {
+        Node::check_block_bytes(block_bytes)?;
         if block.len() != block_bytes {
             return Err(Error::corrupt(format!(
                 "B-tree node block is {} bytes, expected {block_bytes}",
@@ -222,83 +251,104 @@ impl Node {
         if nitems == 0 {
             return Err(Error::corrupt("B-tree node has no items"));
         }
-        let node = if level == 0 {
-            Node::Leaf {
-                items: decode_leaf_items(&mut r, nitems, block_bytes)?,
-            }
-        } else {
-            Node::Internal {
-                level,
-                children: decode_internal_items(&mut r, nitems)?,
-            }
-        };
+        let max_value = Node::max_value_bytes(block_bytes);
+        let mut items = Vec::with_capacity(nitems);
+        for i in 0..nitems {
+            let key = r.u64()?;
+            let second = if level == 0 {
+                let len = r.u16()? as usize;
+                if len > max_value {
+                    return Err(Error::corrupt(format!(
+                        "B-tree leaf item {i} value is {len} bytes, limit {max_value}"
+                    )));
+                }
+                let at = r.pos as u64;
+                r.bytes(len)?;
+                at << 16 | len as u64
+            } else {
+                let ptr = r.u64()?;
+                if ptr == 0 {
+                    return Err(Error::corrupt(format!(
+                        "B-tree internal item {i} has a null child pointer"
+                    )));
+                }
+                ptr
+            };
+            items.push((key, second));
+        }
         if !is_zero(&block[r.pos..]) {
             return Err(Error::corrupt(format!(
                 "B-tree node has nonzero bytes after its items at offset {}",
                 r.pos
             )));
         }
-        node.check_keys_increase()?;
-        Ok(node)
-    }
-
-    fn check_keys_increase(&self) -> Result<()> {
-        let increasing = match self {
-            Node::Leaf { items } => items.windows(2).position(|w| w[0].0 >= w[1].0),
-            Node::Internal { children, .. } => children.windows(2).position(|w| w[0].0 >= w[1].0),
-        };
-        match increasing {
-            None => Ok(()),
-            Some(i) => Err(Error::corrupt(format!(
+        if let Some(i) = items.windows(2).position(|w| w[0].0 >= w[1].0) {
+            return Err(Error::corrupt(format!(
                 "B-tree node keys not strictly increasing at item {}",
                 i + 1
-            ))),
-        }
-    }
-}
-
-/// Whether `b` is all zero bytes (eight at a time: padding is most of a
-/// sparsely filled block).
-fn is_zero(b: &[u8]) -> bool {
-    let words = b.chunks_exact(8);
-    let tail = words.remainder();
-    words.fold(0, |acc, w| acc | u64::from_ne_bytes(w.try_into().unwrap())) == 0
-        && tail.iter().all(|&x| x == 0)
-}
-
-fn decode_leaf_items(
-    r: &mut Reader,
-    nitems: usize,
-    block_bytes: usize,
-) -> Result<Vec<(u64, Vec<u8>)>> {
-    let max_value = Node::max_value_bytes(block_bytes);
-    let mut items = Vec::with_capacity(nitems);
-    for i in 0..nitems {
-        let key = r.u64()?;
-        let len = r.u16()? as usize;
-        if len > max_value {
-            return Err(Error::corrupt(format!(
-                "B-tree leaf item {i} value is {len} bytes, limit {max_value}"
             )));
         }
-        items.push((key, r.bytes(len)?.to_vec()));
+        Ok(NodeRef {
+            block,
+            level,
+            items,
+        })
     }
-    Ok(items)
-}
 
-fn decode_internal_items(r: &mut Reader, nitems: usize) -> Result<Vec<(u64, u64)>> {
-    let mut children = Vec::with_capacity(nitems);
-    for i in 0..nitems {
-        let key = r.u64()?;
-        let ptr = r.u64()?;
-        if ptr == 0 {
-            return Err(Error::corrupt(format!(
-                "B-tree internal item {i} has a null child pointer"
-            )));
-        }
-        children.push((key, ptr));
+    pub fn level(&self) -> u8 {
+        self.level
     }
-    Ok(children)
+
+    /// Number of items (leaf) or children (internal); at least 1.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn key(&self, i: usize) -> u64 {
+        self.items[i].0
+    }
+
+    /// The value of leaf item `i`.
+    pub fn value(&self, i: usize) -> &'a [u8] {
+        debug_assert_eq!(self.level, 0, "values are in leaves");
+        let v = self.items[i].1;
+        let at = (v >> 16) as usize;
+        &self.block[at..at + (v & 0xffff) as usize]
+    }
+
+    /// The child pointer of internal item `i`.
+    pub fn child(&self, i: usize) -> u64 {
+        debug_assert!(self.level > 0, "children are in internal nodes");
+        self.items[i].1
+    }
+
+    /// The last item with key `<= key`.
+    pub fn floor_index(&self, key: u64) -> Option<usize> {
+        self.items
+            .partition_point(|&(k, _)| k <= key)
+            .checked_sub(1)
+    }
+
+    /// The first item with key `>= key` (`len()` if none).
+    pub fn ceil_index(&self, key: u64) -> usize {
+        self.items.partition_point(|&(k, _)| k < key)
+    }
+
+    /// The decoded, owned node.
+    pub fn to_node(&self) -> Node {
+        if self.level == 0 {
+            Node::Leaf {
+                items: (0..self.len())
+                    .map(|i| (self.key(i), self.value(i).to_vec()))
+                    .collect(),
+            }
+        } else {
+            Node::Internal {
+                level: self.level,
+                children: self.items.clone(),
+            }
+        }
+    }
 }
 
 /// crc32c of `block` with the crc field taken as zero.

@@ -21,6 +21,7 @@
 
 use std::collections::HashSet;
 
+use crate::btree::node::NodeRef;
 use crate::btree::{Node, NodeStore};
 use crate::error::{Error, Result};
 
@@ -102,15 +103,15 @@ impl BTree {
         }
         let (mut ptr, mut level) = (root, None);
         loop {
-            match self.read(store, ptr, level)? {
-                Node::Leaf { mut items } => {
-                    let found = items.binary_search_by_key(&key, |(k, _)| *k).ok();
-                    return Ok(found.map(|i| items.swap_remove(i).1));
-                }
-                Node::Internal { level: l, children } => match child_for(&children, key) {
-                    Some(i) => (ptr, level) = (children[i].1, Some(l - 1)),
-                    None => return Ok(None),
-                },
+            let block = store.read_node(ptr)?;
+            let n = self.parse(&block, ptr, level)?;
+            let i = n.floor_index(key);
+            if n.level() == 0 {
+                return Ok(i.filter(|&i| n.key(i) == key).map(|i| n.value(i).to_vec()));
+            }
+            match i {
+                Some(i) => (ptr, level) = (n.child(i), Some(n.level() - 1)),
+                None => return Ok(None),
             }
         }
     }
@@ -128,8 +129,9 @@ impl BTree {
         }
         let (mut ptr, mut level) = (root, None);
         loop {
-            let node = self.read(store, ptr, level)?;
-            let Some(i) = child_for_node(&node, key) else {
+            let block = store.read_node(ptr)?;
+            let n = self.parse(&block, ptr, level)?;
+            let Some(i) = n.floor_index(key) else {
                 // Below the tree's minimum; below a non-root's minimum means
                 // the parent's key lied.
                 return match level {
@@ -137,12 +139,10 @@ impl BTree {
                     Some(_) => Err(self.bad_min(ptr)),
                 };
             };
-            match node {
-                Node::Leaf { mut items } => return Ok(Some(items.swap_remove(i))),
-                Node::Internal { level: l, children } => {
-                    (ptr, level) = (children[i].1, Some(l - 1))
-                }
+            if n.level() == 0 {
+                return Ok(Some((n.key(i), n.value(i).to_vec())));
             }
+            (ptr, level) = (n.child(i), Some(n.level() - 1));
         }
     }
 
@@ -161,22 +161,21 @@ impl BTree {
         let (mut ptr, mut level) = (root, None);
         let mut right = None; // nearest subtree right of the path: (ptr, level)
         loop {
-            match self.read(store, ptr, level)? {
-                Node::Leaf { mut items } => {
-                    let i = items.partition_point(|(k, _)| *k < key);
-                    if i < items.len() {
-                        return Ok(Some(items.swap_remove(i)));
-                    }
-                    break;
+            let block = store.read_node(ptr)?;
+            let n = self.parse(&block, ptr, level)?;
+            if n.level() == 0 {
+                let i = n.ceil_index(key);
+                if i < n.len() {
+                    return Ok(Some((n.key(i), n.value(i).to_vec())));
                 }
-                Node::Internal { level: l, children } => {
-                    let i = child_for(&children, key).unwrap_or(0);
-                    if let Some(&(_, p)) = children.get(i + 1) {
-                        right = Some((p, l - 1));
-                    }
-                    (ptr, level) = (children[i].1, Some(l - 1));
-                }
+                break;
             }
+            let l = n.level();
+            let i = n.floor_index(key).unwrap_or(0);
+            if i + 1 < n.len() {
+                right = Some((n.child(i + 1), l - 1));
+            }
+            (ptr, level) = (n.child(i), Some(l - 1));
         }
         match right {
             Some((ptr, level)) => self.leftmost(store, ptr, level).map(Some),
@@ -366,16 +365,22 @@ impl BTree {
         level: Option<u8>,
     ) -> Result<Node> {
         let block = store.read_node(ptr)?;
-        let node = Node::decode(&block, self.block_bytes).map_err(|e| match e {
+        Ok(self.parse(&block, ptr, level)?.to_node())
+    }
+
+    /// Validates the node block read from `ptr` without copying its items
+    /// (lookups), checking its level if the parent implies one.
+    fn parse<'b>(&self, block: &'b [u8], ptr: u64, level: Option<u8>) -> Result<NodeRef<'b>> {
+        let n = NodeRef::parse(block, self.block_bytes).map_err(|e| match e {
             Error::Corrupt { what } => Error::corrupt(format!("B-tree node {ptr}: {what}")),
             other => other,
         })?;
         match level {
-            Some(l) if node.level() != l => Err(Error::corrupt(format!(
+            Some(l) if n.level() != l => Err(Error::corrupt(format!(
                 "B-tree node {ptr} has level {}, its parent implies {l}",
-                node.level()
+                n.level()
             ))),
-            _ => Ok(node),
+            _ => Ok(n),
         }
     }
 
@@ -539,10 +544,12 @@ impl BTree {
         mut level: u8,
     ) -> Result<(u64, Vec<u8>)> {
         loop {
-            match self.read(store, ptr, Some(level))? {
-                Node::Leaf { mut items } => return Ok(items.swap_remove(0)),
-                Node::Internal { children, .. } => (ptr, level) = (children[0].1, level - 1),
+            let block = store.read_node(ptr)?;
+            let n = self.parse(&block, ptr, Some(level))?;
+            if n.level() == 0 {
+                return Ok((n.key(0), n.value(0).to_vec()));
             }
+            (ptr, level) = (n.child(0), level - 1);
         }
     }
 
@@ -574,14 +581,6 @@ impl BTree {
 /// minimum is `<= key`; `None` if `key` is below them all.
 fn child_for(children: &[(u64, u64)], key: u64) -> Option<usize> {
     children.partition_point(|(k, _)| *k <= key).checked_sub(1)
-}
-
-/// Like [`child_for`], for leaf items too: the last item with key `<= key`.
-fn child_for_node(node: &Node, key: u64) -> Option<usize> {
-    match node {
-        Node::Leaf { items } => items.partition_point(|(k, _)| *k <= key).checked_sub(1),
-        Node::Internal { children, .. } => child_for(children, key),
-    }
 }
 
 /// Whether every step of `path` took its node's last child.
