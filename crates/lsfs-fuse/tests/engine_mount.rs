@@ -3,23 +3,7 @@
 
 mod common;
 
-use lsfs_core::device::MemDevice;
-use lsfs_core::fs::{Lsfs, MountConfig};
-use lsfs_core::meta::open::MkfsOptions;
-
-/// 256 MiB with 1 MiB segments: room for every case, small enough to be quick.
-fn engine() -> Lsfs {
-    let opts = MkfsOptions {
-        segment_blocks: 256,
-        label: "fuse-test".into(),
-    };
-    Lsfs::mkfs(
-        Box::new(MemDevice::new(256 << 20)),
-        &opts,
-        MountConfig::default(),
-    )
-    .expect("mkfs")
-}
+use common::engine;
 
 posix_suite!(engine);
 

@@ -5,23 +5,8 @@
 
 mod common;
 
-use lsfs_core::device::MemDevice;
-use lsfs_core::fs::{Lsfs, MountConfig};
-use lsfs_core::meta::open::MkfsOptions;
-
-/// 256 MiB with 1 MiB segments, as `engine_mount.rs`.
-fn engine() -> Lsfs {
-    let opts = MkfsOptions {
-        segment_blocks: 256,
-        label: "fuse-wb-test".into(),
-    };
-    Lsfs::mkfs(
-        Box::new(MemDevice::new(256 << 20)),
-        &opts,
-        MountConfig::default(),
-    )
-    .expect("mkfs")
-}
+use common::engine;
+use lsfs_core::fs::Lsfs;
 
 posix_suite!(engine, writeback_cache);
 

@@ -76,6 +76,21 @@ impl<V: Vfs + 'static> TestMount<V> {
     }
 }
 
+/// The lsfs engine on a 256 MiB in-memory device with 1 MiB segments: room
+/// for every case, small enough to be quick.
+pub fn engine() -> lsfs_core::fs::Lsfs {
+    let opts = lsfs_core::meta::open::MkfsOptions {
+        segment_blocks: 256,
+        label: "fuse-test".into(),
+    };
+    lsfs_core::fs::Lsfs::mkfs(
+        Box::new(lsfs_core::device::MemDevice::new(256 << 20)),
+        &opts,
+        lsfs_core::fs::MountConfig::default(),
+    )
+    .expect("mkfs")
+}
+
 /// Whether `path` appears in the mount table.
 pub fn is_mounted(path: &Path) -> bool {
     let table = std::fs::read_to_string("/proc/self/mounts").unwrap();
