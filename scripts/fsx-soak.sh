@@ -10,7 +10,7 @@
 #
 # Usage: scripts/fsx-soak.sh [TOTAL] [JOBS] [RUN_OPS]
 #        (defaults 2000000, 2, 100000; image size LSFS_SOAK_SIZE, default 2G;
-#         LSFS_SOAK_CONFIG=FILE mounts with a config file)
+#         LSFS_SOAK_CONFIG=FILE mounts with a config file, LSFS_MOUNT_OPTS=OPTS with -o OPTS)
 # Output: one line per finished run, a summary, and the mount's peak RSS.
 # The mount is always unmounted and the image removed, even on failure.
 set -euo pipefail
@@ -46,6 +46,7 @@ trap cleanup EXIT
 "$lsfs" mkfs "$img" --size "$size" >/dev/null
 config=()
 [[ -n ${LSFS_SOAK_CONFIG:-} ]] && config=(--config "$LSFS_SOAK_CONFIG")
+[[ -n ${LSFS_MOUNT_OPTS:-} ]] && config+=(-o "$LSFS_MOUNT_OPTS")
 LSFS_LOG=warn "$lsfs" mount "$img" "$mnt" --background "${config[@]}"
 pid=$(pgrep -f "lsfs mount $img" | head -1)
 
