@@ -183,6 +183,53 @@ impl BTree {
         }
     }
 
+    /// Up to `max` items with keys `>= key`, in key order, from the one leaf
+    /// that holds the first of them: a scan takes one descent per leaf, not
+    /// one per item (readdir listed a directory with a descent per entry).
+    /// Fewer than `max` does not mean the end; empty does.
+    pub fn ceil_run<S: NodeStore + ?Sized>(
+        &self,
+        store: &mut S,
+        root: u64,
+        key: u64,
+        max: usize,
+    ) -> Result<Vec<(u64, Vec<u8>)>> {
+        if root == 0 || max == 0 {
+            return Ok(Vec::new());
+        }
+        let (mut ptr, mut level) = (root, None);
+        let mut right = None; // nearest subtree right of the path: (ptr, level)
+        let mut first = true;
+        loop {
+            let block = store.read_node(ptr)?;
+            let n = self.parse(&block, ptr, level)?;
+            if n.level() == 0 {
+                // On the path to `key`, start at its place; in the subtree
+                // to the right, at the leftmost leaf's first item.
+                let from = if first { n.ceil_index(key) } else { 0 };
+                if from < n.len() || right.is_none() {
+                    return Ok((from..n.len().min(from.saturating_add(max)))
+                        .map(|i| (n.key(i), n.value(i).to_vec()))
+                        .collect());
+                }
+                (ptr, level) = right.take().map(|(p, l)| (p, Some(l))).unwrap();
+                first = false;
+                continue;
+            }
+            let l = n.level();
+            let i = if first {
+                let i = n.floor_index(key).unwrap_or(0);
+                if i + 1 < n.len() {
+                    right = Some((n.child(i + 1), l - 1));
+                }
+                i
+            } else {
+                0
+            };
+            (ptr, level) = (n.child(i), Some(l - 1));
+        }
+    }
+
     /// Inserts `key` or replaces its value; returns the old value. Storing the
     /// value already there changes nothing (no node is copied).
     pub fn insert<S: NodeStore + ?Sized>(

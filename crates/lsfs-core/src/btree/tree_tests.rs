@@ -151,6 +151,31 @@ impl Harness {
         assert_eq!(t.floor(s, root, key).unwrap(), floor, "floor {key}");
         let ceil = m.range(key..).next().map(|(k, v)| (*k, v.clone()));
         assert_eq!(t.ceil(s, root, key).unwrap(), ceil, "ceil {key}");
+        // Scanning by runs from `key` yields exactly the model's range, and
+        // each run starts where ceil says.
+        for max in [1, 7, usize::MAX] {
+            let mut got = Vec::new();
+            let mut from = key;
+            loop {
+                let run = t.ceil_run(s, root, from, max).unwrap();
+                assert!(run.len() <= max, "run longer than {max}");
+                let Some(&(last, _)) = run.last() else {
+                    break;
+                };
+                assert_eq!(
+                    run.first().cloned(),
+                    t.ceil(s, root, from).unwrap(),
+                    "run from {from}"
+                );
+                got.extend(run);
+                match last.checked_add(1) {
+                    Some(n) => from = n,
+                    None => break,
+                }
+            }
+            let want: Vec<_> = m.range(key..).map(|(k, v)| (*k, v.clone())).collect();
+            assert_eq!(got, want, "scan from {key} in runs of {max}");
+        }
     }
 
     /// Structure valid, no node leaked or freed while reachable.

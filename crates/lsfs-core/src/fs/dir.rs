@@ -144,19 +144,23 @@ pub fn list_after(
     };
     let mut out = Vec::new();
     while out.len() < max {
-        let Some((key, v)) = map::get_ceil(s, dir, k)? else {
+        // A leaf at a time.
+        let run = map::get_ceil_run(s, dir, k, max - out.len())?;
+        if run.is_empty() {
             break;
-        };
-        if key >= 1 << 62 {
-            // name_hash never makes such keys; on a damaged image the
-            // cookie (key + 3) and the next key would overflow.
-            return Err(Error::corrupt(format!(
-                "directory {}: entry key {key:#x} is out of range",
-                dir.ino
-            )));
         }
-        out.push((key + COOKIE_BASE, decode(key, &v)?));
-        k = key + 1;
+        for (key, v) in run {
+            if key >= 1 << 62 {
+                // name_hash never makes such keys; on a damaged image the
+                // cookie (key + 3) and the next key would overflow.
+                return Err(Error::corrupt(format!(
+                    "directory {}: entry key {key:#x} is out of range",
+                    dir.ino
+                )));
+            }
+            out.push((key + COOKIE_BASE, decode(key, &v)?));
+            k = key + 1;
+        }
     }
     Ok(out)
 }

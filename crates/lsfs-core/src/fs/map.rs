@@ -64,6 +64,28 @@ pub fn get_ceil(s: &mut Store, ino: &Inode, key: u64) -> Result<Option<(u64, Vec
     }
 }
 
+/// Up to `max` items with keys `>= key`, in order; fewer does not mean the
+/// end, empty does ([`crate::btree::BTree::ceil_run`]).
+pub fn get_ceil_run(
+    s: &mut Store,
+    ino: &Inode,
+    key: u64,
+    max: usize,
+) -> Result<Vec<(u64, Vec<u8>)>> {
+    match ino.format {
+        Format::BTree => {
+            let tree = s.tree();
+            tree.ceil_run(&mut VNodesRo { s }, ino.map_root, key, max)
+        }
+        Format::InlineMap => Ok(decode_inline(&ino.area)?
+            .into_iter()
+            .filter(|(k, _)| *k >= key)
+            .take(max)
+            .collect()),
+        Format::InlineData => Ok(Vec::new()),
+    }
+}
+
 pub fn get(s: &mut Store, ino: &Inode, key: u64) -> Result<Option<Vec<u8>>> {
     Ok(get_floor(s, ino, key)?
         .filter(|(k, _)| *k == key)
