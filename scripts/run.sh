@@ -11,4 +11,4 @@ if ! command -v fusermount3 >/dev/null; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends fuse3
 fi
 cargo build --release -p lsfs
-exec target/release/lsfs run "$@"
+exec "${CARGO_TARGET_DIR:-target}/release/lsfs" run "$@"
