@@ -155,32 +155,7 @@ impl BTree {
         root: u64,
         key: u64,
     ) -> Result<Option<(u64, Vec<u8>)>> {
-        if root == 0 {
-            return Ok(None);
-        }
-        let (mut ptr, mut level) = (root, None);
-        let mut right = None; // nearest subtree right of the path: (ptr, level)
-        loop {
-            let block = store.read_node(ptr)?;
-            let n = self.parse(&block, ptr, level)?;
-            if n.level() == 0 {
-                let i = n.ceil_index(key);
-                if i < n.len() {
-                    return Ok(Some((n.key(i), n.value(i).to_vec())));
-                }
-                break;
-            }
-            let l = n.level();
-            let i = n.floor_index(key).unwrap_or(0);
-            if i + 1 < n.len() {
-                right = Some((n.child(i + 1), l - 1));
-            }
-            (ptr, level) = (n.child(i), Some(l - 1));
-        }
-        match right {
-            Some((ptr, level)) => self.leftmost(store, ptr, level).map(Some),
-            None => Ok(None),
-        }
+        Ok(self.ceil_run(store, root, key, 1)?.pop())
     }
 
     /// Up to `max` items with keys `>= key`, in key order, from the one leaf
@@ -580,23 +555,6 @@ impl BTree {
                 }
                 _ => return Ok(()),
             }
-        }
-    }
-
-    /// The first item of the subtree at `ptr`.
-    fn leftmost<S: NodeStore + ?Sized>(
-        &self,
-        store: &mut S,
-        mut ptr: u64,
-        mut level: u8,
-    ) -> Result<(u64, Vec<u8>)> {
-        loop {
-            let block = store.read_node(ptr)?;
-            let n = self.parse(&block, ptr, Some(level))?;
-            if n.level() == 0 {
-                return Ok((n.key(0), n.value(0).to_vec()));
-            }
-            (ptr, level) = (n.child(0), level - 1);
         }
     }
 
