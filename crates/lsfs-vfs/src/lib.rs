@@ -272,11 +272,17 @@ pub trait Vfs: Send {
     /// end, or no data after it). By default the whole file is data, which
     /// POSIX allows; file systems that know their holes say where they are.
     fn seek_data_or_hole(&mut self, ino: Ino, offset: u64, data: bool) -> VfsResult<Option<u64>> {
-        let size = self.getattr(ino)?.size;
-        Ok((offset < size).then_some(if data { offset } else { size }))
+        Ok(seek_in_all_data(self.getattr(ino)?.size, offset, data))
     }
     /// Make everything durable.
     fn sync(&mut self) -> VfsResult<()>;
     /// Whether the file system refuses changes.
     fn read_only(&self) -> bool;
+}
+
+/// SEEK_DATA (`data`) or SEEK_HOLE from `offset` in a file of `size` bytes
+/// that is data throughout: `offset` itself, or the end; `None` (ENXIO) at
+/// or past the end.
+pub fn seek_in_all_data(size: u64, offset: u64, data: bool) -> Option<u64> {
+    (offset < size).then_some(if data { offset } else { size })
 }

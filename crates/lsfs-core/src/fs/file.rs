@@ -453,11 +453,8 @@ pub fn allocate(s: &mut Store, ino: &mut Inode, off: u64, len: u64) -> Result<()
 /// at or past the end, or no data follows it.
 pub fn seek_data_or_hole(s: &mut Store, ino: &Inode, off: u64, data: bool) -> Result<Option<u64>> {
     let size = ino.size;
-    if off >= size {
-        return Ok(None);
-    }
-    if ino.format == Format::InlineData {
-        return Ok(Some(if data { off } else { size }));
+    if off >= size || ino.format == Format::InlineData {
+        return Ok(lsfs_vfs::seek_in_all_data(size, off, data));
     }
     let b = off / BLOCK;
     let here = extent_at(s, ino, b)?;

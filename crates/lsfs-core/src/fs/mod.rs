@@ -1110,9 +1110,9 @@ impl Vfs for Lsfs {
 
     fn seek_data_or_hole(&mut self, ino: Ino, offset: u64, data: bool) -> VfsResult<Option<u64>> {
         if is_virtual(ino) {
-            // A checkpoint's files: all data (the default), holes read as zeros.
+            // A checkpoint's files: all data (holes read as zeros).
             let size = self.getattr(ino)?.size;
-            return Ok((offset < size).then_some(if data { offset } else { size }));
+            return Ok(lsfs_vfs::seek_in_all_data(size, offset, data));
         }
         let i = self.get(ino).map_err(e)?;
         match i.kind() {
