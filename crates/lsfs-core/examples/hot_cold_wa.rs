@@ -85,7 +85,7 @@ fn main() {
         fs.store
             .stats
             .blocks_by_class
-            .get("file data")
+            .get(lsfs_core::log::record::FILE_DATA)
             .copied()
             .unwrap_or(0)
     };

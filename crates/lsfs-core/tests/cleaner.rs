@@ -120,7 +120,7 @@ fn hot_cold_overwrites_keep_running_near_full() {
         "{:?}",
         fs.store.stats.blocks_by_class
     );
-    assert!(fs.store.stats.blocks_by_class["file data"] >= rounds as u64);
+    assert!(fs.store.stats.blocks_by_class[lsfs_core::log::record::FILE_DATA] >= rounds as u64);
     // Every DAT block made dirty is either written by a checkpoint or
     // punched out; overwrites and the cleaner both change the DAT.
     fs.checkpoint().unwrap();

@@ -293,7 +293,7 @@ impl Lsfs {
             .store
             .stats
             .blocks_by_class
-            .get("file data")
+            .get(crate::log::record::FILE_DATA)
             .copied()
             .unwrap_or(0);
         let user_data = c.file_data_written.saturating_sub(c.file_data_copied);

@@ -12,7 +12,7 @@ use crate::btree::Node;
 use crate::cache::{vkey, Owner};
 use crate::error::{Error, Result};
 use crate::log::chain::segment_records;
-use crate::log::record::BlockKind;
+use crate::log::record::{holds_file_data, BlockKind};
 use crate::meta::dat_entry::{DatEntry, CNO_MAX, DAT_PER_BLOCK};
 use crate::meta::store::{dat_nodes, decode_u64, Store};
 use crate::meta::stream::Stream;
@@ -219,14 +219,14 @@ impl Store {
                 Action::MoveLive(v, e, owner, pos) => {
                     self.with_dat_cause("cleaner move", |s| s.move_vblock(v, e, owner, pos))?;
                     self.note_moved(v, e.start, true);
-                    rep.file_data_copied += is_file_data(&owner) as u32;
+                    rep.file_data_copied += holds_file_data(owner.kind, owner.ino) as u32;
                     self.kill_live(seg, false, now)?;
                     rep.live_copied += 1;
                 }
                 Action::MoveProtected(v, e, owner, pos) => {
                     self.with_dat_cause("cleaner move", |s| s.move_vblock(v, e, owner, pos))?;
                     self.note_moved(v, e.start, false);
-                    rep.file_data_copied += is_file_data(&owner) as u32;
+                    rep.file_data_copied += holds_file_data(owner.kind, owner.ino) as u32;
                     if self.snapshot_counted(v, e.start, e.end) {
                         self.add_snapshot(seg, -1)?;
                     }
@@ -293,10 +293,4 @@ impl Store {
         let v = tree.get(&mut dat_nodes!(self), root, idx)?;
         v.map(|b| decode_u64(&b, "DAT block map")).transpose()
     }
-}
-
-/// A block of a file's contents (the class `blocks_by_class` calls "file
-/// data"), as opposed to metadata.
-fn is_file_data(o: &Owner) -> bool {
-    o.kind == BlockKind::Data && o.ino >= crate::layout::FIRST_USER_INO
 }

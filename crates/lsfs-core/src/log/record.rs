@@ -66,6 +66,16 @@ pub struct SummaryEntry {
     pub kind: BlockKind,
 }
 
+/// The class (`SummaryEntry::class`) of a user file's contents: what the
+/// cleaner's data-only write amplification counts.
+pub const FILE_DATA: &str = "file data";
+
+/// Whether a block of `kind` owned by inode `ino` holds a user file's
+/// contents, as opposed to metadata.
+pub fn holds_file_data(kind: BlockKind, ino: u64) -> bool {
+    kind == BlockKind::Data && ino >= crate::layout::FIRST_USER_INO
+}
+
 impl SummaryEntry {
     /// What the block holds, for the write counters of `lsfs stats`: user
     /// file data and tree nodes, each metadata file, the DAT, super roots
@@ -77,7 +87,7 @@ impl SummaryEntry {
             (BlockKind::DatNode, _) => "dat node",
             (BlockKind::SuperRoot, _) => "super root",
             (BlockKind::InodeLog, _) => "inode log",
-            (BlockKind::Data, i) if i >= FIRST_USER_INO => "file data",
+            (k, i) if holds_file_data(k, i) => FILE_DATA,
             (BlockKind::Node, i) if i >= FIRST_USER_INO => "file node",
             (_, IFILE_INO) => "ifile",
             (_, CPFILE_INO) => "cpfile",
