@@ -184,8 +184,8 @@ impl Store {
         let Some(last) = plan.records.last() else {
             return;
         };
-        let slot = &mut self.streams.heads[s as usize - 1];
-        if let Some(h) = *slot {
+        let slot = s as usize - 1;
+        if let Some(h) = self.streams.heads[slot] {
             if h.seg != last.seg {
                 self.segs.reserved.remove(&h.seg);
             }
@@ -196,14 +196,14 @@ impl Store {
             }
         }
         let off = last.off + (summary_blocks(last.npayload) + last.npayload) as u32;
-        if off + 2 > self.geo.segment_blocks {
+        self.streams.heads[slot] = if self.head_has_room(off) {
+            self.segs.reserved.insert(last.seg);
+            Some(DataHead { seg: last.seg, off })
+        } else {
             // Full: an ordinary used segment now.
             self.segs.reserved.remove(&last.seg);
-            *slot = None;
-        } else {
-            self.segs.reserved.insert(last.seg);
-            *slot = Some(DataHead { seg: last.seg, off });
-        }
+            None
+        };
     }
 
     /// Dirty blocks per stream, the super root included (the log's).

@@ -165,14 +165,13 @@ impl Store {
         if !self.streams.enabled {
             return;
         }
-        let seg_blocks = self.geo.segment_blocks;
         for s in Stream::DATA {
             let best = (0..self.segs.nsegments())
                 .filter(|&g| {
                     let u = &self.segs.usage[g as usize];
                     Stream::from_flags(u.flags) == s
                         && u.nblocks > 0
-                        && u.nblocks + 2 <= seg_blocks
+                        && self.head_has_room(u.nblocks)
                         && !self.segs.reserved.contains(&g)
                         && !self.segs.pending_free.contains(&g)
                 })
@@ -188,6 +187,12 @@ impl Store {
                 });
             }
         }
+    }
+
+    /// Whether a data stream's segment written up to `off` still takes a
+    /// record (a summary block and a payload block); else it is full.
+    pub(crate) fn head_has_room(&self, off: u32) -> bool {
+        off + 2 <= self.geo.segment_blocks
     }
 
     /// Whether the next checkpoint may use the data streams: they are
