@@ -442,25 +442,22 @@ fn run(a: RunArgs) -> Result<(), String> {
 }
 
 fn mount(a: MountArgs) -> Result<(), String> {
+    // Checked before a background mount too, so the error comes from here.
+    let opts: Vec<&str> = a.options.as_deref().unwrap_or("").split(',').collect();
+    if let Some(bad) = opts
+        .iter()
+        .find(|x| !["ro", "rw", "writeback_cache", ""].contains(x))
+    {
+        return Err(format!(
+            "-o {}: unknown option '{bad}' (known: ro, rw, writeback_cache)",
+            a.options.as_deref().unwrap_or("")
+        ));
+    }
     if a.background {
         return mount_background(&a);
     }
-    let read_only = a
-        .options
-        .as_deref()
-        .is_some_and(|o| o.split(',').any(|x| x == "ro"));
-    let writeback_cache = a
-        .options
-        .as_deref()
-        .is_some_and(|o| o.split(',').any(|x| x == "writeback_cache"));
-    if let Some(o) = &a.options {
-        let known = ["ro", "rw", "writeback_cache", ""];
-        if let Some(bad) = o.split(',').find(|x| !known.contains(x)) {
-            return Err(format!(
-                "-o {o}: unknown option '{bad}' (known: ro, rw, writeback_cache)"
-            ));
-        }
-    }
+    let read_only = opts.contains(&"ro");
+    let writeback_cache = opts.contains(&"writeback_cache");
     let file_cfg = match &a.config {
         Some(p) => FileConfig::load(p)?,
         None => FileConfig::default(),
