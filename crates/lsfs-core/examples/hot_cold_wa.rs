@@ -2,14 +2,16 @@
 //! workload, in process (no FUSE): one-block files, 10 % of them receive
 //! 90 % of the overwrites.
 //!
-//! `cargo run --release -p lsfs-core --example hot_cold_wa -- POLICY STREAMS [UTIL] [ROUNDS] [MIB] [SEGMENT_BLOCKS] [WRITES_PER_SEC]`
+//! `cargo run --release -p lsfs-core --example hot_cold_wa -- POLICY STREAMS [UTIL] [ROUNDS] [MIB] [SEGMENT_BLOCKS] [WRITES_PER_SEC] [REMOUNT_EVERY]`
 //! POLICY: timestamp, greedy, cost-benefit, cost-hotness, balanced;
 //! STREAMS: on or off; UTIL: share of the usable blocks filled with files
 //! (default 0.8); ROUNDS: overwrites in multiples of the file count
 //! (default 8); MIB: device size (default 128); SEGMENT_BLOCKS: blocks per
 //! segment (default 256); WRITES_PER_SEC: overwrites per second of the
 //! simulated clock, which schedules the 5 s checkpoints (default 64; the
-//! mounted benchmark paces 1,500). Cleaner settings are the defaults, except that
+//! mounted benchmark paces 1,500); REMOUNT_EVERY: unmount and mount again
+//! after this many overwrites (default 0: never), which starts each mount
+//! without write history. Cleaner settings are the defaults, except that
 //! background passes are off: they are scheduled by wall-clock time, which
 //! would make the result depend on how fast this machine runs; the write
 //! path's cleaning below the low-water mark does all the work. Prints one
@@ -47,6 +49,10 @@ fn main() {
         .get(6)
         .map(|s| s.parse().expect("WRITES_PER_SEC"))
         .unwrap_or(64);
+    let remount_every: usize = args
+        .get(7)
+        .map(|s| s.parse().expect("REMOUNT_EVERY"))
+        .unwrap_or(0);
     let mut config = MountConfig::default();
     config.store.protection_secs = 0;
     config.store.cache_blocks = 4096;
@@ -58,7 +64,8 @@ fn main() {
         segment_blocks,
         label: "wa".into(),
     };
-    let mut fs = Lsfs::mkfs(Box::new(MemDevice::new(mib << 20)), &opts, config).expect("mkfs");
+    let mut fs =
+        Lsfs::mkfs(Box::new(MemDevice::new(mib << 20)), &opts, config.clone()).expect("mkfs");
     let t0 = fs.store.now();
     fs.store.now_override = Some(t0);
     let ctx = Ctx::default();
@@ -79,8 +86,10 @@ fn main() {
         inos.push(a.ino);
     }
     fs.checkpoint().expect("checkpoint");
-    let base_written = fs.store.stats.payload_blocks_written;
-    let base_copied = fs.cleaner.stats.blocks_copied;
+    // Counters are per mount: each mount's are added up at its end.
+    let mut base_written = fs.store.stats.payload_blocks_written;
+    let mut base_copied = fs.cleaner.stats.blocks_copied;
+    let (mut acc_written, mut acc_copied, mut acc_data, mut remounts) = (0, 0, 0, 0u64);
     let data_blocks = |fs: &Lsfs| {
         fs.store
             .stats
@@ -89,7 +98,7 @@ fn main() {
             .copied()
             .unwrap_or(0)
     };
-    let base_data = data_blocks(&fs);
+    let mut base_data = data_blocks(&fs);
     let mut rng = rand::rngs::StdRng::seed_from_u64(1);
     let hot = nfiles / 10;
     let writes = (nfiles as f64 * rounds) as usize;
@@ -120,16 +129,29 @@ fn main() {
                     fs.cleaner.stats
                 )
             });
+        if remount_every > 0 && (i + 1) % remount_every == 0 {
+            fs.unmount().expect("unmount");
+            acc_written += fs.store.stats.payload_blocks_written - base_written;
+            acc_copied += fs.cleaner.stats.blocks_copied - base_copied;
+            acc_data += data_blocks(&fs) - base_data;
+            let img = fs.store.dev_bytes_for_test();
+            fs = Lsfs::open(Box::new(MemDevice::from_bytes(img)), config.clone()).expect("mount");
+            fs.store.now_override = Some(t0 + 1 + (i / per_sec) as u64);
+            base_written = fs.store.stats.payload_blocks_written;
+            base_copied = fs.cleaner.stats.blocks_copied;
+            base_data = data_blocks(&fs);
+            remounts += 1;
+        }
         if i % 64 == 0 {
             fs.store.now_override = Some(t0 + 1 + (i / per_sec) as u64);
             fs.tick().expect("tick");
         }
     }
     fs.checkpoint().expect("checkpoint");
-    let written = fs.store.stats.payload_blocks_written - base_written;
-    let copied = fs.cleaner.stats.blocks_copied - base_copied;
+    let written = acc_written + fs.store.stats.payload_blocks_written - base_written;
+    let copied = acc_copied + fs.cleaner.stats.blocks_copied - base_copied;
     let user = written - copied;
-    let data_written = data_blocks(&fs) - base_data;
+    let data_written = acc_data + data_blocks(&fs) - base_data;
     // Per stream at the end: segments, blocks written, live blocks.
     let mut streams_at_end = std::collections::BTreeMap::new();
     for u in fs.store.segs.usage.iter().filter(|u| u.nblocks > 0) {
@@ -150,6 +172,7 @@ fn main() {
             "util": util,
             "files": nfiles,
             "overwrites": writes,
+            "remounts": remounts,
             "blocks_written": written,
             "cleaner_copied": copied,
             "write_amplification": written as f64 / user.max(1) as f64,
