@@ -63,7 +63,8 @@ pub fn inspect(image: &Path, what: What, json: bool) -> Result<(), String> {
         What::Superblock => {
             let copies = inspect::superblock(&mut dev).map_err(e)?;
             if json {
-                return Ok(out(serde_json::to_value(&copies).unwrap()));
+                out(serde_json::to_value(&copies).unwrap());
+                return Ok(());
             }
             for c in copies {
                 match (&c.superblock, &c.error) {
@@ -80,11 +81,12 @@ pub fn inspect(image: &Path, what: What, json: bool) -> Result<(), String> {
         What::Segments { all } => {
             let segs = inspect::segments(Box::new(dev)).map_err(e)?;
             if json {
-                return Ok(out(serde_json::to_value(&segs).unwrap()));
+                out(serde_json::to_value(&segs).unwrap());
+                return Ok(());
             }
             println!(
-                "{:>8} {:>12} {:>7} {:>7} {:>9}  {:<20} {}",
-                "SEGNUM", "BLOCK", "NBLOCKS", "NLIVE", "NSNAPSHOT", "LASTMOD", "STATE"
+                "{:>8} {:>12} {:>7} {:>7} {:>9}  {:<20} STATE",
+                "SEGNUM", "BLOCK", "NBLOCKS", "NLIVE", "NSNAPSHOT", "LASTMOD"
             );
             for s in segs.iter().filter(|s| all || s.state != "free") {
                 println!(
@@ -96,7 +98,8 @@ pub fn inspect(image: &Path, what: What, json: bool) -> Result<(), String> {
         What::Checkpoints => {
             let cps = inspect::checkpoints(Box::new(dev)).map_err(e)?;
             if json {
-                return Ok(out(serde_json::to_value(&cps).unwrap()));
+                out(serde_json::to_value(&cps).unwrap());
+                return Ok(());
             }
             println!(
                 "{:>10}  {:<20}  {:<10}  {:>10}  {:>12}",
@@ -116,7 +119,8 @@ pub fn inspect(image: &Path, what: What, json: bool) -> Result<(), String> {
         What::DumpSegment(n) => {
             let d = inspect::dump_segment(&mut dev, n).map_err(e)?;
             if json {
-                return Ok(out(serde_json::to_value(&d).unwrap()));
+                out(serde_json::to_value(&d).unwrap());
+                return Ok(());
             }
             println!(
                 "segment {} (first block {}): {} records",

@@ -335,11 +335,8 @@ pub fn write(s: &mut Store, ino: &mut Inode, off: u64, data: &[u8]) -> Result<()
 
 /// Drop every block at or after file block `from`.
 fn drop_blocks_from(s: &mut Store, ino: &mut Inode, from: u64) -> Result<()> {
-    loop {
-        // The last extent that reaches past `from`.
-        let Some((k, v)) = map::get_floor(s, ino, u64::MAX)? else {
-            break;
-        };
+    // The last extent, while it reaches past `from`.
+    while let Some((k, v)) = map::get_floor(s, ino, u64::MAX)? {
         let e = decode_ext(k, &v)?;
         if e.file_block + e.len <= from {
             break;

@@ -978,10 +978,8 @@ impl Vfs for Lsfs {
             match (src.kind == FileKind::Dir, d.kind == FileKind::Dir) {
                 (true, false) => return Err(Errno::NOTDIR),
                 (false, true) => return Err(Errno::ISDIR),
-                (true, true) => {
-                    if self.get(d.ino).map_err(e)?.size > 0 {
-                        return Err(Errno::NOTEMPTY);
-                    }
+                (true, true) if self.get(d.ino).map_err(e)?.size > 0 => {
+                    return Err(Errno::NOTEMPTY);
                 }
                 _ => {}
             }

@@ -568,9 +568,7 @@ impl Store {
             &format!("DAT entry of virtual block {v}"),
         )?;
         let mut b = vec![0; self.geo.block_bytes];
-        if let Err(err) = self.dev.read_at(self.geo.byte_offset(e.pblock), &mut b) {
-            return Err(err);
-        }
+        self.dev.read_at(self.geo.byte_offset(e.pblock), &mut b)?;
         self.cache.insert_clean(vkey(v), &b, owner);
         Ok(b)
     }
