@@ -21,6 +21,7 @@ use fuser::{
 use lsfs_vfs::{Attr, Ctx, SetAttr, Vfs, VfsResult};
 
 use crate::convert::{errno, file_attr, file_type, system_time_opt, time_set, xattr_list};
+use crate::privs;
 
 /// How long the kernel may cache names and attributes. Every change goes
 /// through this mount, and the kernel drops what a change makes stale, so a
@@ -109,6 +110,11 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
     /// allows (it checks permissions at open, not per handle); append
     /// offsets are the kernel's, which the `Vfs` takes as given anyway.
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // We clear setuid/setgid bits (see `privs`), so the kernel need not
+        // ask for `security.capability` before every write.
+        if let Err(missing) = config.add_capabilities(fuser::InitFlags::FUSE_HANDLE_KILLPRIV_V2) {
+            tracing::debug!("the kernel clears setuid bits itself ({missing:?})");
+        }
         if self.writeback_cache {
             if let Err(missing) = config.add_capabilities(fuser::InitFlags::FUSE_WRITEBACK_CACHE) {
                 tracing::warn!(
@@ -145,7 +151,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -170,7 +176,18 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
             mtime: mtime.map(time_set),
             ctime: system_time_opt(ctime),
         };
-        reply_attr(reply, self.call(|v| v.setattr(ino.0, &set)));
+        // Privileges a chown or an unprivileged truncate drops (`privs`).
+        let drop = set.uid.is_some() || set.gid.is_some() || (set.size.is_some() && req.uid() != 0);
+        reply_attr(
+            reply,
+            self.call(|v| {
+                let mut set = set;
+                if drop {
+                    privs::drop_in(v, ino.0, &mut set)?;
+                }
+                v.setattr(ino.0, &set)
+            }),
+        );
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
@@ -304,12 +321,18 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.call(|v| v.write(ino.0, offset, data)) {
+        let drop = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        match self.call(|v| {
+            if drop {
+                privs::drop_now(v, ino.0)?;
+            }
+            v.write(ino.0, offset, data)
+        }) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
         }

@@ -26,5 +26,6 @@ mod convert;
 mod kernel_mount;
 mod mount;
 mod mountpoint;
+mod privs;
 
 pub use mount::{mount_foreground, spawn_mount, MountHandle, MountOptions};

@@ -586,6 +586,80 @@ pub fn chmod_chown_and_utimens(root: &Path) {
     );
 }
 
+/// Setuid and setgid bits go as on Linux: a write or truncate by a user
+/// without CAP_FSETID drops them, a chown drops them whoever asks, and
+/// setgid stays where group execute is off (it then means mandatory
+/// locking). The server does this itself (FUSE_HANDLE_KILLPRIV_V2), so a
+/// mount that forgot one of the three would keep a setuid bit here.
+pub fn writes_truncates_and_chowns_drop_setuid(root: &Path) {
+    if !is_root() {
+        return;
+    }
+    // The other user must be able to reach the mount.
+    fs::set_permissions(root.parent().unwrap(), fs::Permissions::from_mode(0o755)).unwrap();
+    let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    let make = |name: &str, m: u32| {
+        let p = root.join(name);
+        fs::write(&p, b"data").unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(m)).unwrap();
+        assert_eq!(mode(&p), m, "{name} after chmod");
+        p
+    };
+    let as_nobody = |script: &str, p: &Path| {
+        let st = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .arg(p)
+            .uid(65534)
+            .gid(65534)
+            .status()
+            .unwrap();
+        assert!(
+            st.success(),
+            "`{script}` as nobody on {}: {st}",
+            p.display()
+        );
+    };
+    use std::os::unix::process::CommandExt;
+
+    let w = make("written", 0o6777);
+    as_nobody("printf x >> \"$0\"", &w);
+    assert_eq!(fs::read(&w).unwrap(), b"datax");
+    assert_eq!(mode(&w), 0o777, "a write by nobody drops setuid and setgid");
+
+    let l = make("locking", 0o2767);
+    as_nobody("printf x >> \"$0\"", &l);
+    assert_eq!(mode(&l), 0o2767, "setgid without group execute stays");
+
+    let t = make("truncated", 0o4777);
+    as_nobody(": > \"$0\"", &t);
+    assert_eq!(fs::metadata(&t).unwrap().len(), 0);
+    assert_eq!(mode(&t), 0o777, "a truncate by nobody drops setuid");
+
+    let r = make("by-root", 0o6777);
+    OpenOptions::new()
+        .append(true)
+        .open(&r)
+        .unwrap()
+        .write_all(b"x")
+        .unwrap();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&r)
+        .unwrap()
+        .set_len(1)
+        .unwrap();
+    assert_eq!(mode(&r), 0o6777, "root (CAP_FSETID) keeps them");
+
+    std::os::unix::fs::chown(&r, Some(1234), Some(5678)).unwrap();
+    assert_eq!(mode(&r), 0o777, "a chown drops them, even by root");
+    let d = root.join("dir");
+    fs::create_dir(&d).unwrap();
+    fs::set_permissions(&d, fs::Permissions::from_mode(0o6777)).unwrap();
+    std::os::unix::fs::chown(&d, Some(1234), None).unwrap();
+    assert_eq!(mode(&d), 0o6777, "but not a directory's");
+}
+
 pub fn directory_times_follow_entry_changes(root: &Path) {
     let d = root.join("d");
     fs::create_dir(&d).unwrap();

@@ -159,6 +159,7 @@ macro_rules! posix_suite {
             readdir_large_directory_while_deleting,
             xattrs,
             chmod_chown_and_utimens,
+            writes_truncates_and_chowns_drop_setuid,
             directory_times_follow_entry_changes,
             statfs_is_plausible,
             names_longer_than_255_bytes,
