@@ -30,15 +30,18 @@ fi
 # removed afterwards whatever happened.
 workdir=$(mktemp -d "$mountpoint/pjdfstest.XXXXXX")
 chmod 0755 "$workdir"
+# A directory on another file system, for the EXDEV cases of rename and link.
+otherfs=$(mktemp -d /tmp/pjdfstest-other.XXXXXX)
+chmod 0755 "$otherfs"
 log=$(mktemp /tmp/pjdfstest-log.XXXXXX)
 cleanup() {
-    rm -rf "$workdir"
+    rm -rf "$workdir" "$otherfs"
     rm -f "$log"
 }
 trap cleanup EXIT
 
 set +e
-(cd "$workdir" && pjdfstest -c "$config" -p "$workdir" "$@") 2>&1 | tee "$log"
+(cd "$workdir" && pjdfstest -c "$config" -p "$workdir" -s "$otherfs" "$@") 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 
