@@ -230,6 +230,9 @@ impl Checker {
                 ));
             }
         }
+        let ssa_root = s.ssa_root;
+        let blocks = self.walk_mfile(s, ssa_root, "SSA", &mut reached);
+        self.check_ssa_blocks(s, &blocks);
         self.check_reachability(&dat, &reached);
         self.check_namespace(s, &live);
         self.check_checkpoints(s, &dat);
@@ -530,22 +533,35 @@ impl Checker {
                 continue;
             }
             let start = geo.segment_start(seg);
-            let recs = match segment_records(&mut *s.dev, &geo, s.sb.fs_id, seg) {
-                Ok(r) => r,
-                Err(e) => {
-                    self.err(format!("segment {seg}: reading its records: {e}"));
-                    continue;
-                }
-            };
             let mut summary: HashMap<u64, (u64, BlockKind)> = HashMap::new();
             let mut covered = 0u64;
-            for r in &recs {
-                if r.block >= start + nblocks {
-                    break;
+            if s.segment_is_plugged(seg) {
+                // Its summary is the SSA's; its records are partly overwritten.
+                match s.segment_entries(seg, true) {
+                    Ok(entries) => summary.extend(
+                        entries
+                            .into_iter()
+                            .map(|(p, ent)| (p, (ent.vblock, ent.kind))),
+                    ),
+                    Err(e) => self.err(format!("segment {seg}: reading its SSA entries: {e}")),
                 }
-                covered = r.end_block() - start;
-                for (i, ent) in r.header.entries.iter().enumerate() {
-                    summary.insert(r.payload_block(i), (ent.vblock, ent.kind));
+                covered = geo.segment_blocks as u64;
+            } else {
+                let recs = match segment_records(&mut *s.dev, &geo, s.sb.fs_id, seg) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        self.err(format!("segment {seg}: reading its records: {e}"));
+                        continue;
+                    }
+                };
+                for r in &recs {
+                    if r.block >= start + nblocks {
+                        break;
+                    }
+                    covered = r.end_block() - start;
+                    for (i, ent) in r.header.entries.iter().enumerate() {
+                        summary.insert(r.payload_block(i), (ent.vblock, ent.kind));
+                    }
                 }
             }
             if covered != nblocks {
@@ -576,6 +592,35 @@ impl Checker {
                         }
                     )),
                 }
+            }
+        }
+    }
+
+    /// Every SSA block holds entries of plugged segments only, and only
+    /// plugged segments are full (their SSA may still be all holes).
+    fn check_ssa_blocks(&mut self, s: &Store, blocks: &[(u64, u64)]) {
+        let per_seg = s.geo.segment_blocks as u64;
+        for &(idx, _) in blocks {
+            let first = idx * crate::meta::ssa::SSA_PER_BLOCK / per_seg;
+            let last = ((idx + 1) * crate::meta::ssa::SSA_PER_BLOCK - 1) / per_seg;
+            if first >= s.geo.nsegments {
+                self.err(format!(
+                    "SSA block {idx} is beyond the entries of the {} segments",
+                    s.geo.nsegments
+                ));
+            } else if !(first..=last.min(s.geo.nsegments - 1)).any(|g| s.segment_is_plugged(g)) {
+                self.err(format!(
+                    "SSA block {idx} holds entries of segment {first}, which is not plugged"
+                ));
+            }
+        }
+        for g in 0..s.geo.nsegments {
+            let u = &s.segs.usage[g as usize];
+            if s.segment_is_plugged(g) && u.nblocks != s.geo.segment_blocks {
+                self.err(format!(
+                    "segment {g} is flagged plugged but only {} of its {} blocks are written",
+                    u.nblocks, s.geo.segment_blocks
+                ));
             }
         }
     }

@@ -10,7 +10,7 @@ use crate::log::chain::segment_records;
 use crate::log::record::{FLAG_CP_BEGIN, FLAG_DSYNC, FLAG_SUPER_ROOT};
 use crate::log::superblock::Superblock;
 use crate::meta::store::{Store, StoreConfig};
-use crate::meta::sufile::{SegUsage, SU_ERROR};
+use crate::meta::sufile::{SegUsage, SU_ERROR, SU_PLUGGED};
 
 /// One superblock copy as found on the device.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -159,6 +159,9 @@ pub fn segments(dev: Box<dyn BlockDevice>) -> Result<Vec<SegmentInfo>> {
                 "active"
             } else if u.nblocks == 0 {
                 "free"
+            } else if u.flags & SU_PLUGGED != 0 {
+                // Its summary is in the SSA; dump-segment shows its records as they were.
+                "plugged"
             } else {
                 "used"
             };

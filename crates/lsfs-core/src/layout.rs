@@ -23,6 +23,8 @@ pub const IFILE_INO: u64 = 3;
 pub const CPFILE_INO: u64 = 4;
 pub const SUFILE_INO: u64 = 5;
 pub const DAT_INO: u64 = 6;
+/// The segment summary area of plugged segments (meta/ssa.rs).
+pub const SSA_INO: u64 = 7;
 pub const FIRST_USER_INO: u64 = 16;
 /// Inode numbers at or above this are never allocated: the high bits name
 /// snapshot views in the live mount.

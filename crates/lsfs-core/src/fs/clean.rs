@@ -32,7 +32,16 @@ pub struct Cleaner {
     /// again every second kept a core busy (measured with fsx: 53 plans
     /// aborted per pass, 1,209 passes in 21 minutes).
     futile: std::collections::HashMap<u64, ((u32, u32, u32), u64)>,
+    /// Threaded logging: plug or clean, victim by victim (the simulator's
+    /// gate, with the cost of the victims this mount cleaned).
+    gate: lsfs_policy::gc::PlugGate,
 }
+
+/// Holes (in segments) prepared and not yet used beyond which a pass under
+/// pressure cleans instead of plugging: holes take only user data, the
+/// metadata of those writes and every checkpoint need free segments, which
+/// only cleaning makes.
+const PLUG_HOLES_SEGMENTS: u64 = 1;
 
 /// How long a futile verdict stands while its segment's counts do not
 /// change (protection ends and checkpoints expire with time alone).
@@ -41,6 +50,7 @@ const FUTILE_PLAN_SECS: u64 = 30;
 impl Cleaner {
     pub fn new(config: CleanerConfig) -> Cleaner {
         let now = Instant::now();
+        let gate = lsfs_policy::gc::PlugGate::new(config.random_write_cost, false);
         Cleaner {
             policy: config.policy(),
             config,
@@ -52,6 +62,7 @@ impl Cleaner {
             window: (now, 0),
             last_pass: None,
             futile: Default::default(),
+            gate,
         }
     }
 
@@ -60,6 +71,7 @@ impl Cleaner {
         c.policy = name.to_string();
         c.validate()?;
         self.policy = c.policy();
+        self.gate.random_write_cost = c.random_write_cost;
         self.config = c;
         Ok(())
     }
@@ -113,7 +125,7 @@ impl Lsfs {
         let now = self.store.now();
         // Relocation must see the checkpoints the coming checkpoint keeps.
         self.store.expire_checkpoints(now);
-        let candidates = self.store.cleanable_segments();
+        let candidates = self.store.cleanable_segments_with(reason == "foreground");
         // Before ENOSPC reclaim fastest (greedy, as F2FS's foreground GC);
         // otherwise the configured policy; late abort saves copies only when
         // there is time.
@@ -209,9 +221,20 @@ impl Lsfs {
                 rep.late_aborted.push(seg);
                 continue;
             }
+            if pressed && self.plug_instead(seg, &plan) {
+                let holes = self.store.prepare_plug(plan)?;
+                rep.plugged.push(seg);
+                rep.holes_prepared += holes as u64;
+                continue;
+            }
             let cost = plan.blocks_written();
             if planned + cost > budget {
                 break;
+            }
+            if self.cleaner.config.threaded_logging != "off" {
+                self.cleaner
+                    .gate
+                    .cleaned(plan.nblocks as u64, (plan.live() + plan.protected()) as u64);
             }
             let r = self.store.relocate_planned(plan)?;
             planned += cost;
@@ -221,7 +244,10 @@ impl Lsfs {
         }
         // A pass that re-aged nothing and moved nothing changed nothing:
         // no checkpoint.
-        if rep.victims.is_empty() && (rep.late_aborted.is_empty() || !late_abort) {
+        if rep.victims.is_empty()
+            && rep.plugged.is_empty()
+            && (rep.late_aborted.is_empty() || !late_abort)
+        {
             return Ok(rep);
         }
         self.checkpoint()?;
@@ -242,6 +268,24 @@ impl Lsfs {
         }
         self.cleaner.last_pass = Some(rep.clone());
         Ok(rep)
+    }
+
+    /// Under pressure: whether to plug victim `seg` (planned as `plan`)
+    /// instead of cleaning it (threaded logging, docs/CLEANER.md §5).
+    fn plug_instead(&self, seg: u64, plan: &crate::gc::relocate::RelocationPlan) -> bool {
+        let mode = self.cleaner.config.threaded_logging.as_str();
+        let seg_blocks = self.store.geo.segment_blocks as u64;
+        if mode == "off"
+            || !self.store.plug_eligible(seg)
+            || self.store.plugs.holes() >= PLUG_HOLES_SEGMENTS * seg_blocks
+        {
+            return false;
+        }
+        mode == "always"
+            || self
+                .cleaner
+                .gate
+                .should_plug(plan.nblocks as u64, (plan.live() + plan.protected()) as u64)
     }
 
     fn account_pass(&mut self, rep: &PassReport) {

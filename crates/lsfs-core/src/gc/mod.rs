@@ -4,6 +4,7 @@
 //! during idle periods, more eagerly on AC power, and in the foreground as
 //! the last resort before ENOSPC.
 
+pub mod plug;
 pub mod relocate;
 
 use crate::meta::store::Store;
@@ -39,6 +40,17 @@ pub struct CleanerConfig {
     pub power: String,
     /// Blocks the cleaner may copy per second, so foreground I/O is never starved (64..=10^7; default 25600 = 100 MiB/s).
     pub max_copy_blocks_per_sec: u64,
+    /// Threaded logging (docs/CLEANER.md §5): "off"; "adaptive" (default:
+    /// below the low-water mark, a victim whose holes are cheaper to write
+    /// into than to free by cleaning is plugged, by the simulator's gate);
+    /// "always" (every victim that can be plugged is, under pressure; for
+    /// tests and measurements).
+    pub threaded_logging: String,
+    /// R: what a block written into a hole costs, in sequential block
+    /// writes (1..=1000; default 10.6, measured with fio on this project's
+    /// disk: docs/bench/threaded-logging/measure-r.sh). Plugging pays for
+    /// victims more than 1 − 2/R live.
+    pub random_write_cost: f64,
 }
 
 impl Default for CleanerConfig {
@@ -60,6 +72,8 @@ impl Default for CleanerConfig {
             min_quiet_secs: 0,
             power: "auto".into(),
             max_copy_blocks_per_sec: 25_600,
+            threaded_logging: "adaptive".into(),
+            random_write_cost: lsfs_policy::gc::RANDOM_WRITE_COST,
         }
     }
 }
@@ -107,6 +121,18 @@ impl CleanerConfig {
             64,
             10_000_000,
         )?;
+        if !["off", "adaptive", "always"].contains(&self.threaded_logging.as_str()) {
+            return Err(format!(
+                "cleaner.threaded_logging = {:?}: one of off, adaptive, always",
+                self.threaded_logging
+            ));
+        }
+        if !(1.0..=1000.0).contains(&self.random_write_cost) {
+            return Err(format!(
+                "cleaner.random_write_cost = {} is outside its valid range 1..=1000",
+                self.random_write_cost
+            ));
+        }
         if !["auto", "ac", "battery"].contains(&self.power.as_str()) {
             return Err(format!(
                 "cleaner.power = {:?}: one of auto, ac, battery",
@@ -165,6 +191,10 @@ pub struct PassReport {
     pub victims: Vec<relocate::Relocated>,
     /// Victims re-aged by late abort instead of copied.
     pub late_aborted: Vec<u64>,
+    /// Victims prepared for plugging instead of cleaned (threaded logging),
+    /// and the holes they offer.
+    pub plugged: Vec<u64>,
+    pub holes_prepared: u64,
     pub blocks_copied: u64,
     pub blocks_reclaimed: u64,
     /// Dead blocks in the examined victims that a kept checkpoint or a snapshot still needs.
@@ -222,8 +252,17 @@ pub struct CleanerStats {
 
 impl Store {
     /// Segments the cleaner may take: written, closed, not reserved for the
-    /// writer, not already freed, and not part of the recovery chain.
+    /// writer, not already freed, not part of the recovery chain, and not
+    /// prepared for plugging.
     pub fn cleanable_segments(&self) -> Vec<SegmentUsage> {
+        self.cleanable_segments_with(false)
+    }
+
+    /// [`Store::cleanable_segments`], with the segments prepared for
+    /// plugging if `plug_targets` (the last resort before ENOSPC: they are
+    /// the emptiest, and their holes take user data only, never the
+    /// metadata that needs free segments).
+    pub fn cleanable_segments_with(&self, plug_targets: bool) -> Vec<SegmentUsage> {
         let chain_from = self.sb_slot_seq.iter().copied().min().unwrap_or(0);
         (0..self.segs.nsegments())
             .filter(|&s| {
@@ -232,6 +271,8 @@ impl Store {
                     && !self.segs.reserved.contains(&s)
                     && !self.segs.pending_free.contains(&s)
                     && self.segs.last_seq[s as usize] < chain_from
+                    // Prepared for plugging: its holes are about to be used.
+                    && (plug_targets || !self.plugs.targets.contains_key(&s))
             })
             .map(|s| {
                 let u = &self.segs.usage[s as usize];

@@ -11,7 +11,6 @@
 use crate::btree::Node;
 use crate::cache::{vkey, Owner};
 use crate::error::{Error, Result};
-use crate::log::chain::segment_records;
 use crate::log::record::{holds_file_data, BlockKind};
 use crate::meta::dat_entry::{DatEntry, CNO_MAX, DAT_PER_BLOCK};
 use crate::meta::store::{dat_nodes, decode_u64, Store};
@@ -86,6 +85,16 @@ impl RelocationPlan {
         let copies = self.count(|a| !matches!(a, Action::Free(..)));
         self.nblocks as i64 - copies as i64
     }
+    /// The dead blocks nothing needs: (virtual block, DAT entry).
+    pub(crate) fn frees(&self) -> Vec<(u64, DatEntry)> {
+        self.actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Free(v, e) => Some((*v, *e)),
+                _ => None,
+            })
+            .collect()
+    }
     fn count(&self, f: impl Fn(&Action) -> bool) -> u32 {
         self.actions.iter().filter(|a| f(a)).count() as u32
     }
@@ -110,7 +119,7 @@ impl Store {
     }
 
     /// Map from each DAT tree node's address to the first key below it.
-    fn dat_node_first_keys(&mut self) -> Result<HashMap<u64, u64>> {
+    pub(crate) fn dat_node_first_keys(&mut self) -> Result<HashMap<u64, u64>> {
         let tree = self.tree;
         let root = self.dat_root;
         let mut out = HashMap::new();
@@ -145,7 +154,7 @@ impl Store {
     /// anything: the cleaner prices victims with it (the segment counters
     /// do not count dead blocks a kept plain checkpoint still needs).
     pub fn relocation_plan(&mut self, seg: u64) -> Result<RelocationPlan> {
-        let records = segment_records(&mut *self.dev, &self.geo, self.sb.fs_id, seg)?;
+        let entries = self.segment_entries(seg, true)?;
         let oldest_kept = self.oldest_kept_cno();
         let mut plan = RelocationPlan {
             segno: seg,
@@ -153,40 +162,37 @@ impl Store {
             ..Default::default()
         };
         let mut dat_blocks = std::collections::BTreeSet::new();
-        for r in &records {
-            for (i, ent) in r.header.entries.iter().enumerate() {
-                let pos = r.payload_block(i);
-                let action = match ent.kind {
-                    BlockKind::Data | BlockKind::Node if ent.vblock != 0 => {
-                        let e = self.dat_get(ent.vblock)?;
-                        if e.pblock != pos {
-                            continue; // superseded copy
-                        }
-                        dat_blocks.insert(ent.vblock / DAT_PER_BLOCK);
-                        let owner = Owner {
-                            ino: ent.ino,
-                            offset: ent.offset,
-                            kind: ent.kind,
-                        };
-                        if e.end == CNO_MAX {
-                            Action::MoveLive(ent.vblock, e, owner, pos)
-                        } else if e.end > oldest_kept || self.snapshot_in(e.start, e.end) {
-                            Action::MoveProtected(ent.vblock, e, owner, pos)
-                        } else {
-                            Action::Free(ent.vblock, e)
-                        }
+        for &(pos, ent) in &entries {
+            let action = match ent.kind {
+                BlockKind::Data | BlockKind::Node if ent.vblock != 0 => {
+                    let e = self.dat_get(ent.vblock)?;
+                    if e.pblock != pos {
+                        continue; // superseded copy
                     }
-                    BlockKind::DatBlock => {
-                        if self.dat_block_addr_pub(ent.offset)? != Some(pos) {
-                            continue;
-                        }
-                        Action::CowDat(ent.offset)
+                    dat_blocks.insert(ent.vblock / DAT_PER_BLOCK);
+                    let owner = Owner {
+                        ino: ent.ino,
+                        offset: ent.offset,
+                        kind: ent.kind,
+                    };
+                    if e.end == CNO_MAX {
+                        Action::MoveLive(ent.vblock, e, owner, pos)
+                    } else if e.end > oldest_kept || self.snapshot_in(e.start, e.end) {
+                        Action::MoveProtected(ent.vblock, e, owner, pos)
+                    } else {
+                        Action::Free(ent.vblock, e)
                     }
-                    BlockKind::DatNode => Action::DatNode(pos),
-                    _ => continue,
-                };
-                plan.actions.push(action);
-            }
+                }
+                BlockKind::DatBlock => {
+                    if self.dat_block_addr_pub(ent.offset)? != Some(pos) {
+                        continue;
+                    }
+                    Action::CowDat(ent.offset)
+                }
+                BlockKind::DatNode => Action::DatNode(pos),
+                _ => continue,
+            };
+            plan.actions.push(action);
         }
         // Every DAT block that changes is rewritten; those already dirty cost nothing more.
         plan.dat_blocks_dirtied = dat_blocks
@@ -234,12 +240,7 @@ impl Store {
                     rep.protected_copied += 1;
                 }
                 Action::Free(v, e) => {
-                    if self.snapshot_counted(v, e.start, e.end) {
-                        // Counted for a snapshot that is gone, before
-                        // reconciliation reached it (meta/reconcile.rs).
-                        self.add_snapshot(seg, -1)?;
-                    }
-                    self.with_dat_cause("cleaner free", |s| s.dat_set(v, DatEntry::default()))?;
+                    self.free_dead(seg, v, e)?;
                     rep.freed_entries += 1;
                 }
                 Action::CowDat(idx) => {
@@ -269,8 +270,18 @@ impl Store {
             self.fail(&err);
             return Err(err);
         }
-        self.segs.mark_freed(seg, now);
+        self.free_segment(seg, now)?;
         Ok(rep)
+    }
+
+    /// Free the DAT entry of dead block `v` of `seg`, which nothing needs.
+    pub(crate) fn free_dead(&mut self, seg: u64, v: u64, e: DatEntry) -> Result<()> {
+        if self.snapshot_counted(v, e.start, e.end) {
+            // Counted for a snapshot that is gone, before reconciliation
+            // reached it (meta/reconcile.rs).
+            self.add_snapshot(seg, -1)?;
+        }
+        self.with_dat_cause("cleaner free", |s| s.dat_set(v, DatEntry::default()))
     }
 
     fn move_vblock(&mut self, v: u64, e: DatEntry, owner: Owner, pos: u64) -> Result<()> {
@@ -284,6 +295,7 @@ impl Store {
         };
         self.dat_set(v, DatEntry { pblock: 0, ..e })?;
         self.cache.put_dirty(vkey(v), data, owner);
+        self.plugs.cleaner_moved.insert(v);
         Ok(())
     }
 

@@ -77,11 +77,40 @@ pub fn holds_file_data(kind: BlockKind, ino: u64) -> bool {
 }
 
 impl SummaryEntry {
+    /// The 32 bytes of FORMAT.md §3 (also the SSA's entries, §6).
+    pub fn encode(&self, w: &mut Writer) {
+        w.u64(self.ino)
+            .u64(self.offset)
+            .u64(self.vblock)
+            .u64((self.cno & 0x00ff_ffff_ffff_ffff) | ((self.kind as u64) << 56));
+    }
+
+    /// Decode entry `i` of `what`.
+    pub fn decode(r: &mut Reader, what: &str, i: usize) -> Result<SummaryEntry> {
+        let ino = r.u64()?;
+        let offset = r.u64()?;
+        let vblock = r.u64()?;
+        let ck = r.u64()?;
+        let kind = BlockKind::from_u8((ck >> 56) as u8).ok_or_else(|| {
+            Error::corrupt(format!(
+                "{what}: summary entry {i} has unknown kind {}",
+                ck >> 56
+            ))
+        })?;
+        Ok(SummaryEntry {
+            ino,
+            offset,
+            vblock,
+            cno: ck & 0x00ff_ffff_ffff_ffff,
+            kind,
+        })
+    }
+
     /// What the block holds, for the write counters of `lsfs stats`: user
     /// file data and tree nodes, each metadata file, the DAT, super roots
     /// and fsync'd inodes.
     pub fn class(&self) -> &'static str {
-        use crate::layout::{CPFILE_INO, DAT_INO, FIRST_USER_INO, IFILE_INO, SUFILE_INO};
+        use crate::layout::{CPFILE_INO, DAT_INO, FIRST_USER_INO, IFILE_INO, SSA_INO, SUFILE_INO};
         match (self.kind, self.ino) {
             (BlockKind::DatBlock, _) => "dat",
             (BlockKind::DatNode, _) => "dat node",
@@ -92,6 +121,7 @@ impl SummaryEntry {
             (_, IFILE_INO) => "ifile",
             (_, CPFILE_INO) => "cpfile",
             (_, SUFILE_INO) => "sufile",
+            (_, SSA_INO) => "ssa",
             (_, DAT_INO) => "dat",
             _ => "other",
         }
@@ -147,10 +177,7 @@ impl RecordHeader {
             .u64(self.created_secs)
             .pad_to(HEADER_BYTES);
         for e in &self.entries {
-            w.u64(e.ino)
-                .u64(e.offset)
-                .u64(e.vblock)
-                .u64((e.cno & 0x00ff_ffff_ffff_ffff) | ((e.kind as u64) << 56));
+            e.encode(&mut w);
         }
         w.pad_to(nsum * BLOCK_BYTES);
         for p in payload {
@@ -254,23 +281,7 @@ impl RecordHeader {
         let mut r = Reader::at(body, HEADER_BYTES, &what);
         let mut entries = Vec::with_capacity(nentries);
         for i in 0..nentries {
-            let ino = r.u64()?;
-            let offset = r.u64()?;
-            let vblock = r.u64()?;
-            let ck = r.u64()?;
-            let kind = BlockKind::from_u8((ck >> 56) as u8).ok_or_else(|| {
-                Error::corrupt(format!(
-                    "{what}: summary entry {i} has unknown kind {}",
-                    ck >> 56
-                ))
-            })?;
-            entries.push(SummaryEntry {
-                ino,
-                offset,
-                vblock,
-                cno: ck & 0x00ff_ffff_ffff_ffff,
-                kind,
-            });
+            entries.push(SummaryEntry::decode(&mut r, &what, i)?);
         }
         Ok(RecordHeader {
             flags,

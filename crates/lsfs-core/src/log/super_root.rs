@@ -9,6 +9,11 @@ use crate::meta::reconcile::SnapChange;
 
 pub const SR_MAGIC: u32 = 0x5452_534C; // "LSRT"
 const CRC_AT: usize = BLOCK_BYTES - 4;
+/// Where version 3 keeps the SSA root: a fixed place after the longest queue.
+const SSA_ROOT_AT: usize = BLOCK_BYTES - 16;
+const _: () = assert!(108 + 9 * SR_QUEUE_MAX <= SSA_ROOT_AT);
+/// The version this build writes.
+pub const SR_VERSION: u32 = 3;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SuperRoot {
@@ -35,6 +40,9 @@ pub struct SuperRoot {
     /// changes not yet applied to every counter, oldest first.
     pub reconcile_cursor: u64,
     pub reconcile_queue: Vec<SnapChange>,
+    /// Root of the SSA's block map (virtual; 0 = no segment plugged).
+    /// Version 3; earlier versions read as 0.
+    pub ssa_root: u64,
 }
 
 /// Queue entries a super root can hold (see FORMAT.md).
@@ -44,7 +52,7 @@ impl SuperRoot {
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::with_capacity(BLOCK_BYTES);
         w.u32(SR_MAGIC)
-            .u32(2)
+            .u32(SR_VERSION)
             .u64(self.cno)
             .u64(self.created_secs)
             .u64(self.next_vblock)
@@ -64,6 +72,7 @@ impl SuperRoot {
         }
         w.pad_to(BLOCK_BYTES);
         let mut b = w.finish();
+        b[SSA_ROOT_AT..SSA_ROOT_AT + 8].copy_from_slice(&self.ssa_root.to_le_bytes());
         let crc = crc_with_hole(&b, CRC_AT);
         b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
         b
@@ -76,7 +85,7 @@ impl SuperRoot {
             return Err(Error::corrupt(format!("{what}: bad magic")));
         }
         let v = r.u32()?;
-        if v != 1 && v != 2 {
+        if !(1..=SR_VERSION).contains(&v) {
             return Err(Error::unsupported(format!("{what}: version {v}")));
         }
         if b.len() != BLOCK_BYTES {
@@ -122,6 +131,9 @@ impl SuperRoot {
                 };
                 sr.reconcile_queue.push(SnapChange { cno, on });
             }
+        }
+        if v >= 3 {
+            sr.ssa_root = u64::from_le_bytes(b[SSA_ROOT_AT..SSA_ROOT_AT + 8].try_into().unwrap());
         }
         Ok(sr)
     }

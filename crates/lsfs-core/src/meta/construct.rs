@@ -210,6 +210,9 @@ impl Store {
     fn stream_counts(&self) -> [usize; 4] {
         let mut c = [0usize; 4];
         for k in self.cache.dirty_keys() {
+            if key_is_virtual(k) && self.plugs.assigned.contains_key(&key_addr(k)) {
+                continue; // placed in a hole
+            }
             let s = if key_is_virtual(k) {
                 let o = self.cache.owner(k).expect("dirty block has an owner");
                 self.stream_of(key_addr(k), &o)
@@ -278,8 +281,15 @@ impl Store {
         let mut dat_touched: HashSet<u64> = HashSet::new();
         // Streams are used for this checkpoint only if free segments can
         // spare their open segments.
-        self.streams.active =
-            !std::mem::take(&mut self.streams.one_flush_next) && self.streams_can_run();
+        let one_flush = std::mem::take(&mut self.streams.one_flush_next);
+        self.streams.active = !one_flush && self.streams_can_run();
+        // Holes for user data (meta/plug.rs), but not in a checkpoint that
+        // ends an fsync: it promises one flush.
+        if one_flush {
+            self.plugs.assigned.clear();
+        } else {
+            self.assign_plugs(cno)?;
+        }
         let plans = loop {
             let mut changed = false;
             let pending: Vec<u64> = self
@@ -341,10 +351,15 @@ impl Store {
         // before parents) and the super root; then all of them in stream
         // order, with where each stream's part starts.
         let mut per: [Vec<Item>; 4] = Default::default();
+        let mut plugged = Vec::new();
         for item in self.virtual_order() {
             let Item::Virtual(v) = item else {
                 unreachable!("virtual_order gives virtual blocks")
             };
+            if self.plugs.assigned.contains_key(&v) {
+                plugged.push(v);
+                continue;
+            }
             let o = self.cache.owner(vkey(v)).expect("dirty block has an owner");
             per[self.stream_of(v, &o) as usize].push(item);
         }
@@ -359,6 +374,11 @@ impl Store {
             places.extend(self.place(&plans[i], per[i].len()));
             items.append(&mut per[i]);
             bounds[i + 1] = items.len();
+        }
+        // Then the blocks placed in holes.
+        for &v in &plugged {
+            items.push(Item::Virtual(v));
+            places.push(self.plugs.assigned[&v]);
         }
         assert_eq!(
             items.len(),
@@ -459,6 +479,7 @@ impl Store {
             ifile_root: self.ifile_root,
             cpfile_root: self.cpfile_root,
             sufile_root: self.sufile_root,
+            ssa_root: self.ssa_root,
             nsegments: self.geo.nsegments,
             inodes_used: self.inodes_used,
             blocks_used: self.blocks_used,
@@ -474,12 +495,15 @@ impl Store {
         // points at them can be (a volatile cache may reorder writes). A
         // checkpoint that ends an fsync uses no data stream, so fsync keeps
         // its one flush.
-        if bounds[1] < bounds[4] {
+        // Blocks written into holes are like the data streams': the DAT
+        // points at them, nothing in the chain proves them written.
+        if bounds[1] < bounds[4] || !plugged.is_empty() {
             for st in Stream::DATA {
                 let i = st as usize;
                 let part = &items[bounds[i]..bounds[i + 1]];
                 self.write_records(&plans[i], part, cno, FLAG_DATA_STREAM, None, None)?;
             }
+            self.write_plugged(&plugged, &places[bounds[4]..])?;
             self.dev.flush()?;
         }
         let last = self.write_records(
@@ -496,6 +520,8 @@ impl Store {
             self.commit_data(st, &plans[st as usize]);
         }
         self.streams.checkpoint_done();
+        self.plugs.assigned.clear();
+        self.plugs.cleaner_moved.clear();
         for item in &items {
             match *item {
                 Item::Virtual(v) => self.cache.mark_clean(vkey(v)),

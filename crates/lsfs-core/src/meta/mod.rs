@@ -12,7 +12,9 @@
 //! - [`open`]: mkfs, and opening an image with recovery;
 //! - [`reclaim`]: deleting expired checkpoints and freeing dead segments;
 //! - [`reconcile`]: O(1) snapshot changes, applied to the counters in the background;
-//! - [`stream`]: write streams (hot, cold, cleaner output, metadata) and the temperature signal.
+//! - [`stream`]: write streams (hot, cold, cleaner output, metadata) and the temperature signal;
+//! - [`ssa`]: out-of-band summaries of plugged segments;
+//! - [`plug`]: threaded logging, user data written into the holes of plugged segments.
 
 pub mod construct;
 pub mod cpfile;
@@ -20,8 +22,10 @@ pub mod dat_entry;
 pub mod dat_reuse;
 pub mod ifile;
 pub mod open;
+pub mod plug;
 pub mod reclaim;
 pub mod reconcile;
+pub mod ssa;
 pub mod store;
 pub mod stream;
 pub mod sufile;

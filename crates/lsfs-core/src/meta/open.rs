@@ -94,6 +94,7 @@ impl Store {
             ifile_root: 0,
             cpfile_root: 0,
             sufile_root: 0,
+            ssa_root: 0,
             next_ino: FIRST_USER_INO,
             cur_cno: 1,
             seq: 0,
@@ -114,6 +115,7 @@ impl Store {
             deaths_since_checkpoint: 0,
             dat_cause: "other",
             dat_reuse: Default::default(),
+            plugs: Default::default(),
             data_records_since_log: 0,
             streams: crate::meta::stream::Streams::new(
                 config_streams && geo.nsegments >= config_streams_min,
@@ -294,6 +296,7 @@ impl Store {
         s.ifile_root = sr.ifile_root;
         s.cpfile_root = sr.cpfile_root;
         s.sufile_root = sr.sufile_root;
+        s.ssa_root = sr.ssa_root;
         s.next_ino = sr.next_ino;
         s.cur_cno = sr.cno + 1;
         s.inodes_used = sr.inodes_used;

@@ -6,7 +6,6 @@
 //! (The copying cleaner, which makes segments dead, is separate.)
 
 use crate::error::Result;
-use crate::log::chain::segment_summaries;
 use crate::log::record::BlockKind;
 use crate::meta::dat_entry::CNO_MAX;
 use crate::meta::store::Store;
@@ -90,7 +89,7 @@ impl Store {
         for seg in candidates {
             if let Some(dead) = self.dead_vblocks_if_reclaimable(seg, oldest_kept)? {
                 self.dat_free_many(&dead)?;
-                self.segs.mark_freed(seg, now);
+                self.free_segment(seg, now)?;
                 self.stats.segments_reclaimed += 1;
             }
         }
@@ -105,25 +104,23 @@ impl Store {
         seg: u64,
         oldest_kept: u64,
     ) -> Result<Option<Vec<u64>>> {
-        let records = segment_summaries(&mut *self.dev, &self.geo, self.sb.fs_id, seg)?;
+        let entries = self.segment_entries(seg, false)?;
         let mut dead = Vec::new();
-        for r in &records {
-            for (i, e) in r.header.entries.iter().enumerate() {
-                if !matches!(e.kind, BlockKind::Data | BlockKind::Node) || e.vblock == 0 {
-                    // DAT blocks: nlive == 0 says the current DAT does not use them.
-                    continue;
-                }
-                let d = self.dat_get(e.vblock)?;
-                if d.pblock != r.payload_block(i) {
-                    continue; // a superseded copy
-                }
-                let needed =
-                    d.end == CNO_MAX || d.end > oldest_kept || self.snapshot_in(d.start, d.end);
-                if needed {
-                    return Ok(None);
-                }
-                dead.push(e.vblock);
+        for &(pos, e) in &entries {
+            if !matches!(e.kind, BlockKind::Data | BlockKind::Node) || e.vblock == 0 {
+                // DAT blocks: nlive == 0 says the current DAT does not use them.
+                continue;
             }
+            let d = self.dat_get(e.vblock)?;
+            if d.pblock != pos {
+                continue; // a superseded copy
+            }
+            let needed =
+                d.end == CNO_MAX || d.end > oldest_kept || self.snapshot_in(d.start, d.end);
+            if needed {
+                return Ok(None);
+            }
+            dead.push(e.vblock);
         }
         Ok(Some(dead))
     }

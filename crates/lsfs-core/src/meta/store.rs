@@ -101,6 +101,8 @@ pub struct Store {
     pub ifile_root: u64,
     pub cpfile_root: u64,
     pub sufile_root: u64,
+    /// Root of the SSA's block map (meta/ssa.rs), 0 = no segment plugged.
+    pub ssa_root: u64,
     pub next_ino: u64,
     /// The checkpoint being built: one more than the last one written.
     pub cur_cno: u64,
@@ -139,6 +141,8 @@ pub struct Store {
     pub(crate) dat_cause: &'static str,
     /// Free DAT entries that new virtual blocks may take (meta/dat_reuse.rs).
     pub dat_reuse: crate::meta::dat_reuse::DatReuse,
+    /// Threaded logging: prepared holes and this checkpoint's use of them.
+    pub plugs: crate::meta::plug::Plugs,
 }
 
 /// Bound of the in-memory mirror of the DAT's block map: 1M entries (about
@@ -936,13 +940,20 @@ impl Store {
 
     /// Blocks that can still be written before the reserve: free segments
     /// (minus the reserve the cleaner and checkpoints need) plus what is left
-    /// of the current segment, minus what is dirty and not yet placed.
+    /// of the current segment and the holes prepared for plugging, minus
+    /// what is dirty and not yet placed (counted twice: a block and its
+    /// metadata).
     pub fn free_blocks(&self) -> u64 {
         let seg = self.geo.segment_blocks as u64;
         let free = self.segs.free_count() + self.segs.pending_free.len() as u64;
         let reserve = self.reserve_segments() + self.stream_segments_held();
         let avail = free.saturating_sub(reserve) * seg + (seg - self.cur_off as u64);
-        avail.saturating_sub(self.cache.dirty_count() as u64 * 2)
+        let dirty = self.cache.dirty_count() as u64;
+        // Holes prepared for plugging (meta/plug.rs) take user data, never
+        // its metadata: that still needs the segments.
+        (avail + self.plugs.holes())
+            .saturating_sub(dirty * 2)
+            .min(avail.saturating_sub(dirty))
     }
 
     /// Segments user writes may not use, so that the cleaner can always

@@ -12,6 +12,9 @@ pub const SU_PER_BLOCK: u64 = (BLOCK_BYTES / SU_ENTRY_BYTES) as u64;
 
 /// Segment flags (in memory and on disk).
 pub const SU_ERROR: u32 = 1;
+/// The segment's summary is in the SSA, not in its records: threaded
+/// logging wrote into its holes (meta/ssa.rs).
+pub const SU_PLUGGED: u32 = 2;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct SegUsage {

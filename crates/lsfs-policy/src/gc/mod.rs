@@ -9,6 +9,7 @@
 mod cost_benefit;
 mod cost_hotness;
 mod greedy;
+mod plug_gate;
 mod segment_usage;
 mod stream_balanced;
 mod temperature;
@@ -18,6 +19,7 @@ pub mod write_cost_model;
 pub use cost_benefit::CostBenefit;
 pub use cost_hotness::CostHotness;
 pub use greedy::Greedy;
+pub use plug_gate::{PlugGate, RANDOM_WRITE_COST};
 pub use segment_usage::{SegmentUsage, Temperature};
 pub use stream_balanced::StreamBalanced;
 pub use temperature::TemperatureClassifier;

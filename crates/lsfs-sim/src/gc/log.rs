@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 
-use lsfs_policy::gc::{Greedy, SegmentUsage, SelectionPolicy, Temperature};
+use lsfs_policy::gc::{Greedy, PlugGate, SegmentUsage, SelectionPolicy, Temperature};
 
 use super::oracle::Oracle;
 use super::placement::Placement;
@@ -10,10 +10,6 @@ use super::{GcConfig, GcPolicy, GcResult, ThreadedLogging};
 use crate::access::Access;
 
 const NONE: u32 = u32::MAX;
-
-/// Adaptive threaded logging: weight of the past in the measured cleaning cost, per cleaned
-/// victim (a memory of about a hundred victims).
-const CLEAN_COST_DECAY: f64 = 0.99;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -73,10 +69,8 @@ pub(super) struct SegmentLog {
     /// order (state Open); user writes fill the head's holes from `queue_cursor` on.
     plug_queue: VecDeque<u32>,
     queue_cursor: u32,
-    /// Adaptive mode: blocks read + copied and slots freed by the victims actually cleaned,
-    /// each victim's share decayed by [`CLEAN_COST_DECAY`] per later victim.
-    cleaned_cost_blocks: f64,
-    cleaned_freed_slots: f64,
+    /// Adaptive mode: plug or clean, victim by victim (the engine's cleaner uses the same gate).
+    gate: PlugGate,
     /// Tests: check the invariants every this many user writes (0: never).
     check_every: u64,
 }
@@ -187,8 +181,10 @@ impl SegmentLog {
             random_write_cost: config.random_write_cost,
             plug_queue: VecDeque::new(),
             queue_cursor: 0,
-            cleaned_cost_blocks: 0.0,
-            cleaned_freed_slots: 0.0,
+            gate: PlugGate::new(
+                config.random_write_cost,
+                config.threaded == ThreadedLogging::PerVictim,
+            ),
             check_every: 0,
         };
         log.check_room(config);
@@ -280,23 +276,11 @@ impl SegmentLog {
             for segno in self.select_victims() {
                 let s = &self.segments[segno as usize];
                 let (written, live) = (s.written_blocks as u64, s.live_blocks as u64);
-                let read = if live > 0 { written } else { 0 };
-                let freed = (written - live).max(1) as f64;
-                let clean_cost = 1.0 + (read + live) as f64 / freed;
-                let measured = if self.cleaned_freed_slots > 0.0 {
-                    1.0 + self.cleaned_cost_blocks / self.cleaned_freed_slots
-                } else {
-                    0.0 // nothing cleaned yet: no evidence that cleaning is dear
-                };
-                let r = self.random_write_cost;
-                let gate = self.threaded == ThreadedLogging::PerVictim || r < measured;
-                if r < clean_cost && gate {
+                if self.gate.should_plug(written, live) {
                     self.segments[segno as usize].state = State::Open;
                     self.plug_queue.push_back(segno as u32);
                 } else {
-                    self.cleaned_cost_blocks =
-                        self.cleaned_cost_blocks * CLEAN_COST_DECAY + (read + live) as f64;
-                    self.cleaned_freed_slots = self.cleaned_freed_slots * CLEAN_COST_DECAY + freed;
+                    self.gate.cleaned(written, live);
                     self.clean_segment(segno as u32);
                 }
             }

@@ -65,10 +65,7 @@ impl GcPolicy {
     }
 }
 
-/// The measured ratio of random to sequential write cost on this machine's disk: fio, direct
-/// I/O, 4 KiB random writes at 19,144 blocks/s against 1 MiB sequential writes at 203,472
-/// blocks/s (docs/CLEANER.md; re-measure with `docs/bench/threaded-logging/measure-r.sh`).
-pub const RANDOM_WRITE_COST: f64 = 203_472.0 / 19_144.0;
+pub use lsfs_policy::gc::RANDOM_WRITE_COST;
 
 /// Threaded logging (F2FS's slack space recycling, Janda's hole plugging): near full, a user
 /// write may go into a dead slot of a closed, partly valid segment instead of the log head.
