@@ -38,6 +38,23 @@ struct Tracked {
 struct Recorded {
     log: CrashLog,
     files: Vec<Tracked>,
+    /// User blocks written into holes (threaded logging) while recording.
+    plugged: u64,
+}
+
+/// A nearly full image for threaded logging to plug: ballast files fill
+/// most of the space, then half of them are overwritten, so full segments
+/// hold dead blocks.
+fn near_full_base(config: &MountConfig) -> Vec<u8> {
+    let mut fs = mkfs(DEV_BYTES, config.clone());
+    let n = (fs.store.free_blocks() * 4096 * 70 / 100 / 16384) as usize;
+    let inos = make_files(&mut fs, n, |f| pattern(f as u64, 16384));
+    for (i, &ino) in inos.iter().enumerate().step_by(2) {
+        fs.write(ino, 0, &pattern(i as u64 + 7, 16384)).unwrap();
+        fs.forget(ino, 1);
+    }
+    fs.sync().unwrap();
+    image(&mut fs)
 }
 
 fn apply_write(content: &mut Vec<u8>, off: usize, data: &[u8]) {
@@ -47,13 +64,18 @@ fn apply_write(content: &mut Vec<u8>, off: usize, data: &[u8]) {
     content[off..off + data.len()].copy_from_slice(data);
 }
 
-/// Run a seeded workload and return the recording.
+/// Run a seeded workload on a fresh image and return the recording.
 fn run_workload(seed: u64, steps: usize) -> Recorded {
     let mut fs = mkfs(DEV_BYTES, crash_cfg());
     let base = image(&mut fs);
     drop(fs);
+    run_workload_on(base, crash_cfg(), seed, steps)
+}
+
+/// Run a seeded workload on image `base`, mounted with `config`.
+fn run_workload_on(base: Vec<u8>, config: MountConfig, seed: u64, steps: usize) -> Recorded {
     let (dev, log) = CrashDevice::new(MemDevice::from_bytes(base));
-    let mut fs = Lsfs::open(Box::new(dev), crash_cfg()).unwrap();
+    let mut fs = Lsfs::open(Box::new(dev), config).unwrap();
     let clock0 = lsfs_core::meta::store::wall_secs();
     let c = ctx();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
@@ -167,8 +189,13 @@ fn run_workload(seed: u64, steps: usize) -> Recorded {
             }
         }
     }
+    let plugged = fs.store.plugs.stats.blocks_plugged;
     drop(fs); // no unmount: the tail stays unflushed, like a power cut
-    Recorded { log, files }
+    Recorded {
+        log,
+        files,
+        plugged,
+    }
 }
 
 /// Open the crash image at `nops` (seed picks which unflushed writes
@@ -249,40 +276,74 @@ fn every_crash_point_recovers_to_a_clean_image_with_fsyncs_kept() {
         .unwrap_or(1);
     for wseed in 1..=workloads {
         let rec = run_workload(wseed, 260);
-        let flushes = flush_positions(&rec.log);
-        assert!(
-            flushes.len() > 30,
-            "workload made only {} flushes",
-            flushes.len()
-        );
-        let mut rng = rand::rngs::StdRng::seed_from_u64(wseed * 1000);
-        let mut prev = 0;
-        for (i, &f) in flushes.iter().enumerate() {
-            // Right after a flush: nothing unflushed to lose.
-            check_crash_point(&rec, f, 0, i % 8 == 0);
-            checked += 1;
-            // Somewhere between the previous flush and this one, losing a
-            // random subset of the writes since the last flush.
-            if f > prev + 1 {
-                let at = rng.gen_range(prev + 1..f);
-                for seed in 0..2 {
-                    check_crash_point(&rec, at, seed + i as u64, false);
-                    checked += 1;
-                }
-            }
-            prev = f;
-        }
-        // Crashes during recovery itself: recovery must be idempotent.
-        for (i, &f) in flushes.iter().enumerate().step_by(9) {
-            checked += crash_during_recovery(&rec, f, i as u64);
-        }
-        // The very end, with the unflushed tail lost or partly kept.
-        for seed in 0..3 {
-            check_crash_point(&rec, rec.log.len(), seed, seed == 0);
-            checked += 1;
-        }
+        checked += check_recording(&rec, wseed, 1);
     }
     eprintln!("crash states checked: {checked}");
+}
+
+/// Threaded logging writes user data into the holes of full segments, in
+/// place: a crash there must never cost a block any checkpoint on disk
+/// still sees. The same workload and checks as above, on a nearly full
+/// image with every victim plugged rather than cleaned.
+#[test]
+fn crashes_while_plugging_holes_recover_to_a_clean_image() {
+    let mut config = crash_cfg();
+    config.cleaner.threaded_logging = "always".into();
+    let base = near_full_base(&config);
+    let rec = run_workload_on(base, config, 11, 200);
+    assert!(
+        rec.plugged > 50,
+        "only {} blocks plugged: the workload did not exercise threaded logging",
+        rec.plugged
+    );
+    let checked = check_recording(&rec, 11, 2);
+    eprintln!(
+        "crash states checked: {checked} ({} blocks plugged)",
+        rec.plugged
+    );
+}
+
+/// Check crash states of a recording: after every `every`-th flush, between
+/// flushes with unflushed writes lost at random, during recovery, and at the
+/// end. Returns how many.
+fn check_recording(rec: &Recorded, wseed: u64, every: usize) -> usize {
+    let mut checked = 0;
+    let flushes = flush_positions(&rec.log);
+    assert!(
+        flushes.len() > 30,
+        "workload made only {} flushes",
+        flushes.len()
+    );
+    let mut rng = rand::rngs::StdRng::seed_from_u64(wseed * 1000);
+    let mut prev = 0;
+    for (i, &f) in flushes.iter().enumerate() {
+        if i % every != 0 {
+            continue;
+        }
+        // Right after a flush: nothing unflushed to lose.
+        check_crash_point(rec, f, 0, i % 8 == 0);
+        checked += 1;
+        // Somewhere between the previous flush and this one, losing a
+        // random subset of the writes since the last flush.
+        if f > prev + 1 {
+            let at = rng.gen_range(prev + 1..f);
+            for seed in 0..2 {
+                check_crash_point(rec, at, seed + i as u64, false);
+                checked += 1;
+            }
+        }
+        prev = f;
+    }
+    // Crashes during recovery itself: recovery must be idempotent.
+    for (i, &f) in flushes.iter().enumerate().step_by(9) {
+        checked += crash_during_recovery(rec, f, i as u64);
+    }
+    // The very end, with the unflushed tail lost or partly kept.
+    for seed in 0..3 {
+        check_crash_point(rec, rec.log.len(), seed, seed == 0);
+        checked += 1;
+    }
+    checked
 }
 
 /// Recover the crash image at `nops` on a recording device, then crash
