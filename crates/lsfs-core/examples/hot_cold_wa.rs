@@ -2,7 +2,7 @@
 //! workload, in process (no FUSE): one-block files, 10 % of them receive
 //! 90 % of the overwrites.
 //!
-//! `cargo run --release -p lsfs-core --example hot_cold_wa -- POLICY STREAMS [UTIL] [ROUNDS] [MIB] [SEGMENT_BLOCKS] [WRITES_PER_SEC] [REMOUNT_EVERY]`
+//! `cargo run --release -p lsfs-core --example hot_cold_wa -- POLICY STREAMS [UTIL] [ROUNDS] [MIB] [SEGMENT_BLOCKS] [WRITES_PER_SEC] [REMOUNT_EVERY] [THREADED] [ACCESS] [FILE_BLOCKS]`
 //! POLICY: timestamp, greedy, cost-benefit, cost-hotness, balanced;
 //! STREAMS: on or off; UTIL: share of the usable blocks filled with files
 //! (default 0.8); ROUNDS: overwrites in multiples of the file count
@@ -11,7 +11,10 @@
 //! simulated clock, which schedules the 5 s checkpoints (default 64; the
 //! mounted benchmark paces 1,500); REMOUNT_EVERY: unmount and mount again
 //! after this many overwrites (default 0: never), which starts each mount
-//! without write history. Cleaner settings are the defaults, except that
+//! without write history; THREADED: threaded logging off, adaptive (the
+//! default) or always; ACCESS: hot-cold (default) or uniform (every file
+//! equally likely); FILE_BLOCKS: blocks per file, each overwrite rewrites a
+//! whole file (default 1). Cleaner settings are the defaults, except that
 //! background passes are off: they are scheduled by wall-clock time, which
 //! would make the result depend on how fast this machine runs; the write
 //! path's cleaning below the low-water mark does all the work. Prints one
@@ -20,7 +23,10 @@
 //! the log wrote per block the application wrote), the blocks written by
 //! class (file data, ifile, DAT, ...), the DAT blocks dirtied by cause, the
 //! DAT's size and entries reused, what the cleaner did per stream, and per
-//! stream at the end [segments, blocks, live blocks].
+//! stream at the end [segments, blocks, live blocks]; and the write cost
+//! in sequential block writes per overwrite (blocks appended, victims read
+//! by the cleaner, and R per block written into a hole), the simulator's
+//! measure (docs/CLEANER.md §5).
 
 use lsfs_core::device::MemDevice;
 use lsfs_core::fs::{Lsfs, MountConfig};
@@ -53,7 +59,22 @@ fn main() {
         .get(7)
         .map(|s| s.parse().expect("REMOUNT_EVERY"))
         .unwrap_or(0);
+    let threaded = args.get(8).cloned().unwrap_or_else(|| "adaptive".into());
+    let uniform = match args.get(9).map(String::as_str) {
+        None | Some("hot-cold") => false,
+        Some("uniform") => true,
+        Some(other) => panic!("ACCESS {other:?}: hot-cold or uniform"),
+    };
+    let file_blocks: usize = args
+        .get(10)
+        .map(|s| s.parse().expect("FILE_BLOCKS"))
+        .unwrap_or(1);
     let mut config = MountConfig::default();
+    config.cleaner.threaded_logging = threaded.clone();
+    config
+        .cleaner
+        .validate()
+        .expect("THREADED: off, adaptive or always");
     config.store.protection_secs = 0;
     config.store.cache_blocks = 4096;
     config.store.streams = streams;
@@ -70,7 +91,7 @@ fn main() {
     fs.store.now_override = Some(t0);
     let ctx = Ctx::default();
     // A one-block file costs about 1.14 blocks with its inode and DAT entry.
-    let nfiles = (fs.store.free_blocks() as f64 * util / 1.14) as usize;
+    let nfiles = (fs.store.free_blocks() as f64 * util / (file_blocks as f64 + 0.14)) as usize;
     let mut inos = Vec::with_capacity(nfiles);
     for f in 0..nfiles {
         let a = fs
@@ -82,7 +103,8 @@ fn main() {
                 &ctx,
             )
             .expect("create");
-        fs.write(a.ino, 0, &[f as u8; 4096]).expect("fill");
+        fs.write(a.ino, 0, &vec![f as u8; 4096 * file_blocks])
+            .expect("fill");
         inos.push(a.ino);
     }
     fs.checkpoint().expect("checkpoint");
@@ -90,6 +112,10 @@ fn main() {
     let mut base_written = fs.store.stats.payload_blocks_written;
     let mut base_copied = fs.cleaner.stats.blocks_copied;
     let (mut acc_written, mut acc_copied, mut acc_data, mut remounts) = (0, 0, 0, 0u64);
+    let (mut acc_read, mut acc_plugged, mut acc_prepared) = (0, 0, 0);
+    let read_blocks =
+        |fs: &Lsfs| -> u64 { fs.cleaner.stats.by_stream.values().map(|t| t.blocks).sum() };
+    let mut base_read = read_blocks(&fs);
     let data_blocks = |fs: &Lsfs| {
         fs.store
             .stats
@@ -103,12 +129,14 @@ fn main() {
     let hot = nfiles / 10;
     let writes = (nfiles as f64 * rounds) as usize;
     for i in 0..writes {
-        let f = if rng.gen_bool(0.9) {
+        let f = if uniform {
+            rng.gen_range(0..nfiles)
+        } else if rng.gen_bool(0.9) {
             rng.gen_range(0..hot)
         } else {
             rng.gen_range(hot..nfiles)
         };
-        fs.write(inos[f], 0, &[(i % 251) as u8; 4096])
+        fs.write(inos[f], 0, &vec![(i % 251) as u8; 4096 * file_blocks])
             .unwrap_or_else(|e| {
                 let u = &fs.store.segs.usage;
                 let live: u64 = u.iter().map(|x| x.nlive as u64).sum();
@@ -134,12 +162,16 @@ fn main() {
             acc_written += fs.store.stats.payload_blocks_written - base_written;
             acc_copied += fs.cleaner.stats.blocks_copied - base_copied;
             acc_data += data_blocks(&fs) - base_data;
+            acc_read += read_blocks(&fs) - base_read;
+            acc_plugged += fs.store.plugs.stats.blocks_plugged;
+            acc_prepared += fs.store.plugs.stats.segments_prepared;
             let img = fs.store.dev_bytes_for_test();
             fs = Lsfs::open(Box::new(MemDevice::from_bytes(img)), config.clone()).expect("mount");
             fs.store.now_override = Some(t0 + 1 + (i / per_sec) as u64);
             base_written = fs.store.stats.payload_blocks_written;
             base_copied = fs.cleaner.stats.blocks_copied;
             base_data = data_blocks(&fs);
+            base_read = read_blocks(&fs);
             remounts += 1;
         }
         if i % 64 == 0 {
@@ -152,6 +184,11 @@ fn main() {
     let copied = acc_copied + fs.cleaner.stats.blocks_copied - base_copied;
     let user = written - copied;
     let data_written = acc_data + data_blocks(&fs) - base_data;
+    let cleaner_read = acc_read + read_blocks(&fs) - base_read;
+    let plugged = acc_plugged + fs.store.plugs.stats.blocks_plugged;
+    let r = fs.cleaner.config.random_write_cost;
+    let write_cost = (written + cleaner_read) as f64 + (r - 1.0) * plugged as f64;
+    let app_blocks = (writes * file_blocks).max(1);
     // Per stream at the end: segments, blocks written, live blocks.
     let mut streams_at_end = std::collections::BTreeMap::new();
     for u in fs.store.segs.usage.iter().filter(|u| u.nblocks > 0) {
@@ -169,6 +206,13 @@ fn main() {
         serde_json::json!({
             "policy": policy,
             "streams": streams,
+            "threaded": threaded,
+            "access": if uniform { "uniform" } else { "hot-cold" },
+            "blocks_plugged": plugged,
+            "segments_plugged": acc_prepared + fs.store.plugs.stats.segments_prepared,
+            "cleaner_read": cleaner_read,
+            "write_cost": write_cost / app_blocks as f64,
+            "data_write_cost": ((data_written + cleaner_read) as f64 + (r - 1.0) * plugged as f64) / app_blocks as f64,
             "util": util,
             "files": nfiles,
             "overwrites": writes,
@@ -176,8 +220,9 @@ fn main() {
             "blocks_written": written,
             "cleaner_copied": copied,
             "write_amplification": written as f64 / user.max(1) as f64,
-            "data_write_amplification": data_written as f64 / writes.max(1) as f64,
-            "log_blocks_per_app_block": written as f64 / writes.max(1) as f64,
+            "file_blocks": file_blocks,
+            "data_write_amplification": data_written as f64 / app_blocks as f64,
+            "log_blocks_per_app_block": written as f64 / app_blocks as f64,
             "stream_blocks": fs.store.streams.blocks_written,
             "segments_used": used,
             "by_stream": fs.cleaner.stats.by_stream,

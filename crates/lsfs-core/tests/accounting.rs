@@ -20,6 +20,9 @@ use rand::{Rng, SeedableRng};
 fn config(protect: bool) -> MountConfig {
     let mut c = if protect { cfg() } else { cfg_no_protection() };
     c.store.cache_blocks = 512;
+    // "Low space" passes plug every victim they can (threaded logging),
+    // so plugged segments, their SSA and writes into holes join the mix.
+    c.cleaner.threaded_logging = "always".into();
     c
 }
 
@@ -54,7 +57,9 @@ fn recount_agrees(fs: &mut Lsfs, what: &str) {
     assert_clean(&rep, what);
 }
 
-fn run(seed: u64, steps: usize) {
+/// Returns the blocks written into holes (threaded logging).
+fn run(seed: u64, steps: usize) -> u64 {
+    let mut plugged = 0;
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut fs = small_fs_with(seed % 2 == 0);
     let c = ctx();
@@ -118,7 +123,12 @@ fn run(seed: u64, steps: usize) {
                 fs.store.reconcile_step(rng.gen_range(1..4)).unwrap();
             }
             82..=89 => {
-                fs.clean(rng.gen_range(1..4), "test").unwrap();
+                let reason = if rng.gen_bool(0.5) {
+                    "low space"
+                } else {
+                    "test"
+                };
+                fs.clean(rng.gen_range(1..4), reason).unwrap();
             }
             90..=95 => {
                 fs.checkpoint().unwrap();
@@ -130,6 +140,7 @@ fn run(seed: u64, steps: usize) {
                 fs.checkpoint().unwrap();
                 let after_cp = (fs.store.recon.queue.clone(), fs.store.recon.cursor);
                 let crash = rng.gen_bool(0.5);
+                plugged += fs.store.plugs.stats.blocks_plugged;
                 fs = reopen(&mut fs, !crash);
                 assert_eq!(
                     (fs.store.recon.queue.clone(), fs.store.recon.cursor),
@@ -147,8 +158,10 @@ fn run(seed: u64, steps: usize) {
     fs.reconcile_all().unwrap();
     assert!(fs.store.recon.is_settled());
     recount_agrees(&mut fs, &format!("seed {seed}, settled"));
+    plugged += fs.store.plugs.stats.blocks_plugged;
     let fs2 = reopen(&mut fs, true);
     assert!(fs2.store.recon.is_settled());
+    plugged
 }
 
 #[test]
@@ -157,9 +170,15 @@ fn counters_match_a_recount_through_snapshot_changes_cleaning_and_remounts() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(12);
+    let mut plugged = 0;
     for seed in 0..seeds {
-        run(seed, 160);
+        plugged += run(seed, 160);
     }
+    assert!(
+        plugged > 0,
+        "no block was written into a hole: threaded logging is not in the mix"
+    );
+    eprintln!("{plugged} blocks written into holes");
 }
 
 /// Rohner §4.5.1's starvation scenario: write, snapshot, delete most blocks,

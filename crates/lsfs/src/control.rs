@@ -103,7 +103,8 @@ pub fn execute(fs: &mut Lsfs, req: &Value) -> Result<Value, String> {
         }
         "gc-stats" => {
             fs.refresh_cleaner_stats();
-            Ok(json!({ "ok": true, "stats": fs.cleaner.stats, "histogram": fs.store.utilization_histogram() }))
+            Ok(json!({ "ok": true, "stats": fs.cleaner.stats, "histogram": fs.store.utilization_histogram(),
+                       "threaded_logging": fs.cleaner.config.threaded_logging }))
         }
         "gc-start" | "gc-stop" => {
             fs.cleaner.enabled = req["cmd"] == "gc-start";

@@ -55,9 +55,11 @@ pub fn run(mnt: &Path, segments: u64, json_out: bool) -> Result<(), String> {
             );
         }
         println!(
-            "{} victims, {} late-aborted, {} blocks copied, {} reclaimed, efficiency {:.3}",
+            "{} victims, {} late-aborted, {} plugged instead ({} holes), {} blocks copied, {} reclaimed, efficiency {:.3}",
             p["victims"].as_array().map(|a| a.len()).unwrap_or(0),
             p["late_aborted"].as_array().map(|a| a.len()).unwrap_or(0),
+            p["plugged"].as_array().map(|a| a.len()).unwrap_or(0),
+            p["holes_prepared"],
             p["blocks_copied"],
             p["blocks_reclaimed"],
             p["efficiency"].as_f64().unwrap_or(0.0)
@@ -89,6 +91,17 @@ pub fn stats(mnt: &Path, json_out: bool) -> Result<Value, String> {
             s["checkpoints_given_up"],
             s["snapshot_changes_pending"],
             s["reconcile_progress"].as_f64().unwrap_or(1.0) * 100.0
+        );
+        let t = &s["threaded_logging"];
+        println!(
+            "threaded logging ({}): {} segments plugged instead of cleaned, {} holes, {} user blocks written into them in {} writes, {} holes ready; cleaning measured at {:.2} per freed block",
+            v["threaded_logging"].as_str().unwrap_or("?"),
+            t["segments_prepared"],
+            t["holes_prepared"],
+            t["blocks_plugged"],
+            t["plug_writes"],
+            s["holes_ready"],
+            s["measured_clean_cost"].as_f64().unwrap_or(0.0)
         );
         if let Some(m) = s["by_stream"].as_object() {
             for (stream, t) in m {

@@ -43,6 +43,18 @@ pub struct Cleaner {
 /// only cleaning makes.
 const PLUG_HOLES_SEGMENTS: u64 = 1;
 
+/// What cleaning the victim of `plan` costs, for the plug gate, in blocks:
+/// it reads the victim, copies what is still needed and rewrites the DAT
+/// blocks the moves change; it frees the victim net of those writes.
+fn clean_cost_terms(plan: &crate::gc::relocate::RelocationPlan) -> (u64, u64, u64) {
+    let copied = plan.blocks_written();
+    (
+        plan.nblocks as u64,
+        copied,
+        (plan.nblocks as u64).saturating_sub(copied),
+    )
+}
+
 /// How long a futile verdict stands while its segment's counts do not
 /// change (protection ends and checkpoints expire with time alone).
 const FUTILE_PLAN_SECS: u64 = 30;
@@ -221,7 +233,7 @@ impl Lsfs {
                 rep.late_aborted.push(seg);
                 continue;
             }
-            if pressed && self.plug_instead(seg, &plan) {
+            if reason == "low space" && self.plug_instead(seg, &plan) {
                 let holes = self.store.prepare_plug(plan)?;
                 rep.plugged.push(seg);
                 rep.holes_prepared += holes as u64;
@@ -232,9 +244,8 @@ impl Lsfs {
                 break;
             }
             if self.cleaner.config.threaded_logging != "off" {
-                self.cleaner
-                    .gate
-                    .cleaned(plan.nblocks as u64, (plan.live() + plan.protected()) as u64);
+                let (read, copied, freed) = clean_cost_terms(&plan);
+                self.cleaner.gate.cleaned_with(read, copied, freed);
             }
             let r = self.store.relocate_planned(plan)?;
             planned += cost;
@@ -270,22 +281,30 @@ impl Lsfs {
         Ok(rep)
     }
 
-    /// Under pressure: whether to plug victim `seg` (planned as `plan`)
-    /// instead of cleaning it (threaded logging, docs/CLEANER.md §5).
+    /// Below the low-water mark: whether to plug victim `seg` (planned as
+    /// `plan`) instead of cleaning it (threaded logging, docs/CLEANER.md §5).
+    /// Never when free segments are down to what metadata and the cleaner's
+    /// copies need (holes take user data only): then only cleaning helps,
+    /// and the last-resort pass before ENOSPC never plugs for that reason.
     fn plug_instead(&self, seg: u64, plan: &crate::gc::relocate::RelocationPlan) -> bool {
         let mode = self.cleaner.config.threaded_logging.as_str();
         let seg_blocks = self.store.geo.segment_blocks as u64;
+        let floor = self.store.reserve_segments()
+            + self.store.stream_segments_held()
+            + LOW_WATER_ROOM_SEGMENTS / 2;
         if mode == "off"
+            || self.free_segments() <= floor
             || !self.store.plug_eligible(seg)
             || self.store.plugs.holes() >= PLUG_HOLES_SEGMENTS * seg_blocks
         {
             return false;
         }
+        let (read, copied, freed) = clean_cost_terms(plan);
         mode == "always"
             || self
                 .cleaner
                 .gate
-                .should_plug(plan.nblocks as u64, (plan.live() + plan.protected()) as u64)
+                .should_plug_cost(lsfs_policy::gc::PlugGate::cost_of(read, copied, freed))
     }
 
     fn account_pass(&mut self, rep: &PassReport) {
@@ -368,6 +387,9 @@ impl Lsfs {
             })
             .sum();
         c.snapshot_changes_pending = self.store.recon.queue.len() as u64;
+        c.threaded_logging = self.store.plugs.stats.clone();
+        c.holes_ready = self.store.plugs.holes();
+        c.measured_clean_cost = self.cleaner.gate.measured_cost();
         c.reconcile_progress = if self.store.recon.is_settled() {
             1.0
         } else {

@@ -223,6 +223,14 @@ pub struct CleanerStats {
     pub late_aborts: u64,
     /// Plain checkpoints given up inside the protection period to avoid ENOSPC.
     pub checkpoints_given_up: u64,
+    /// Threaded logging: segments plugged instead of cleaned, holes, and
+    /// user blocks written into them (meta/plug.rs).
+    pub threaded_logging: crate::meta::plug::PlugStats,
+    /// Holes prepared and not yet used.
+    pub holes_ready: u64,
+    /// The plug gate's measured cost of the victims cleaned (C̄, in
+    /// sequential block writes per freed slot; 0 before any).
+    pub measured_clean_cost: f64,
     /// Blocks written by the segment constructor that were not cleaner copies.
     pub user_blocks_written: u64,
     /// Blocks the cleaner copied.

@@ -53,8 +53,14 @@ impl PlugGate {
     /// C_clean of one victim: what each slot cleaning it frees costs.
     pub fn clean_cost(written: u64, live: u64) -> f64 {
         let read = if live > 0 { written } else { 0 };
-        let freed = written.saturating_sub(live).max(1) as f64;
-        1.0 + (read + live) as f64 / freed
+        Self::cost_of(read, live, written.saturating_sub(live))
+    }
+
+    /// C_clean from what cleaning a victim reads, copies and frees. An engine knows more
+    /// than the simulator's model: its copies include the metadata the moves rewrite (in
+    /// lsfs, DAT blocks), and they take free space too, so `freed` is net of them.
+    pub fn cost_of(read: u64, copied: u64, freed: u64) -> f64 {
+        1.0 + (read + copied) as f64 / freed.max(1) as f64
     }
 
     /// C̄: the decayed cost of the victims cleaned so far; 0 before any (no evidence yet that
@@ -69,18 +75,30 @@ impl PlugGate {
 
     /// Whether a victim holding `live` of `written` blocks is cheaper to plug than to clean.
     pub fn should_plug(&self, written: u64, live: u64) -> bool {
+        self.should_plug_cost(Self::clean_cost(written, live))
+    }
+
+    /// Whether a victim whose cleaning costs `clean_cost` per freed slot
+    /// ([`Self::cost_of`]) is cheaper to plug.
+    pub fn should_plug_cost(&self, clean_cost: f64) -> bool {
         let r = self.random_write_cost;
         let gate = self.per_victim_only || r < self.measured_cost();
-        r < Self::clean_cost(written, live) && gate
+        r < clean_cost && gate
     }
 
     /// A victim holding `live` of `written` blocks was cleaned: add it to C̄.
     pub fn cleaned(&mut self, written: u64, live: u64) {
         let read = if live > 0 { written } else { 0 };
-        let freed = written.saturating_sub(live).max(1) as f64;
+        self.cleaned_with(read, live, written.saturating_sub(live));
+    }
+
+    /// A victim was cleaned, reading `read`, copying `copied` and freeing `freed` blocks
+    /// ([`Self::cost_of`]): add it to C̄.
+    pub fn cleaned_with(&mut self, read: u64, copied: u64, freed: u64) {
         self.cleaned_cost_blocks =
-            self.cleaned_cost_blocks * CLEAN_COST_DECAY + (read + live) as f64;
-        self.cleaned_freed_slots = self.cleaned_freed_slots * CLEAN_COST_DECAY + freed;
+            self.cleaned_cost_blocks * CLEAN_COST_DECAY + (read + copied) as f64;
+        self.cleaned_freed_slots =
+            self.cleaned_freed_slots * CLEAN_COST_DECAY + freed.max(1) as f64;
     }
 }
 
