@@ -209,6 +209,8 @@ fn main() {
             "threaded": threaded,
             "access": if uniform { "uniform" } else { "hot-cold" },
             "blocks_plugged": plugged,
+            "plug_stats_last_mount": fs.store.plugs.stats,
+            "passes": fs.cleaner.stats.passes,
             "segments_plugged": acc_prepared + fs.store.plugs.stats.segments_prepared,
             "cleaner_read": cleaner_read,
             "write_cost": write_cost / app_blocks as f64,

@@ -165,7 +165,7 @@ fn plugging_never_overwrites_what_a_snapshot_sees() {
 #[test]
 fn off_never_plugs() {
     let mut fs = mkfs(24 * MIB, plug_cfg("off"));
-    let (inos, latest) = fill_and_overwrite(&mut fs, 0.85, 2);
+    let (inos, latest) = fill_and_overwrite(&mut fs, 0.85, 1);
     assert_eq!(fs.store.plugs.stats.segments_prepared, 0);
     assert_eq!(fs.store.ssa_root, 0);
     check_contents(&mut fs, &inos, &latest, "off");

@@ -41,7 +41,14 @@ pub struct Cleaner {
 /// pressure cleans instead of plugging: holes take only user data, the
 /// metadata of those writes and every checkpoint need free segments, which
 /// only cleaning makes.
-const PLUG_HOLES_SEGMENTS: u64 = 1;
+pub(crate) const PLUG_HOLES_SEGMENTS: u64 = 1;
+
+/// Room for appending (in segments, after the reserve and what is dirty)
+/// below which a pass cleans instead of plugging: holes take user data
+/// only, and when appending runs short the writer falls back on the
+/// last-resort passes, which cost far more than plugging saves (measured
+/// at 92 % full: docs/CLEANER.md §5).
+const PLUG_APPEND_ROOM_SEGMENTS: u64 = 2;
 
 /// What cleaning the victim of `plan` costs, for the plug gate, in blocks:
 /// it reads the victim, copies what is still needed and rewrites the DAT
@@ -99,8 +106,17 @@ impl Lsfs {
         self.free_segments() as f64 * 100.0 / self.store.segs.nsegments() as f64
     }
 
-    /// Free segments, counting those the last checkpoint freed.
+    /// Free segments, counting those the last checkpoint freed, and the
+    /// holes prepared for plugging as the segments they add up to: the
+    /// low-water mark compares this, and without the holes a writer below
+    /// it would run a pass on every write while it fills them. They are at
+    /// most a segment and a victim's worth (`PLUG_HOLES_SEGMENTS`).
     pub fn free_segments(&self) -> u64 {
+        self.empty_segments() + self.store.plugs.holes() / self.store.geo.segment_blocks as u64
+    }
+
+    /// Free segments, counting those the last checkpoint freed, but no holes.
+    fn empty_segments(&self) -> u64 {
         let s = &self.store.segs;
         s.free_count() + s.pending_free.len() as u64
     }
@@ -254,14 +270,17 @@ impl Lsfs {
             rep.victims.push(r);
         }
         // A pass that re-aged nothing and moved nothing changed nothing:
-        // no checkpoint.
-        if rep.victims.is_empty()
-            && rep.plugged.is_empty()
-            && (rep.late_aborted.is_empty() || !late_abort)
-        {
+        // no checkpoint. One that only prepared victims for plugging needs
+        // none of its own either: their holes are usable after the next
+        // checkpoint, whichever writes it (at 92 % full a checkpoint per
+        // such pass doubled the checkpoints, docs/CLEANER.md §5).
+        let moved = !rep.victims.is_empty() || (!rep.late_aborted.is_empty() && late_abort);
+        if !moved && rep.plugged.is_empty() {
             return Ok(rep);
         }
-        self.checkpoint()?;
+        if moved {
+            self.checkpoint()?;
+        }
         let total: u64 = rep.victims.iter().map(|v| v.nblocks as u64).sum();
         rep.efficiency = if total == 0 {
             1.0
@@ -283,17 +302,14 @@ impl Lsfs {
 
     /// Below the low-water mark: whether to plug victim `seg` (planned as
     /// `plan`) instead of cleaning it (threaded logging, docs/CLEANER.md §5).
-    /// Never when free segments are down to what metadata and the cleaner's
-    /// copies need (holes take user data only): then only cleaning helps,
-    /// and the last-resort pass before ENOSPC never plugs for that reason.
+    /// Never when appending is short of room ([`PLUG_APPEND_ROOM_SEGMENTS`]):
+    /// then only cleaning helps, and the last-resort pass before ENOSPC
+    /// never plugs for that reason.
     fn plug_instead(&self, seg: u64, plan: &crate::gc::relocate::RelocationPlan) -> bool {
         let mode = self.cleaner.config.threaded_logging.as_str();
         let seg_blocks = self.store.geo.segment_blocks as u64;
-        let floor = self.store.reserve_segments()
-            + self.store.stream_segments_held()
-            + LOW_WATER_ROOM_SEGMENTS / 2;
         if mode == "off"
-            || self.free_segments() <= floor
+            || self.store.free_blocks_appending() <= PLUG_APPEND_ROOM_SEGMENTS * seg_blocks
             || !self.store.plug_eligible(seg)
             || self.store.plugs.holes() >= PLUG_HOLES_SEGMENTS * seg_blocks
         {

@@ -79,6 +79,14 @@ impl Lsfs {
                 hashed(8 + 16) + 24,
             ),
             item(
+                // A pass prepares victims until the cap, so it ends at most
+                // one victim past it.
+                "threaded logging: prepared holes",
+                s.plugs.holes(),
+                Some((super::clean::PLUG_HOLES_SEGMENTS + 1) * s.geo.segment_blocks as u64),
+                4,
+            ),
+            item(
                 "segment table (SUFILE mirror)",
                 segs,
                 None,

@@ -944,16 +944,29 @@ impl Store {
     /// what is dirty and not yet placed (counted twice: a block and its
     /// metadata).
     pub fn free_blocks(&self) -> u64 {
-        let seg = self.geo.segment_blocks as u64;
-        let free = self.segs.free_count() + self.segs.pending_free.len() as u64;
-        let reserve = self.reserve_segments() + self.stream_segments_held();
-        let avail = free.saturating_sub(reserve) * seg + (seg - self.cur_off as u64);
-        let dirty = self.cache.dirty_count() as u64;
+        let (avail, dirty) = self.append_room();
         // Holes prepared for plugging (meta/plug.rs) take user data, never
         // its metadata: that still needs the segments.
         (avail + self.plugs.holes())
             .saturating_sub(dirty * 2)
             .min(avail.saturating_sub(dirty))
+    }
+
+    /// [`Store::free_blocks`] without the holes: what appending alone can
+    /// still take.
+    pub fn free_blocks_appending(&self) -> u64 {
+        let (avail, dirty) = self.append_room();
+        avail.saturating_sub(dirty * 2)
+    }
+
+    /// Blocks the log can still append before the reserve, and the dirty
+    /// blocks waiting for a place.
+    fn append_room(&self) -> (u64, u64) {
+        let seg = self.geo.segment_blocks as u64;
+        let free = self.segs.free_count() + self.segs.pending_free.len() as u64;
+        let reserve = self.reserve_segments() + self.stream_segments_held();
+        let avail = free.saturating_sub(reserve) * seg + (seg - self.cur_off as u64);
+        (avail, self.cache.dirty_count() as u64)
     }
 
     /// Segments user writes may not use, so that the cleaner can always
