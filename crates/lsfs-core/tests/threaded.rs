@@ -11,6 +11,8 @@ use lsfs_core::fs::{Lsfs, MountConfig};
 use lsfs_vfs::Vfs;
 
 const FILE_BYTES: usize = 16 * 1024;
+/// The simulated clock's start (seconds since the epoch).
+const T0: u64 = 1_800_000_000;
 
 fn plug_cfg(mode: &str) -> MountConfig {
     let mut c = cfg_no_protection();
@@ -31,9 +33,10 @@ impl Xorshift {
 }
 
 /// Fill `fs` with 16 KiB files to `fill` of what statfs offers, then
-/// overwrite random files `rounds` times the file count; returns the inodes
-/// and the seed of each file's content.
-fn fill_and_overwrite(fs: &mut Lsfs, fill: f64, rounds: u64) -> (Vec<u64>, Vec<u64>) {
+/// overwrite random files `rounds` times the file count; returns the inodes,
+/// the seed of each file's content, and the random source.
+fn fill_and_overwrite(fs: &mut Lsfs, fill: f64, rounds: u64) -> (Vec<u64>, Vec<u64>, Xorshift) {
+    fs.store.now_override = Some(T0);
     let usable = fs.store.free_blocks() * 4096;
     let nfiles = (usable as f64 * fill / FILE_BYTES as f64) as usize;
     let inos = make_files(fs, nfiles, |f| pattern(f as u64, FILE_BYTES));
@@ -43,23 +46,38 @@ fn fill_and_overwrite(fs: &mut Lsfs, fill: f64, rounds: u64) -> (Vec<u64>, Vec<u
     fs.sync().unwrap();
     let mut latest: Vec<u64> = (0..nfiles as u64).collect();
     let mut rng = Xorshift(0x9e3779b97f4a7c15);
-    let writes = nfiles as u64 * rounds;
+    overwrite(fs, &inos, &mut latest, &mut rng, nfiles as u64 * rounds);
+    (inos, latest, rng)
+}
+
+/// `writes` random overwrites, a sync every 64.
+fn overwrite(fs: &mut Lsfs, inos: &[u64], latest: &mut [u64], rng: &mut Xorshift, writes: u64) {
     for w in 0..writes {
-        let i = (rng.next() % nfiles as u64) as usize;
-        let seed = 1_000_000 + w;
+        // A simulated clock, a second per 16 writes: policies rank victims
+        // by age, and the wall clock would make every run different.
+        let now = fs.store.now_override.unwrap_or(T0);
+        fs.store.now_override = Some(now + (w % 16 == 0) as u64);
+        let i = (rng.next() % inos.len() as u64) as usize;
+        let seed = 1_000_000 + rng.next() % 1_000_000_000;
         fs.write(inos[i], 0, &pattern(seed, FILE_BYTES))
             .unwrap_or_else(|e| {
                 panic!(
-                    "overwrite {w} of {writes}: {e:?}; plug stats {:?}",
+                    "overwrite of file {i}: {e:?}; plug stats {:?}",
                     fs.store.plugs.stats
                 )
             });
         latest[i] = seed;
-        if w % 64 == 0 {
+        if seed % 64 == 0 {
             fs.sync().unwrap();
         }
     }
-    (inos, latest)
+    fs.sync().unwrap();
+}
+
+fn plugged_segments(fs: &Lsfs) -> usize {
+    (0..fs.store.segs.nsegments())
+        .filter(|&g| fs.store.segment_is_plugged(g))
+        .count()
 }
 
 fn check_contents(fs: &mut Lsfs, inos: &[u64], latest: &[u64], what: &str) {
@@ -74,18 +92,23 @@ fn check_contents(fs: &mut Lsfs, inos: &[u64], latest: &[u64], what: &str) {
 
 #[test]
 fn plugged_holes_hold_user_data_across_remounts_and_fsck_agrees() {
-    let mut fs = mkfs(24 * MIB, plug_cfg("always"));
-    let (inos, latest) = fill_and_overwrite(&mut fs, 0.85, 2);
+    let mut fs = mkfs(32 * MIB, plug_cfg("always"));
+    let (inos, mut latest, mut rng) = fill_and_overwrite(&mut fs, 0.75, 0);
+    // Overwrite until some segments are plugged at a sync (the cleaner
+    // takes plugged segments too, so there are not always some).
+    for _ in 0..400 {
+        overwrite(&mut fs, &inos, &mut latest, &mut rng, 32);
+        if fs.store.plugs.stats.blocks_plugged > 2000 && plugged_segments(&fs) > 0 {
+            break;
+        }
+    }
     let st = fs.store.plugs.stats.clone();
     eprintln!("plug stats {st:?}; cleaner {:?}", fs.cleaner.stats.passes);
     assert!(
         st.segments_prepared > 0 && st.blocks_plugged > 100,
         "near full under \"always\", nothing was plugged: {st:?}"
     );
-    let plugged_segments = (0..fs.store.segs.nsegments())
-        .filter(|&g| fs.store.segment_is_plugged(g))
-        .count();
-    assert!(plugged_segments > 0, "no segment flagged plugged");
+    assert!(plugged_segments(&fs) > 0, "no segment flagged plugged");
     assert!(fs.store.ssa_root != 0, "plugged segments but no SSA");
     check_contents(&mut fs, &inos, &latest, "mounted");
     fs.sync().unwrap();
@@ -97,17 +120,13 @@ fn plugged_holes_hold_user_data_across_remounts_and_fsck_agrees() {
     let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(bytes)), plug_cfg("off")).unwrap();
     check_contents(&mut fs, &inos, &latest, "remounted");
     // Cleaning the plugged segments walks their SSA, not their records.
-    let before = (0..fs.store.segs.nsegments())
-        .filter(|&g| fs.store.segment_is_plugged(g))
-        .count();
+    let before = plugged_segments(&fs);
     assert!(before > 0, "the plugged flag did not survive the remount");
     for _ in 0..64 {
         fs.clean(8, "foreground").unwrap();
         fs.checkpoint().unwrap();
     }
-    let after = (0..fs.store.segs.nsegments())
-        .filter(|&g| fs.store.segment_is_plugged(g))
-        .count();
+    let after = plugged_segments(&fs);
     assert!(
         after < before,
         "cleaning never took a plugged segment ({before} before, {after} after)"
@@ -165,7 +184,7 @@ fn plugging_never_overwrites_what_a_snapshot_sees() {
 #[test]
 fn off_never_plugs() {
     let mut fs = mkfs(24 * MIB, plug_cfg("off"));
-    let (inos, latest) = fill_and_overwrite(&mut fs, 0.85, 1);
+    let (inos, latest, _) = fill_and_overwrite(&mut fs, 0.85, 1);
     assert_eq!(fs.store.plugs.stats.segments_prepared, 0);
     assert_eq!(fs.store.ssa_root, 0);
     check_contents(&mut fs, &inos, &latest, "off");
