@@ -601,8 +601,13 @@ impl Checker {
     fn check_ssa_blocks(&mut self, s: &Store, blocks: &[(u64, u64)]) {
         let per_seg = s.geo.segment_blocks as u64;
         for &(idx, _) in blocks {
-            let first = idx * crate::meta::ssa::SSA_PER_BLOCK / per_seg;
-            let last = ((idx + 1) * crate::meta::ssa::SSA_PER_BLOCK - 1) / per_seg;
+            // Saturating: a damaged map may hold any key.
+            let first = idx.saturating_mul(crate::meta::ssa::SSA_PER_BLOCK) / per_seg;
+            let last = idx
+                .saturating_add(1)
+                .saturating_mul(crate::meta::ssa::SSA_PER_BLOCK)
+                .saturating_sub(1)
+                / per_seg;
             if first >= s.geo.nsegments {
                 self.err(format!(
                     "SSA block {idx} is beyond the entries of the {} segments",

@@ -508,3 +508,42 @@ fn record_after_the_checkpoint_must_start_where_the_sufile_count_ends() {
         "{e}"
     );
 }
+
+/// A SUFILE entry damaged to flag a segment plugged when the SSA holds no
+/// summary for it: its live blocks are then named by nothing. fsck says so,
+/// naming the blocks, and cleaning the segment is a corruption error that
+/// stops writes, not a panic or a silent loss of the blocks.
+#[test]
+fn a_segment_flagged_plugged_without_its_summary_is_an_error() {
+    let mut fs = mkfs(DEV_BYTES, cfg());
+    let f = fs
+        .mknod(ROOT_INO, b"f", libc::S_IFREG | 0o644, 0, &ctx())
+        .unwrap();
+    fs.write(f.ino, 0, &pattern(3, 3 << 20)).unwrap();
+    fs.unmount().unwrap();
+    let full = opts().segment_blocks;
+    let seg = (0..fs.store.segs.nsegments())
+        .find(|&g| {
+            let u = fs.store.segs.usage[g as usize];
+            u.nblocks == full && u.nlive > 0 && g != fs.store.cur_seg
+        })
+        .expect("a full segment with live blocks");
+    let root = fs.store.sufile_root;
+    let img = patch_meta_block(&mut fs, root, 0, |b| {
+        let at = seg as usize * 32 + 12;
+        let flags = u32::from_le_bytes(b[at..at + 4].try_into().unwrap()) | 2;
+        b[at..at + 4].copy_from_slice(&flags.to_le_bytes());
+    });
+    let f = fsck_errors(img.clone());
+    assert!(f.contains("nothing (no record covers it)"), "{f}");
+
+    let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(img)), cfg()).unwrap();
+    assert!(fs.store.segment_is_plugged(seg));
+    assert!(
+        fs.store.relocate_segment(seg).is_err(),
+        "cleaning it succeeded"
+    );
+    assert!(fs.store.writable().is_err(), "the mount keeps writing");
+    let e = fs.store.failed.clone().unwrap();
+    assert!(e.contains(&format!("segment {seg}")), "{e}");
+}
