@@ -67,7 +67,7 @@ fn overwrite(fs: &mut Lsfs, inos: &[u64], latest: &mut [u64], rng: &mut Xorshift
                 )
             });
         latest[i] = seed;
-        if seed % 64 == 0 {
+        if w % 64 == 63 {
             fs.sync().unwrap();
         }
     }
