@@ -112,13 +112,10 @@ impl Lsfs {
     /// it would run a pass on every write while it fills them. They are at
     /// most a segment and a victim's worth (`PLUG_HOLES_SEGMENTS`).
     pub fn free_segments(&self) -> u64 {
-        self.empty_segments() + self.store.plugs.holes() / self.store.geo.segment_blocks as u64
-    }
-
-    /// Free segments, counting those the last checkpoint freed, but no holes.
-    fn empty_segments(&self) -> u64 {
         let s = &self.store.segs;
-        s.free_count() + s.pending_free.len() as u64
+        s.free_count()
+            + s.pending_free.len() as u64
+            + self.store.plugs.holes() / self.store.geo.segment_blocks as u64
     }
 
     /// The low-water mark in segments: below it, writes clean in the

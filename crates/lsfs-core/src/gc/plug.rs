@@ -36,9 +36,10 @@ impl Store {
             self.free_dead(seg, v, e)?;
         }
         // What stays: every block the DAT still places here (live, or dead
-        // and needed), and the DAT's own blocks and nodes in use.
+        // and needed), and the DAT's own blocks and nodes in use. The plan
+        // read the records and checked their CRCs; their summaries suffice.
         let start = self.geo.segment_start(seg);
-        let entries = self.segment_entries(seg, true)?;
+        let entries = self.segment_entries(seg, false)?;
         let mut node_firsts = None;
         let mut slots = vec![None; self.geo.segment_blocks as usize];
         let mut live = 0u32;

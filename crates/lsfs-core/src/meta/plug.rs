@@ -112,7 +112,7 @@ impl Store {
             .filter(|(_, t)| t.usable_from <= cno)
             .map(|(&s, _)| s)
             .collect();
-        'targets: for seg in segs {
+        for seg in segs {
             let start = self.geo.segment_start(seg);
             let mut changes = Vec::new();
             let t = self.plugs.targets.get_mut(&seg).expect("listed above");
@@ -139,7 +139,7 @@ impl Store {
                 self.plugs.targets.remove(&seg);
             }
             if changes.is_empty() {
-                break 'targets;
+                break; // no blocks left
             }
             // The segment's age: the live-weighted mean of its old age and
             // now (F2FS's update_segment_mtime), so age-based policies do
