@@ -156,6 +156,10 @@ fn snapshot_holds_space_until_demoted() {
     let mut old = Lsfs::open(Box::new(MemDevice::from_bytes(image(&mut fs))), old_cfg).unwrap();
     let a = old.lookup(ROOT_INO, b"f3").unwrap();
     assert!(old.read(a.ino, 0, FILE_BYTES as u32).unwrap() == pattern(3, FILE_BYTES));
+    // Read-only: sync (as at unmount) has nothing to write and succeeds;
+    // writes are refused.
+    assert_eq!(old.sync(), Ok(()));
+    assert_eq!(old.write(a.ino, 0, b"x"), Err(Errno::ROFS));
     drop(old);
     let a = fs
         .mknod(ROOT_INO, b"big", libc::S_IFREG | 0o644, 0, &c)

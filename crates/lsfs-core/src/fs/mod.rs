@@ -1334,7 +1334,9 @@ impl Vfs for Lsfs {
     }
 
     fn sync(&mut self) -> VfsResult<()> {
-        if self.view.is_some() {
+        // Mounted read-only: nothing can be unwritten (a mount that turned
+        // read-only after an error still says so).
+        if self.view.is_some() || self.store.config.read_only {
             return Ok(());
         }
         self.checkpoint().map(|_| ()).map_err(e)
