@@ -104,7 +104,7 @@ impl BTree {
         let (mut ptr, mut level) = (root, None);
         loop {
             let block = store.read_node(ptr)?;
-            let n = self.parse(&block, ptr, level)?;
+            let n = self.parse(store, &block, ptr, level)?;
             let i = n.floor_index(key);
             if n.level() == 0 {
                 return Ok(i.filter(|&i| n.key(i) == key).map(|i| n.value(i).to_vec()));
@@ -130,7 +130,7 @@ impl BTree {
         let (mut ptr, mut level) = (root, None);
         loop {
             let block = store.read_node(ptr)?;
-            let n = self.parse(&block, ptr, level)?;
+            let n = self.parse(store, &block, ptr, level)?;
             let Some(i) = n.floor_index(key) else {
                 // Below the tree's minimum; below a non-root's minimum means
                 // the parent's key lied.
@@ -177,7 +177,7 @@ impl BTree {
         let mut first = true;
         loop {
             let block = store.read_node(ptr)?;
-            let n = self.parse(&block, ptr, level)?;
+            let n = self.parse(store, &block, ptr, level)?;
             if n.level() == 0 {
                 // On the path to `key`, start at its place; in the subtree
                 // to the right, at the leftmost leaf's first item.
@@ -387,16 +387,29 @@ impl BTree {
         level: Option<u8>,
     ) -> Result<Node> {
         let block = store.read_node(ptr)?;
-        Ok(self.parse(&block, ptr, level)?.to_node())
+        Ok(self.parse(store, &block, ptr, level)?.to_node())
     }
 
     /// Validates the node block read from `ptr` without copying its items
-    /// (lookups), checking its level if the parent implies one.
-    fn parse<'b>(&self, block: &'b [u8], ptr: u64, level: Option<u8>) -> Result<NodeRef<'b>> {
-        let n = NodeRef::parse(block, self.block_bytes).map_err(|e| match e {
-            Error::Corrupt { what } => Error::corrupt(format!("B-tree node {ptr}: {what}")),
-            other => other,
-        })?;
+    /// (lookups), checking its level if the parent implies one. Bytes the
+    /// store has seen pass before get the cheaper check; bytes that pass
+    /// the full one are remembered.
+    fn parse<'b, S: NodeStore + ?Sized>(
+        &self,
+        store: &mut S,
+        block: &'b [u8],
+        ptr: u64,
+        level: Option<u8>,
+    ) -> Result<NodeRef<'b>> {
+        let verified = store.node_verified(ptr);
+        let n =
+            NodeRef::parse_checked(block, self.block_bytes, !verified).map_err(|e| match e {
+                Error::Corrupt { what } => Error::corrupt(format!("B-tree node {ptr}: {what}")),
+                other => other,
+            })?;
+        if !verified {
+            store.set_node_verified(ptr);
+        }
         match level {
             Some(l) if n.level() != l => Err(Error::corrupt(format!(
                 "B-tree node {ptr} has level {}, its parent implies {l}",
@@ -488,7 +501,7 @@ impl BTree {
                 continue;
             }
             let right = self.split(&mut step.node, appending);
-            store.write_node(step.ptr, step.node.encode(self.block_bytes))?;
+            self.put(store, step.ptr, &step.node)?;
             if let Some(right) = right {
                 sibling = Some((right.first_key().unwrap(), self.write_new(store, &right)?));
             }
@@ -560,8 +573,21 @@ impl BTree {
 
     fn write_new<S: NodeStore + ?Sized>(&self, store: &mut S, node: &Node) -> Result<u64> {
         let ptr = store.alloc_node()?;
-        store.write_node(ptr, node.encode(self.block_bytes))?;
+        self.put(store, ptr, node)?;
         Ok(ptr)
+    }
+
+    /// Write `node` at `ptr`. Its encoding passes the full check by
+    /// construction (checked in debug builds), so the store may skip it.
+    fn put<S: NodeStore + ?Sized>(&self, store: &mut S, ptr: u64, node: &Node) -> Result<()> {
+        let block = node.encode(self.block_bytes);
+        debug_assert!(
+            NodeRef::parse(&block, self.block_bytes).is_ok(),
+            "encoded an invalid node"
+        );
+        store.write_node(ptr, block)?;
+        store.set_node_verified(ptr);
+        Ok(())
     }
 
     fn check_value(&self, value: &[u8]) -> Result<()> {

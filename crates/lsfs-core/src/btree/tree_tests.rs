@@ -21,6 +21,8 @@ struct MemStore {
     born: HashMap<u64, u64>,
     released: HashSet<u64>,
     reads: u64,
+    /// Nodes whose bytes passed the full check (as the block cache keeps it).
+    verified: HashSet<u64>,
 }
 
 impl MemStore {
@@ -33,7 +35,15 @@ impl MemStore {
             born: HashMap::new(),
             released: HashSet::new(),
             reads: 0,
+            verified: HashSet::new(),
         }
+    }
+
+    /// New bytes for `ptr` from outside the tree (a damaged device block):
+    /// as with the block cache, whatever was verified before no longer is.
+    fn replace(&mut self, ptr: u64, block: Vec<u8>) {
+        self.verified.remove(&ptr);
+        self.blocks.insert(ptr, block);
     }
 
     /// A checkpoint: everything written so far becomes read-only.
@@ -86,6 +96,7 @@ impl NodeStore for MemStore {
     fn write_node(&mut self, ptr: u64, block: Vec<u8>) -> Result<()> {
         assert!(self.writable(ptr), "write to non-writable node {ptr}");
         assert_eq!(block.len(), self.block_bytes);
+        self.verified.remove(&ptr);
         self.blocks.insert(ptr, block);
         Ok(())
     }
@@ -102,8 +113,21 @@ impl NodeStore for MemStore {
         assert!(self.released.insert(ptr), "node {ptr} freed twice");
         if self.born[&ptr] == self.epoch {
             self.blocks.remove(&ptr);
+            self.verified.remove(&ptr);
         }
         Ok(())
+    }
+
+    fn node_verified(&self, ptr: u64) -> bool {
+        self.verified.contains(&ptr)
+    }
+
+    fn set_node_verified(&mut self, ptr: u64) {
+        assert!(
+            self.blocks.contains_key(&ptr),
+            "verified a node never written: {ptr}"
+        );
+        self.verified.insert(ptr);
     }
 }
 
@@ -504,7 +528,7 @@ fn check_names_the_bad_node() {
     .unwrap();
     expect_corrupt(&mut s, r, format!("node {r} is reachable twice"));
     // A garbage block: lookups and modifications report it, naming it.
-    s.blocks.insert(b, vec![0xAB; 256]);
+    s.replace(b, vec![0xAB; 256]);
     let err = t.get(&mut s, good, 6).unwrap_err();
     assert!(
         matches!(&err, Error::Corrupt { what } if what.contains(&format!("node {b}: "))),
@@ -515,6 +539,38 @@ fn check_names_the_bad_node() {
     assert!(t.remove(&mut s, &mut root, 5).is_err());
     assert_eq!(root, good);
     expect_corrupt(&mut s, good, format!("node {b}: B-tree node magic"));
+}
+
+/// Skipping the full check is only for bytes that passed it: a node that
+/// fails once (bad CRC, read from a damaged device) fails on every read,
+/// and is never remembered as verified.
+#[test]
+fn a_node_that_fails_its_check_fails_on_every_read() {
+    let t = BTree::new(256).unwrap();
+    let mut s = MemStore::new(256);
+    let mut root = 0;
+    for k in 0..200u64 {
+        t.insert(&mut s, &mut root, k, &value(k, 1, 8)).unwrap();
+    }
+    s.checkpoint();
+    assert_eq!(t.get(&mut s, root, 7).unwrap(), Some(value(7, 1, 8)));
+    // The nodes on 7's path are verified now: the tree wrote them.
+    let leaf = s.live().into_iter().find(|&p| {
+        let n = NodeRef::parse(&s.blocks[&p], 256).unwrap();
+        n.level() == 0 && n.key(0) <= 7 && (0..n.len()).any(|i| n.key(i) == 7)
+    });
+    let leaf = leaf.expect("a leaf holds key 7");
+    assert!(s.verified.contains(&leaf));
+    // One flipped bit in a value: only the CRC can tell.
+    let mut bad = s.blocks[&leaf].clone();
+    let last = bad.iter().rposition(|&b| b != 0).unwrap();
+    bad[last] ^= 1;
+    s.replace(leaf, bad);
+    for _ in 0..3 {
+        let err = t.get(&mut s, root, 7).unwrap_err();
+        assert!(err.to_string().contains("crc"), "{err}");
+        assert!(!s.verified.contains(&leaf));
+    }
 }
 
 #[derive(Clone, Debug)]

@@ -41,6 +41,10 @@ struct Entry {
     data: Box<[u8]>,
     dirty: bool,
     owner: Owner,
+    /// A B-tree checked these exact bytes in full (CRC, padding, key order)
+    /// since they entered the cache: it may skip those checks. Any new
+    /// contents clear it.
+    verified: bool,
 }
 
 /// Blocks grouped per "flash block" by TS-CLOCK for write-back order.
@@ -112,6 +116,19 @@ impl BlockCache {
         self.map.get(&k).map(|e| e.owner)
     }
 
+    /// Whether `k`'s current bytes passed a B-tree node's full check.
+    pub fn is_verified(&self, k: CacheKey) -> bool {
+        self.map.get(&k).is_some_and(|e| e.verified)
+    }
+    /// Record that `k`'s current bytes passed a B-tree node's full check.
+    /// Only the check itself may call this: a node read from the device
+    /// that fails stays unverified and fails again on every read.
+    pub fn mark_verified(&mut self, k: CacheKey) {
+        if let Some(e) = self.map.get_mut(&k) {
+            e.verified = true;
+        }
+    }
+
     /// Keep a clean copy of a block just read, if there is room for it.
     pub fn insert_clean(&mut self, k: CacheKey, data: &[u8], owner: Owner) {
         if self.map.contains_key(&k) {
@@ -127,6 +144,7 @@ impl BlockCache {
                 data: data.into(),
                 dirty: false,
                 owner,
+                verified: false,
             },
         );
     }
@@ -137,6 +155,7 @@ impl BlockCache {
             e.data = data.into_boxed_slice();
             e.dirty = true;
             e.owner = owner;
+            e.verified = false;
             self.policy.touch(&k, true);
         } else {
             self.make_room();
@@ -155,6 +174,7 @@ impl BlockCache {
                     data: data.into_boxed_slice(),
                     dirty: true,
                     owner,
+                    verified: false,
                 },
             );
         }
@@ -258,6 +278,26 @@ mod tests {
             offset: 0,
             kind: BlockKind::Data,
         }
+    }
+
+    /// "Verified" belongs to bytes: new contents clear it, a move keeps it.
+    #[test]
+    fn new_contents_are_unverified() {
+        let mut c = BlockCache::new(64);
+        c.insert_clean(vkey(1), &[1; 8], own());
+        assert!(!c.is_verified(vkey(1)));
+        c.mark_verified(vkey(1));
+        assert!(c.is_verified(vkey(1)));
+        c.put_dirty(vkey(1), vec![2; 8], own());
+        assert!(!c.is_verified(vkey(1)), "rewritten bytes kept the mark");
+        c.mark_verified(vkey(1));
+        c.rekey(vkey(1), pkey(9));
+        assert!(c.is_verified(pkey(9)));
+        c.remove(pkey(9));
+        c.insert_clean(pkey(9), &[3; 8], own());
+        assert!(!c.is_verified(pkey(9)), "a re-read block kept the mark");
+        c.mark_verified(vkey(5)); // not cached: nothing to mark
+        assert!(!c.is_verified(vkey(5)));
     }
 
     #[test]

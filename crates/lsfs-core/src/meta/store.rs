@@ -239,6 +239,12 @@ impl NodeStore for DatNodes<'_> {
         self.cache.remove(pkey(ptr));
         Ok(())
     }
+    fn node_verified(&self, ptr: u64) -> bool {
+        self.cache.is_verified(pkey(ptr))
+    }
+    fn set_node_verified(&mut self, ptr: u64) {
+        self.cache.mark_verified(pkey(ptr));
+    }
 }
 
 pub(crate) fn check_phys(geo: &Geometry, addr: u64, what: &str) -> Result<()> {
@@ -294,6 +300,12 @@ impl NodeStore for VNodes<'_> {
     fn free_node(&mut self, ptr: u64) -> Result<()> {
         self.s.vkill(ptr)
     }
+    fn node_verified(&self, ptr: u64) -> bool {
+        self.s.cache.is_verified(vkey(ptr))
+    }
+    fn set_node_verified(&mut self, ptr: u64) {
+        self.s.cache.mark_verified(vkey(ptr));
+    }
 }
 
 /// A read-only view of a file's block map (snapshot views, fsck).
@@ -323,6 +335,13 @@ impl NodeStore for VNodesRo<'_> {
     }
     fn free_node(&mut self, _: u64) -> Result<()> {
         Err(Error::Errno(lsfs_vfs::Errno::ROFS))
+    }
+    // The same cache entries as VNodes: "verified" is a property of bytes.
+    fn node_verified(&self, ptr: u64) -> bool {
+        self.s.cache.is_verified(vkey(ptr))
+    }
+    fn set_node_verified(&mut self, ptr: u64) {
+        self.s.cache.mark_verified(vkey(ptr));
     }
 }
 
