@@ -131,6 +131,21 @@ impl Node {
         self.len() == 0
     }
 
+    /// Whether the encoding passes `NodeRef::parse`: besides what `encode`
+    /// guarantees (magic, crc, zero fields and padding, size), at least one
+    /// item, strictly increasing keys and non-null children. A damaged tree
+    /// can make the tree write a node that is not.
+    pub fn is_well_formed(&self) -> bool {
+        match self {
+            Node::Leaf { items } => !items.is_empty() && items.windows(2).all(|w| w[0].0 < w[1].0),
+            Node::Internal { children, .. } => {
+                !children.is_empty()
+                    && children.iter().all(|&(_, p)| p != 0)
+                    && children.windows(2).all(|w| w[0].0 < w[1].0)
+            }
+        }
+    }
+
     /// The node's smallest key, which is its whole subtree's smallest key.
     pub fn first_key(&self) -> Option<u64> {
         self.key_at(0)
@@ -415,6 +430,28 @@ mod tests {
     fn leaf(items: &[(u64, usize)]) -> Node {
         Node::Leaf {
             items: items.iter().map(|&(k, n)| (k, vec![k as u8; n])).collect(),
+        }
+    }
+
+    /// `is_well_formed` says exactly whether the encoding parses: the tree
+    /// marks nodes it writes as verified on its word.
+    #[test]
+    fn well_formed_agrees_with_parse() {
+        let internal = |children: Vec<(u64, u64)>| Node::Internal { level: 1, children };
+        let cases = [
+            (leaf(&[(1, 3), (2, 0), (9, 5)]), true),
+            (leaf(&[]), false),
+            (leaf(&[(2, 1), (2, 1)]), false),
+            (leaf(&[(3, 1), (2, 1)]), false),
+            (internal(vec![(1, 7), (5, 8)]), true),
+            (internal(vec![]), false),
+            (internal(vec![(1, 7), (5, 0)]), false),
+            (internal(vec![(5, 7), (1, 8)]), false),
+        ];
+        for (node, want) in cases {
+            assert_eq!(node.is_well_formed(), want, "{node:?}");
+            let parsed = NodeRef::parse(&node.encode(256), 256).is_ok();
+            assert_eq!(parsed, want, "{node:?}");
         }
     }
 

@@ -577,16 +577,22 @@ impl BTree {
         Ok(ptr)
     }
 
-    /// Write `node` at `ptr`. Its encoding passes the full check by
-    /// construction (checked in debug builds), so the store may skip it.
+    /// Write `node` at `ptr`. A well-formed node's encoding passes the full
+    /// check by construction (checked in debug builds), so the store may
+    /// skip it; one that is not (written while changing a damaged tree) is
+    /// left for the next read to refuse.
     fn put<S: NodeStore + ?Sized>(&self, store: &mut S, ptr: u64, node: &Node) -> Result<()> {
         let block = node.encode(self.block_bytes);
-        debug_assert!(
+        let well_formed = node.is_well_formed();
+        debug_assert_eq!(
             NodeRef::parse(&block, self.block_bytes).is_ok(),
-            "encoded an invalid node"
+            well_formed,
+            "Node::is_well_formed disagrees with NodeRef::parse"
         );
         store.write_node(ptr, block)?;
-        store.set_node_verified(ptr);
+        if well_formed {
+            store.set_node_verified(ptr);
+        }
         Ok(())
     }
 
