@@ -5,10 +5,14 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-if ! command -v fusermount3 >/dev/null; then
-    echo "run.sh: installing fuse3 (needs root)"
+# fuse3 for fusermount3; gcc and libc6-dev for the linker cargo calls.
+missing=()
+command -v fusermount3 >/dev/null || missing+=(fuse3)
+command -v cc >/dev/null || missing+=(gcc libc6-dev)
+if ((${#missing[@]})); then
+    echo "run.sh: installing ${missing[*]} (needs root)"
     apt-get update
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends fuse3
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
 fi
 cargo build --release -p lsfs
 exec "${CARGO_TARGET_DIR:-target}/release/lsfs" run "$@"
