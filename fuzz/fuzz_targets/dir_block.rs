@@ -29,7 +29,7 @@ fuzz_target!(|data: &[u8]| {
             b[8..12].copy_from_slice(&crc.to_le_bytes());
         }
         match Node::decode(&b, 4096) {
-            Ok(Node::Leaf { items }) => items,
+            Ok(Node::Leaf { items }) => items.into_iter().map(|(k, v)| (k, v.into_vec())).collect(),
             _ => return,
         }
     };

@@ -9,7 +9,7 @@
 mod node;
 mod tree;
 
-pub use node::{Node, NODE_MAGIC};
+pub use node::{Node, Value, NODE_MAGIC};
 pub use tree::{BTree, NodeVisit};
 
 use crate::error::Result;

@@ -36,11 +36,16 @@ pub const NODE_MAGIC: u16 = 0xB7EE;
 
 const CRC_OFFSET: usize = 8;
 
+/// A leaf item's value. Inline up to 16 bytes (file extents are 12): a node
+/// decoded for copy-on-write used to allocate once per item, a third of a
+/// random overwrite's instructions (docs/PERFORMANCE.md).
+pub type Value = smallvec::SmallVec<[u8; 16]>;
+
 /// The decoded form of one node block.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Node {
     /// Level 0: `(key, value)` items, keys strictly increasing.
-    Leaf { items: Vec<(u64, Vec<u8>)> },
+    Leaf { items: Vec<(u64, Value)> },
     /// Level >= 1: `(minimum key of the child's subtree, child pointer)`.
     Internal {
         level: u8,
@@ -367,7 +372,7 @@ impl<'a> NodeRef<'a> {
         if self.level == 0 {
             Node::Leaf {
                 items: (0..self.len())
-                    .map(|i| (self.key(i), self.value(i).to_vec()))
+                    .map(|i| (self.key(i), Value::from_slice(self.value(i))))
                     .collect(),
             }
         } else {
@@ -429,7 +434,10 @@ mod tests {
 
     fn leaf(items: &[(u64, usize)]) -> Node {
         Node::Leaf {
-            items: items.iter().map(|&(k, n)| (k, vec![k as u8; n])).collect(),
+            items: items
+                .iter()
+                .map(|&(k, n)| (k, Value::from_elem(k as u8, n)))
+                .collect(),
         }
     }
 

@@ -21,7 +21,7 @@
 
 use std::collections::HashSet;
 
-use crate::btree::node::NodeRef;
+use crate::btree::node::{NodeRef, Value};
 use crate::btree::{Node, NodeStore};
 use crate::error::{Error, Result};
 
@@ -45,7 +45,7 @@ pub struct NodeVisit<'a> {
 
 impl NodeVisit<'_> {
     /// The `(key, value)` items if this is a leaf.
-    pub fn items(&self) -> Option<&[(u64, Vec<u8>)]> {
+    pub fn items(&self) -> Option<&[(u64, Value)]> {
         match self.node {
             Node::Leaf { items } => Some(items),
             Node::Internal { .. } => None,
@@ -217,7 +217,7 @@ impl BTree {
         self.check_value(value)?;
         if *root == 0 {
             let leaf = Node::Leaf {
-                items: vec![(key, value.to_vec())],
+                items: vec![(key, Value::from_slice(value))],
             };
             *root = self.write_new(store, &leaf)?;
             return Ok(None);
@@ -231,13 +231,13 @@ impl BTree {
             unreachable!()
         };
         let (old, appending) = match items.binary_search_by_key(&key, |(k, _)| *k) {
-            Ok(i) if items[i].1 == value => return Ok(Some(value.to_vec())),
+            Ok(i) if items[i].1.as_slice() == value => return Ok(Some(value.to_vec())),
             Ok(i) => (
-                Some(std::mem::replace(&mut items[i].1, value.to_vec())),
+                Some(std::mem::replace(&mut items[i].1, Value::from_slice(value)).into_vec()),
                 false,
             ),
             Err(i) => {
-                items.insert(i, (key, value.to_vec()));
+                items.insert(i, (key, Value::from_slice(value)));
                 (None, i + 1 == items.len() && is_rightmost(&path))
             }
         };
@@ -639,7 +639,7 @@ fn remove_leaf_item(node: &mut Node, pos: usize) -> Vec<u8> {
     let Node::Leaf { items } = node else {
         unreachable!()
     };
-    items.remove(pos).1
+    items.remove(pos).1.into_vec()
 }
 
 /// Where to split an overflowing leaf: the first index of the right half.
@@ -648,7 +648,7 @@ fn remove_leaf_item(node: &mut Node, pos: usize) -> Vec<u8> {
 /// item exceeds half a node ([`Node::max_value_bytes`]). The largest prefix
 /// that fits then leaves less than half a node plus one item on the right,
 /// and the balanced choice (minimising the larger half) is never worse.
-fn leaf_split_point(items: &[(u64, Vec<u8>)], block_bytes: usize, appending: bool) -> usize {
+fn leaf_split_point(items: &[(u64, Value)], block_bytes: usize, appending: bool) -> usize {
     let cap = block_bytes - Node::HEADER_BYTES;
     let sizes: Vec<usize> = items
         .iter()

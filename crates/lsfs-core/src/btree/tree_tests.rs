@@ -248,7 +248,12 @@ impl Harness {
 fn contents(t: &BTree, s: &mut MemStore, root: u64) -> BTreeMap<u64, Vec<u8>> {
     let mut all = BTreeMap::new();
     t.visit(s, root, &mut |v| {
-        all.extend(v.items().unwrap_or(&[]).iter().cloned());
+        all.extend(
+            v.items()
+                .unwrap_or(&[])
+                .iter()
+                .map(|(k, v)| (*k, v.to_vec())),
+        );
         Ok(())
     })
     .unwrap();
@@ -468,7 +473,7 @@ fn check_names_the_bad_node() {
     let mut s = MemStore::new(256);
     let leaf = |s: &mut MemStore, keys: &[u64]| {
         let node = Node::Leaf {
-            items: keys.iter().map(|&k| (k, vec![])).collect(),
+            items: keys.iter().map(|&k| (k, Value::new())).collect(),
         };
         let p = s.alloc_node().unwrap();
         s.write_node(p, node.encode(256)).unwrap();

@@ -653,7 +653,7 @@ impl Store {
                     for (_, val) in items.iter_mut() {
                         let a = decode_u64(val, "DAT block map")?;
                         if is_temp(a) {
-                            *val = addr[&a].to_le_bytes().to_vec();
+                            *val = crate::btree::Value::from_slice(&addr[&a].to_le_bytes());
                         }
                     }
                 }

@@ -69,7 +69,7 @@ pub fn image(fs: &mut Lsfs) -> Vec<u8> {
 pub fn patch_root_leaf(
     fs: &mut Lsfs,
     root: u64,
-    patch: impl FnOnce(&mut Vec<(u64, Vec<u8>)>),
+    patch: impl FnOnce(&mut Vec<(u64, lsfs_core::btree::Value)>),
 ) -> Vec<u8> {
     use lsfs_core::btree::Node;
     use lsfs_core::codec::crc_with_hole;
