@@ -4,9 +4,10 @@
 //! `op_cost IMAGE OP N` makes a 1 GiB image at IMAGE, writes a 32 MiB file
 //! and overwrites 8,192 random 4 KiB blocks of it (so its block map is a
 //! fragmented B-tree of a few levels), then runs N operations OP:
-//! `write-fsync` (a 4 KiB overwrite at a random block, then fsync) or `read`
-//! (a 4 KiB read of a random block, all cached). Prints the wall-clock time
-//! per operation on stderr and removes the image.
+//! `write-fsync` (a 4 KiB overwrite at a random block, then fsync), `read`
+//! (a 4 KiB read of a random block, all cached) or `append` (1 MiB appended
+//! to a second file, with a checkpoint every 64 MiB as the cache would force).
+//! Prints the wall-clock time per operation on stderr and removes the image.
 //!
 //! Instructions per operation, exactly and independent of load: run it
 //! under `valgrind --tool=callgrind` with two values of N and divide the
@@ -28,12 +29,15 @@ fn next(x: &mut u64) -> u64 {
 }
 
 fn main() {
-    let usage = "usage: op_cost IMAGE write-fsync|read N";
+    let usage = "usage: op_cost IMAGE write-fsync|read|append N";
     let mut args = std::env::args().skip(1);
     let path = std::path::PathBuf::from(args.next().expect(usage));
     let op = args.next().expect(usage);
     let n: u64 = args.next().and_then(|s| s.parse().ok()).expect(usage);
-    assert!(op == "write-fsync" || op == "read", "{usage}");
+    assert!(
+        ["write-fsync", "read", "append"].contains(&op.as_str()),
+        "{usage}"
+    );
     FileDevice::create_image(&path, 1 << 30).expect("create image");
     let dev = FileDevice::open(&path, true).expect("open image");
     let mut fs = Lsfs::mkfs(
@@ -55,10 +59,18 @@ fn main() {
         fs.write(f.ino, next(&mut x), &block).expect("fragment");
     }
     fs.checkpoint().expect("checkpoint");
+    let g = fs
+        .mknod(ROOT_INO, b"g", libc::S_IFREG | 0o644, 0, &Ctx::default())
+        .expect("create");
     let t = std::time::Instant::now();
-    for _ in 0..n {
+    for i in 0..n {
         let off = next(&mut x);
-        if op == "read" {
+        if op == "append" {
+            fs.write(g.ino, i << 20, &chunk).expect("append");
+            if i % 64 == 63 {
+                fs.checkpoint().expect("checkpoint");
+            }
+        } else if op == "read" {
             assert_eq!(fs.read(f.ino, off, 4096).expect("read").len(), 4096);
         } else {
             fs.write(f.ino, off, &block).expect("write");
