@@ -115,7 +115,12 @@ pub fn execute(fs: &mut Lsfs, req: &Value) -> Result<Value, String> {
             fs.cleaner.set_policy(p)?;
             Ok(json!({ "ok": true, "policy": fs.cleaner.policy_name() }))
         }
-        other => Err(format!("unknown command '{other}' (checkpoint, snapshot, promote, demote, delete, list, stats, gc-status, gc-run, gc-stats, gc-start, gc-stop, gc-policy)")),
+        "gc-threaded" => {
+            let m = req.get("mode").and_then(Value::as_str).ok_or("missing \"mode\"")?;
+            fs.cleaner.set_threaded_logging(m)?;
+            Ok(json!({ "ok": true, "threaded_logging": fs.cleaner.config.threaded_logging }))
+        }
+        other => Err(format!("unknown command '{other}' (checkpoint, snapshot, promote, demote, delete, list, stats, gc-status, gc-run, gc-stats, gc-start, gc-stop, gc-policy, gc-threaded)")),
     }
 }
 
@@ -182,5 +187,45 @@ pub fn request(mountpoint: &Path, req: &Value) -> Result<Value, String> {
             .and_then(Value::as_str)
             .unwrap_or("request failed")
             .to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lsfs_core::device::MemDevice;
+    use lsfs_core::fs::MountConfig;
+    use lsfs_core::meta::open::MkfsOptions;
+
+    fn fs() -> Lsfs {
+        let dev = Box::new(MemDevice::new(128 << 20));
+        Lsfs::mkfs(dev, &MkfsOptions::default(), MountConfig::default()).unwrap()
+    }
+
+    /// `lsfs gc threaded MODE` switches the mode of a running cleaner, and a
+    /// mode that does not exist is refused naming the valid ones.
+    #[test]
+    fn threaded_logging_switches_at_run_time() {
+        let mut fs = fs();
+        assert_eq!(fs.cleaner.config.threaded_logging, "off");
+        for mode in ["always", "adaptive", "off"] {
+            let r = execute(&mut fs, &json!({ "cmd": "gc-threaded", "mode": mode })).unwrap();
+            assert_eq!(r["threaded_logging"], mode);
+            assert_eq!(fs.cleaner.config.threaded_logging, mode);
+        }
+        let err = execute(
+            &mut fs,
+            &json!({ "cmd": "gc-threaded", "mode": "sometimes" }),
+        )
+        .unwrap_err();
+        assert!(err.contains("off, adaptive, always"), "{err}");
+        assert_eq!(
+            fs.cleaner.config.threaded_logging, "off",
+            "a refused mode changed the setting"
+        );
+        let err = execute(&mut fs, &json!({ "cmd": "gc-threaded" })).unwrap_err();
+        assert!(err.contains("mode"), "{err}");
+        let status = gc_status(&fs);
+        assert_eq!(status["config"]["threaded_logging"], "off");
     }
 }

@@ -12,13 +12,14 @@ pub fn status(mnt: &Path, json_out: bool) -> Result<(), String> {
         println!("{s}");
     } else {
         println!(
-            "cleaner {} · policy {} · {:.1} % free (cleans below {} %, up to {} %) · {}",
+            "cleaner {} · policy {} · threaded logging {} · {:.1} % free (cleans below {} %, up to {} %) · {}",
             if s["enabled"].as_bool() == Some(true) {
                 "on"
             } else {
                 "off"
             },
             s["policy"].as_str().unwrap_or("?"),
+            s["config"]["threaded_logging"].as_str().unwrap_or("?"),
             s["free_percent"].as_f64().unwrap_or(0.0),
             s["config"]["min_free_percent"],
             s["config"]["max_free_percent"],

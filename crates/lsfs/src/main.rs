@@ -87,6 +87,11 @@ enum GcAction {
         /// The policy's name.
         name: String,
     },
+    /// Switch threaded logging: off, adaptive or always (docs/CLEANER.md §5).
+    Threaded {
+        /// The mode.
+        mode: String,
+    },
     /// Write an SVG of the utilization histogram and write amplification over time.
     Plot {
         /// The SVG file to write.
@@ -647,6 +652,9 @@ fn gc(a: GcArgs) -> Result<(), String> {
         GcAction::Stop => gc_cmd::control(m, json!({ "cmd": "gc-stop" })),
         GcAction::Policy { name } => {
             gc_cmd::control(m, json!({ "cmd": "gc-policy", "policy": name }))
+        }
+        GcAction::Threaded { mode } => {
+            gc_cmd::control(m, json!({ "cmd": "gc-threaded", "mode": mode }))
         }
         GcAction::Plot { out } => {
             gc_cmd::plot(m, &out)?;

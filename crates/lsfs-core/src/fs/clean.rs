@@ -95,6 +95,17 @@ impl Cleaner {
         Ok(())
     }
 
+    /// Switch threaded logging at run time (`lsfs gc threaded`). Holes
+    /// already prepared stay usable whatever the mode: they are valid
+    /// segments with their summaries in the SSA.
+    pub fn set_threaded_logging(&mut self, mode: &str) -> std::result::Result<(), String> {
+        let mut c = self.config.clone();
+        c.threaded_logging = mode.to_string();
+        c.validate()?;
+        self.config = c;
+        Ok(())
+    }
+
     pub fn policy_name(&self) -> &'static str {
         self.policy.name()
     }
