@@ -7,10 +7,11 @@
 #   scripts/stress.sh [SECONDS] [--fill PERCENT] [--threaded-logging MODE]
 #
 # SECONDS defaults to 120 (needs root, FUSE, stress-ng). --fill first writes
-# cold 1 MiB files up to PERCENT (0..=90) of the file system's capacity and
-# then overwrites a random tenth of them during the stress run, so the
-# cleaner works in its low-space mode; with --threaded-logging always (or
-# adaptive) that is where it plugs holes (docs/CLEANER.md §5).
+# cold 1 MiB files up to PERCENT (0..=90) of the file system's capacity,
+# then overwrites randomly chosen ones whole (with fsync) during the stress
+# run and checks them before the unmount and after a read-only remount, so
+# the cleaner works in its low-space mode; with --threaded-logging always
+# (or adaptive) that is where it plugs holes (docs/CLEANER.md §5).
 #
 # The mount is always unmounted and the work directory removed.
 set -euo pipefail
@@ -22,7 +23,7 @@ while (($#)); do
     case $1 in
         --fill) fill=$2; shift ;;
         --threaded-logging) threaded=$2; shift ;;
-        -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) [[ $1 =~ ^[0-9]+$ ]] || { echo "stress.sh: unknown argument $1" >&2; exit 2; }
            secs=$1 ;;
     esac
@@ -91,8 +92,8 @@ if ((fill > 0)); then
     sync -f "$mnt"
     # Overwrite random fill files in place while stress-ng runs; the checksum
     # of each file's last content is kept outside the mount. A write that
-    # fails (ENOSPC while stress-ng fills the rest) leaves the old sum, so
-    # such a file is not checked.
+    # fails (ENOSPC while stress-ng fills the rest) leaves the file partly
+    # old and partly new, so its sum is dropped and it is not checked.
     ( end=$((SECONDS + secs)); n=0
       while ((SECONDS < end)); do
           i=$((RANDOM % nfiles + 1))

@@ -86,12 +86,8 @@ impl Cleaner {
     }
 
     pub fn set_policy(&mut self, name: &str) -> std::result::Result<(), String> {
-        let mut c = self.config.clone();
-        c.policy = name.to_string();
-        c.validate()?;
-        self.policy = c.policy();
-        self.gate.random_write_cost = c.random_write_cost;
-        self.config = c;
+        self.reconfigure(|c| c.policy = name.to_string())?;
+        self.policy = self.config.policy();
         Ok(())
     }
 
@@ -99,9 +95,19 @@ impl Cleaner {
     /// already prepared stay usable whatever the mode: they are valid
     /// segments with their summaries in the SSA.
     pub fn set_threaded_logging(&mut self, mode: &str) -> std::result::Result<(), String> {
+        self.reconfigure(|c| c.threaded_logging = mode.to_string())
+    }
+
+    /// Change settings of a running cleaner: all or nothing, validated. The
+    /// policy object (and what it has learnt) stays; `set_policy` replaces it.
+    fn reconfigure(
+        &mut self,
+        change: impl FnOnce(&mut CleanerConfig),
+    ) -> std::result::Result<(), String> {
         let mut c = self.config.clone();
-        c.threaded_logging = mode.to_string();
+        change(&mut c);
         c.validate()?;
+        self.gate.random_write_cost = c.random_write_cost;
         self.config = c;
         Ok(())
     }
