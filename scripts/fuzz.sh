@@ -81,6 +81,9 @@ for t in $targets; do
     fi
     printf '%-14s %12s %10s  %s\n' "$t" "${execs:-?}" "${rate:-?}" "$result"
     if [[ $result != ok ]]; then
+        # The panic message comes before a long backtrace: show it first.
+        echo "---- $t: the panic ----"
+        grep -A1 'panicked at' "$log" | head -n 6 || true
         echo "---- $t: end of its log ----"
         grep -v '^#[0-9]' "$log" | tail -n 40
         echo "---- replay: cd fuzz && cargo +nightly fuzz run --sanitizer $SANITIZER $t artifacts/$t/<file>"

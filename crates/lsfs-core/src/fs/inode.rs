@@ -168,6 +168,16 @@ impl Inode {
                 "{what}: bad area length {area_len} or mode {mode:o}"
             )));
         }
+        // Inline bytes live in the area, so an inline file is never longer
+        // than the area (writes past it move the bytes to a block first) and
+        // never shorter than its bytes. A size past the area would make the
+        // next write grow the area beyond what `encode` can store.
+        if format == Format::InlineData && (size > AREA_BYTES as u64 || area_len as u64 > size) {
+            return Err(Error::corrupt(format!(
+                "{what}: inline data of {area_len} bytes in a file of {size} bytes \
+                 (inline files hold at most {AREA_BYTES})"
+            )));
+        }
         // Reading a link reads its whole size: bound it here.
         if FileKind::from_mode(mode) == Some(FileKind::Symlink) && size > SYMLINK_MAX_BYTES as u64 {
             return Err(Error::corrupt(format!(
@@ -243,6 +253,24 @@ mod tests {
         );
     }
 
+    /// Found by the `image` fuzz target (CI, session 10): a patch made an
+    /// inline file's size 2595; writing 7 bytes at offset 4 then grew the
+    /// area to the size and `encode` panicked at the next checkpoint.
+    #[test]
+    fn inline_size_past_the_area_is_corrupt() {
+        let now = Timespec { sec: 0, nsec: 0 };
+        let mut i = Inode::new(57, libc::S_IFREG | 0o644, 0, 0, now);
+        i.area = vec![7; 10];
+        i.size = AREA_BYTES as u64;
+        assert!(Inode::decode(&i.encode(), 57).is_ok(), "extended inline file refused");
+        i.size = 2595;
+        let e = Inode::decode(&i.encode(), 57).unwrap_err().to_string();
+        assert!(e.contains("inline data of 10 bytes in a file of 2595"), "{e}");
+        i.size = 9;
+        let e = Inode::decode(&i.encode(), 57).unwrap_err().to_string();
+        assert!(e.contains("inline data of 10 bytes in a file of 9"), "{e}");
+    }
+
     /// Found by the `image` fuzz target (a patch making an inode's mode a
     /// symlink's and its size 0xa_0008_0000, checksums resealed): reading
     /// the link allocated its whole size (40 GiB). The size is checked where
@@ -251,6 +279,9 @@ mod tests {
     fn symlink_longer_than_the_limit_is_corrupt() {
         let now = Timespec { sec: 0, nsec: 0 };
         let mut i = Inode::new(20, libc::S_IFLNK | 0o777, 0, 0, now);
+        // A target longer than the area lives in a block.
+        i.format = Format::InlineMap;
+        i.area = 0u16.to_le_bytes().to_vec();
         i.size = SYMLINK_MAX_BYTES as u64;
         assert!(Inode::decode(&i.encode(), 20).is_ok());
         i.size = 0xa_0008_0000;
