@@ -211,6 +211,10 @@ fn segments_held_by_a_dropped_snapshot_become_reclaimable() {
     // Drop the snapshot: O(1) now, exact once reconciled.
     fs.snapshot_set(snap, false).unwrap();
     let _ = fs.checkpoint_delete(snap); // unless the protection period took it already
+    // Checkpoints younger than the protection period keep their blocks:
+    // let it pass.
+    let later = fs.store.now() + fs.store.config.protection_secs + 1;
+    fs.store.now_override = Some(later);
     fs.reconcile_all().unwrap();
     let held: u32 = fs.store.segs.usage.iter().map(|u| u.nsnapshot).sum();
     assert_eq!(held, 0, "blocks still counted for a dropped snapshot");
@@ -219,7 +223,9 @@ fn segments_held_by_a_dropped_snapshot_become_reclaimable() {
         fs.clean(8, "test").unwrap();
     }
     fs.checkpoint().unwrap();
-    let freed = fs.store.segs.free_count() - free_before;
+    // Not a plain subtraction: the suite runs in release, where a loss of
+    // free segments wrapped around and passed this check.
+    let freed = fs.store.segs.free_count().saturating_sub(free_before);
     assert!(
         freed >= 1000 / 64,
         "only {freed} segments came back after the snapshot went"
