@@ -25,10 +25,17 @@ pub const SUFILE_INO: u64 = 5;
 pub const DAT_INO: u64 = 6;
 /// The segment summary area of plugged segments (meta/ssa.rs).
 pub const SSA_INO: u64 = 7;
+/// The inode journal: changed inodes packed eight to a block (meta/ijournal.rs).
+pub const IJOURNAL_INO: u64 = 8;
 pub const FIRST_USER_INO: u64 = 16;
 /// Inode numbers at or above this are never allocated: the high bits name
 /// snapshot views in the live mount.
 pub const MAX_INO: u64 = 1 << 48;
+
+/// Virtual block numbers are below this: the block cache keys them in 63
+/// bits beside physical addresses. A super root whose DAT ends past it is
+/// corrupt.
+pub const VBLOCK_LIMIT: u64 = 1 << 62;
 
 /// The geometry fixed at mkfs time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -211,8 +211,8 @@ fn segments_held_by_a_dropped_snapshot_become_reclaimable() {
     // Drop the snapshot: O(1) now, exact once reconciled.
     fs.snapshot_set(snap, false).unwrap();
     let _ = fs.checkpoint_delete(snap); // unless the protection period took it already
-    // Checkpoints younger than the protection period keep their blocks:
-    // let it pass.
+                                        // Checkpoints younger than the protection period keep their blocks:
+                                        // let it pass.
     let later = fs.store.now() + fs.store.config.protection_secs + 1;
     fs.store.now_override = Some(later);
     fs.reconcile_all().unwrap();

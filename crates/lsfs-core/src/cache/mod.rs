@@ -16,7 +16,7 @@ use std::collections::{HashMap, HashSet};
 pub type CacheKey = u64;
 
 pub fn vkey(vblock: u64) -> CacheKey {
-    debug_assert!(vblock < 1 << 62);
+    debug_assert!(vblock < crate::layout::VBLOCK_LIMIT);
     vblock << 1
 }
 pub fn pkey(addr: u64) -> CacheKey {
