@@ -700,12 +700,19 @@ impl Checker {
                 "{label}: inode journal block {idx} holds no current inode (should have been removed)"
             ));
         }
-        for (ino, image) in journal.as_ref().map(Journal::images).unwrap_or_default() {
+        let images = match journal.as_ref().map(|j| s.ijournal_images(j)).transpose() {
+            Ok(i) => i.unwrap_or_default(),
+            Err(e) => {
+                self.err(format!("{label}: {e}"));
+                Vec::new()
+            }
+        };
+        for (ino, image) in images {
             match image {
                 None => {
                     w.inodes.remove(&ino);
                 }
-                Some(img) => match Inode::decode(img, ino) {
+                Some(img) => match Inode::decode(&img, ino) {
                     Ok(i) => {
                         w.inodes.insert(ino, i);
                     }

@@ -35,8 +35,9 @@ fn resize(fs: &mut Lsfs, ino: u64, size: u64) {
 }
 
 /// Random inodes changed between checkpoints: with a bound of 4 blocks the
-/// journal never keeps more, writes its oldest blocks back, and what every
-/// inode says survives remounts and passes fsck.
+/// journal never keeps more (nor more than 16 images), writes its oldest
+/// images back and compacts sparse blocks, and what every inode says
+/// survives remounts and passes fsck.
 #[test]
 fn the_journal_stays_within_its_bound_and_loses_nothing() {
     let c = with_journal(Some(4));
@@ -44,8 +45,8 @@ fn the_journal_stays_within_its_bound_and_loses_nothing() {
     let inos = make_files(&mut fs, 300, |_| Vec::new());
     let mut want: Vec<u64> = vec![0; inos.len()];
     let mut rng = rand::rngs::StdRng::seed_from_u64(5);
-    // (journal blocks written, written back), over the mounts.
-    let mut counts = (0, 0);
+    // Journal blocks written, images written back, images compacted; over the mounts.
+    let mut counts = (0, 0, 0);
     for round in 0..40 {
         for _ in 0..25 {
             let f = rng.gen_range(0..inos.len());
@@ -53,15 +54,18 @@ fn the_journal_stays_within_its_bound_and_loses_nothing() {
             resize(&mut fs, inos[f], want[f]);
         }
         fs.checkpoint().unwrap();
+        let j = &fs.store.ijournal;
         assert!(
-            fs.store.ijournal.blocks() <= 4,
-            "round {round}: {} journal blocks",
-            fs.store.ijournal.blocks()
+            j.blocks() <= 4 && j.len() <= 16,
+            "round {round}: {} journal blocks, {} images",
+            j.blocks(),
+            j.len()
         );
         if round % 10 == 9 {
             let st = &fs.store.stats;
             counts.0 += st.ijournal_blocks_written;
-            counts.1 += st.ijournal_blocks_written_back;
+            counts.1 += st.ijournal_images_written_back;
+            counts.2 += st.ijournal_images_compacted;
             fs = reopen(&mut fs, c.clone());
             assert_eq!(sizes(&mut fs, &inos), want, "after remount {round}");
         }
@@ -99,7 +103,7 @@ fn an_old_checkpoint_shows_its_own_journal() {
         }
         fs.checkpoint().unwrap();
     }
-    assert!(fs.store.stats.ijournal_blocks_written_back > 0);
+    assert!(fs.store.stats.ijournal_images_written_back > 0);
     fs.unmount().unwrap();
     let mut old_cfg = c.clone();
     old_cfg.checkpoint = Some(cno);

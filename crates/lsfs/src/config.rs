@@ -18,9 +18,9 @@ pub struct FileConfig {
     /// used on file systems of at least 64 segments).
     pub streams: Option<bool>,
     /// Blocks the inode journal (changed inodes packed eight to a block)
-    /// may keep before checkpoints write its oldest back into the IFILE
-    /// (default: 1/64 of the device, at most 1024; 0..=1048576; 0 turns
-    /// the journal off). Its images stay in memory: 4 KiB per block.
+    /// may keep; it holds at most 4 current images per block of this bound,
+    /// writing the oldest back into the IFILE past it (default: 1/32 of the
+    /// device, at most 16384; 0..=1048576; 0 turns the journal off).
     pub inode_journal_blocks: Option<u64>,
     /// The cleaner (see lsfs_core::gc::CleanerConfig for every key, default and range).
     #[serde(default)]

@@ -16,20 +16,21 @@
 //! - A journal block in which every inode has a newer image later in the
 //!   journal holds nothing current: it is punched (its block dies).
 //! - Reading an inode looks at the journal first, then the IFILE. Opening a
-//!   checkpoint reads its journal in block order (later images win).
-//! - The journal is bounded ([`Store::ijournal_max_blocks`]: 1/64 of the
-//!   device, at most 1,024 blocks unless configured). Past the bound, a
-//!   checkpoint writes the current images of the oldest journal blocks into
-//!   the IFILE and punches those blocks, as a write-ahead log writes back
-//!   its tail. Hot inodes have newer images by then, so what goes back is
-//!   mostly the inodes changed once. That bounds the space the journal
-//!   takes, the memory its images take (8 per block: at most 4 MiB by
-//!   default) and the blocks a mount reads.
-
-//! Block format (FORMAT.md §6): eight 512-byte slots. An all-zero slot is
-//! empty. Otherwise bytes 88..96 hold the inode number (where an inode image
-//! keeps it) and the slot is the inode's image, or, if its first four bytes
-//! (the mode) are zero, the mark of a freed inode.
+//!   checkpoint reads its journal in block order (later images win). Memory
+//!   holds where each inode's newest image is, not the image (the block
+//!   cache does).
+//! - Two bounds, from [`Store::ijournal_max_blocks`] (B; by default 1/32 of
+//!   the device, at most 16,384 blocks):
+//!   - more than 4·B current images: the checkpoint writes the images of
+//!     the oldest blocks back into the IFILE and punches those blocks, as a
+//!     write-ahead log writes back its tail. Hot inodes have newer images
+//!     by then, so what goes back is mostly the inodes changed once;
+//!   - more than B blocks (so, on average, fewer than half their slots
+//!     current): the oldest blocks' current images are appended again and
+//!     the blocks punched, as the cleaner does with segments.
+//!
+//!   They bound the space the journal takes (B blocks), the memory (about
+//!   48 bytes per image) and the blocks a mount reads.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -39,7 +40,7 @@ use crate::error::{Error, Result};
 use crate::layout::{BLOCK_BYTES, FIRST_USER_INO, IJOURNAL_INO, MAX_INO, ORPHAN_INO, ROOT_INO};
 use crate::log::record::BlockKind;
 use crate::meta::ifile::INODE_BYTES;
-use crate::meta::store::{decode_u64, Store, VNodesRo};
+use crate::meta::store::{Store, VNodesRo};
 
 /// Where an inode image keeps its inode number (fs/inode.rs; a test there
 /// checks that `Inode::encode` puts it here).
@@ -47,9 +48,11 @@ pub const IMAGE_INO_AT: usize = 88;
 /// Inodes per journal block.
 pub const SLOTS: usize = (BLOCK_BYTES / INODE_BYTES) as usize;
 /// The journal's default bound: this share of the device's blocks...
-pub const AUTO_DEVICE_SHARE: u64 = 64;
-/// ... but at most this many blocks (8,192 images in memory, 4 MiB).
-pub const AUTO_MAX_BLOCKS: u64 = 1024;
+pub const AUTO_DEVICE_SHARE: u64 = 32;
+/// ... but at most this many blocks.
+pub const AUTO_MAX_BLOCKS: u64 = 16384;
+/// Current images the journal may hold per block of its bound.
+pub const IMAGES_PER_BOUND_BLOCK: u64 = 4;
 /// Views of older checkpoints keep their journals read; at most this many.
 const VIEW_JOURNALS_MAX: usize = 2;
 
@@ -62,12 +65,23 @@ pub struct InodeTable {
     pub ijournal_root: u64,
 }
 
-/// An inode's newest image in the journal (`None`: freed) and the journal
-/// block holding it.
-#[derive(Clone, Debug)]
+/// Where an inode's newest image in the journal is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Entry {
-    image: Option<Vec<u8>>,
+    /// The journal block holding it.
     idx: u64,
+    /// A freed mark: the inode is free.
+    freed: bool,
+}
+
+/// What the journal says of an inode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Found {
+    /// Not in the journal: the IFILE decides.
+    NotHere,
+    Freed,
+    /// The image is in this journal block.
+    In(u64),
 }
 
 /// The inode journal of one checkpoint, read into memory, plus (for the live
@@ -85,13 +99,19 @@ pub struct Journal {
 }
 
 impl Journal {
-    /// The newest image of `ino`: `Some(None)` if it was freed, `None` if
-    /// the journal does not know it (the IFILE decides).
-    pub fn get(&self, ino: u64) -> Option<Option<&[u8]>> {
-        if let Some(p) = self.pending.get(&ino) {
-            return Some(p.as_deref());
+    /// A change since the last checkpoint: `Some(None)` if the inode was
+    /// freed, `None` if it has not changed.
+    pub fn pending(&self, ino: u64) -> Option<Option<&[u8]>> {
+        self.pending.get(&ino).map(|p| p.as_deref())
+    }
+
+    /// Where the journal (as of the last checkpoint) has `ino`.
+    pub fn find(&self, ino: u64) -> Found {
+        match self.entries.get(&ino) {
+            None => Found::NotHere,
+            Some(e) if e.freed => Found::Freed,
+            Some(e) => Found::In(e.idx),
         }
-        self.entries.get(&ino).map(|e| e.image.as_deref())
     }
 
     /// Record a change, to be journaled by the next checkpoint.
@@ -132,27 +152,16 @@ impl Journal {
             .collect()
     }
 
-    /// Every inode the journal holds with its newest image (changes since
-    /// the last checkpoint included), in inode order.
-    pub fn images(&self) -> Vec<(u64, Option<&[u8]>)> {
-        let mut out: BTreeMap<u64, Option<&[u8]>> = self
-            .entries
-            .iter()
-            .map(|(&i, e)| (i, e.image.as_deref()))
-            .collect();
-        for (&i, p) in &self.pending {
-            out.insert(i, p.as_deref());
-        }
-        out.into_iter().collect()
-    }
-
     /// Take in block `idx` holding `items`: they become the newest images of
     /// their inodes. Returns the earlier blocks left with no current image.
-    fn absorb(&mut self, idx: u64, items: Vec<(u64, Option<Vec<u8>>)>) -> Vec<u64> {
+    fn absorb(&mut self, idx: u64, items: &[(u64, Option<Vec<u8>>)]) -> Vec<u64> {
         let mut emptied = Vec::new();
-        let n = items.len() as u32;
         for (ino, image) in items {
-            if let Some(old) = self.entries.insert(ino, Entry { image, idx }) {
+            let e = Entry {
+                idx,
+                freed: image.is_none(),
+            };
+            if let Some(old) = self.entries.insert(*ino, e) {
                 let c = self
                     .live
                     .get_mut(&old.idx)
@@ -164,9 +173,20 @@ impl Journal {
                 }
             }
         }
-        *self.live.entry(idx).or_insert(0) += n;
+        *self.live.entry(idx).or_insert(0) += items.len() as u32;
         self.next_idx = self.next_idx.max(idx + 1);
         emptied
+    }
+
+    /// Drop `ino`'s entry if block `idx` holds its newest image; says whether it did.
+    fn forget_if_in(&mut self, ino: u64, idx: u64) -> bool {
+        if self.entries.get(&ino).is_some_and(|e| e.idx == idx) {
+            self.entries.remove(&ino);
+            *self.live.get_mut(&idx).expect("counted") -= 1;
+            true
+        } else {
+            false
+        }
     }
 }
 
@@ -213,12 +233,11 @@ pub fn decode_block(b: &[u8], idx: u64) -> Result<Vec<(u64, Option<Vec<u8>>)>> {
             )));
         }
         let freed = slot[..4].iter().all(|&x| x == 0);
-        if freed
-            && slot
-                .iter()
-                .enumerate()
-                .any(|(i, &x)| x != 0 && !(IMAGE_INO_AT..IMAGE_INO_AT + 8).contains(&i))
-        {
+        let stray = slot
+            .iter()
+            .enumerate()
+            .any(|(i, &x)| x != 0 && !(IMAGE_INO_AT..IMAGE_INO_AT + 8).contains(&i));
+        if freed && stray {
             return Err(Error::corrupt(format!(
                 "{}: slot {n} (inode {ino}) has mode 0 but is not a freed mark",
                 what()
@@ -253,34 +272,87 @@ impl Store {
             root,
             ..Default::default()
         };
+        for idx in self.ijournal_indexes(root)? {
+            let items = self.ijournal_block(root, idx)?;
+            j.absorb(idx, &items);
+        }
+        Ok(j)
+    }
+
+    /// The block indexes in the journal rooted at `root`, in order.
+    fn ijournal_indexes(&mut self, root: u64) -> Result<Vec<u64>> {
         let tree = self.tree();
+        let mut out = Vec::new();
         let mut next = 0u64;
         loop {
             let run = tree.ceil_run(&mut VNodesRo { s: self }, root, next, 64)?;
             let Some(&(last, _)) = run.last() else { break };
-            for (idx, val) in run {
-                let v = decode_u64(&val, "inode journal block map")?;
-                let b = self.vread(v, owner(idx))?;
-                let items = decode_block(&b, idx)?;
-                j.absorb(idx, items);
-            }
+            out.extend(run.into_iter().map(|(k, _)| k));
             match last.checked_add(1) {
                 Some(n) => next = n,
                 None => break,
             }
         }
-        Ok(j)
+        Ok(out)
+    }
+
+    /// The images in block `idx` of the journal rooted at `root`.
+    fn ijournal_block(&mut self, root: u64, idx: u64) -> Result<Vec<(u64, Option<Vec<u8>>)>> {
+        let v = self.mfile_get(root, idx)?.ok_or_else(|| {
+            Error::corrupt(format!("inode journal block {idx} is not in its map"))
+        })?;
+        let b = self.vread(v, owner(idx))?;
+        decode_block(&b, idx)
+    }
+
+    /// The newest image of `ino` in `j` (a journal of checkpoint `j.root`):
+    /// `Some(None)` if freed, `None` if the journal does not have it.
+    pub(crate) fn ijournal_image(
+        &mut self,
+        j: &Journal,
+        ino: u64,
+    ) -> Result<Option<Option<Vec<u8>>>> {
+        match j.find(ino) {
+            Found::NotHere => Ok(None),
+            Found::Freed => Ok(Some(None)),
+            Found::In(idx) => {
+                let items = self.ijournal_block(j.root, idx)?;
+                let image = items
+                    .into_iter()
+                    .find(|(i, _)| *i == ino)
+                    .and_then(|(_, img)| img)
+                    .ok_or_else(|| {
+                        Error::corrupt(format!(
+                            "inode journal block {idx} no longer holds inode {ino}"
+                        ))
+                    })?;
+                Ok(Some(Some(image)))
+            }
+        }
+    }
+
+    /// Every inode `j` holds with its newest image, changes not yet
+    /// checkpointed included, in inode order (fsck).
+    pub fn ijournal_images(&mut self, j: &Journal) -> Result<Vec<(u64, Option<Vec<u8>>)>> {
+        let mut out: BTreeMap<u64, Option<Vec<u8>>> = BTreeMap::new();
+        for &idx in j.live.keys() {
+            for (ino, image) in self.ijournal_block(j.root, idx)? {
+                if j.entries.get(&ino).is_some_and(|e| e.idx == idx) {
+                    out.insert(ino, image);
+                }
+            }
+        }
+        for (&ino, p) in &j.pending {
+            out.insert(ino, p.clone());
+        }
+        Ok(out.into_iter().collect())
     }
 
     /// The journal of checkpoint `cno`, rooted at `root` (kept for the next
     /// reads; by checkpoint, as virtual block numbers are reused).
     pub fn ijournal_at(&mut self, cno: u64, root: u64) -> Result<Arc<Journal>> {
-        if let Some((_, j)) = self
-            .view_journals
-            .read
-            .iter()
-            .find(|(c, j)| *c == cno && j.root == root)
-        {
+        let known = self.view_journals.read.iter();
+        if let Some((_, j)) = known.into_iter().find(|(c, j)| *c == cno && j.root == root) {
             return Ok(j.clone());
         }
         let j = Arc::new(self.ijournal_load(root)?);
@@ -300,17 +372,16 @@ impl Store {
         }
     }
 
-    /// Journal blocks the live file system may keep (0: no journal, every
-    /// change goes to the IFILE).
+    /// The journal's bound B in blocks (0: no journal, every change goes to
+    /// the IFILE). It holds at most 4·B current images.
     pub fn ijournal_max_blocks(&self) -> u64 {
         self.config
             .ijournal_max_blocks
             .unwrap_or_else(|| (self.geo.device_blocks / AUTO_DEVICE_SHARE).min(AUTO_MAX_BLOCKS))
     }
 
-    /// Journal the inodes changed since the last checkpoint, then write the
-    /// oldest blocks back into the IFILE while the journal is over its
-    /// bound; the first step of a checkpoint.
+    /// Journal the inodes changed since the last checkpoint, then bring the
+    /// journal back within its bounds; the first step of a checkpoint.
     pub(crate) fn ijournal_commit(&mut self) -> Result<()> {
         let pending = std::mem::take(&mut self.ijournal.pending);
         let max = self.ijournal_max_blocks();
@@ -318,84 +389,107 @@ impl Store {
             for (ino, image) in &pending {
                 self.ifile_write(*ino, image.as_deref())?;
             }
-            return self.ijournal_write_back(u64::MAX);
+            // The journal may hold inodes from a mount with a bound.
+            return self.ijournal_write_back(usize::MAX);
         }
         // Inodes changed again (hot) apart from inodes changed for the first
         // time since they were last written back (cold): blocks die together.
         let (again, first): (Vec<_>, Vec<_>) = pending
             .into_iter()
             .partition(|(i, _)| self.ijournal.entries.contains_key(i));
-        let mut root = self.ijournal.root;
-        let r: Result<()> = (|| {
-            for group in [first, again] {
-                for chunk in group.chunks(SLOTS) {
-                    let idx = self.ijournal.next_idx;
-                    let v = self.mfile_fresh(IJOURNAL_INO, &mut root, idx)?;
-                    self.vwrite(v, encode_block(chunk), owner(idx))?;
-                    for dead in self.ijournal.absorb(idx, chunk.to_vec()) {
-                        self.ijournal.live.remove(&dead);
-                        self.mfile_punch(IJOURNAL_INO, &mut root, dead)?;
-                    }
-                    self.stats.ijournal_blocks_written += 1;
-                }
-            }
-            Ok(())
-        })();
-        self.ijournal.root = root;
-        r?;
-        let over = (self.ijournal.live.len() as u64).saturating_sub(max);
-        self.ijournal_write_back(over)
-    }
-
-    /// Write the current images of the `n` oldest journal blocks into the
-    /// IFILE and punch the blocks.
-    fn ijournal_write_back(&mut self, n: u64) -> Result<()> {
-        let oldest: Vec<u64> = self
-            .ijournal
-            .live
-            .keys()
-            .copied()
-            .take(n.min(usize::MAX as u64) as usize)
-            .collect();
-        if oldest.is_empty() {
-            return Ok(());
+        self.ijournal_append(first)?;
+        self.ijournal_append(again)?;
+        let images = self.ijournal.entries.len() as u64;
+        let over = images.saturating_sub(max * IMAGES_PER_BOUND_BLOCK);
+        if over > 0 {
+            self.ijournal_write_back(over as usize)?;
         }
-        let mut root = self.ijournal.root;
-        let r: Result<()> = (|| {
-            for idx in oldest {
-                let v = self
-                    .mfile_get(root, idx)?
-                    .unwrap_or_else(|| panic!("journal block {idx} is counted but not mapped"));
-                let b = self.vread(v, owner(idx))?;
-                for (ino, _) in decode_block(&b, idx)? {
-                    // Only the images this block still holds the newest of.
-                    if self
-                        .ijournal
-                        .entries
-                        .get(&ino)
-                        .is_some_and(|e| e.idx == idx)
-                    {
-                        let e = self.ijournal.entries.remove(&ino).expect("just seen");
-                        self.ifile_write(ino, e.image.as_deref())?;
-                    }
-                }
-                self.ijournal.live.remove(&idx);
-                self.mfile_punch(IJOURNAL_INO, &mut root, idx)?;
-                self.stats.ijournal_blocks_written_back += 1;
-            }
-            Ok(())
-        })();
-        self.ijournal.root = root;
+        if self.ijournal.live.len() as u64 > max {
+            self.ijournal_compact(max)?;
+        }
         debug_assert!(
-            r.is_err()
-                || self
-                    .ijournal
-                    .entries
-                    .values()
-                    .all(|e| self.ijournal.live.contains_key(&e.idx)),
+            self.ijournal
+                .entries
+                .values()
+                .all(|e| self.ijournal.live.contains_key(&e.idx)),
             "a journaled image's block was punched"
         );
+        Ok(())
+    }
+
+    /// Append `items` at the journal's end, eight to a block, punching the
+    /// blocks they leave with no current image.
+    fn ijournal_append(&mut self, items: Vec<(u64, Option<Vec<u8>>)>) -> Result<()> {
+        let mut root = self.ijournal.root;
+        let r = (|| {
+            for chunk in items.chunks(SLOTS) {
+                let idx = self.ijournal.next_idx;
+                let v = self.mfile_fresh(IJOURNAL_INO, &mut root, idx)?;
+                self.vwrite(v, encode_block(chunk), owner(idx))?;
+                for dead in self.ijournal.absorb(idx, chunk) {
+                    self.ijournal.live.remove(&dead);
+                    self.mfile_punch(IJOURNAL_INO, &mut root, dead)?;
+                }
+                self.stats.ijournal_blocks_written += 1;
+            }
+            Ok(())
+        })();
+        self.ijournal.root = root;
         r
+    }
+
+    /// Take the current images out of the oldest blocks, punching them,
+    /// until `enough(images taken, blocks taken)`.
+    fn ijournal_take_oldest(
+        &mut self,
+        enough: impl Fn(usize, usize) -> bool,
+    ) -> Result<Vec<(u64, Option<Vec<u8>>)>> {
+        let oldest: Vec<u64> = self.ijournal.live.keys().copied().collect();
+        let mut taken = Vec::new();
+        let mut root = self.ijournal.root;
+        let r = (|| {
+            for (n, idx) in oldest.into_iter().enumerate() {
+                if enough(taken.len(), n) {
+                    break;
+                }
+                for (ino, image) in self.ijournal_block(root, idx)? {
+                    if self.ijournal.forget_if_in(ino, idx) {
+                        taken.push((ino, image));
+                    }
+                }
+                let left = self.ijournal.live.remove(&idx);
+                assert_eq!(left, Some(0), "journal block {idx}: images left behind");
+                self.mfile_punch(IJOURNAL_INO, &mut root, idx)?;
+            }
+            Ok(())
+        })();
+        self.ijournal.root = root;
+        r.map(|()| taken)
+    }
+
+    /// Write at least `n` of the oldest current images back into the IFILE
+    /// (whole blocks of them).
+    fn ijournal_write_back(&mut self, n: usize) -> Result<()> {
+        let taken = self.ijournal_take_oldest(|images, _| images >= n)?;
+        self.stats.ijournal_images_written_back += taken.len() as u64;
+        for (ino, image) in taken {
+            self.ifile_write(ino, image.as_deref())?;
+        }
+        Ok(())
+    }
+
+    /// Append the current images of the oldest blocks again until the
+    /// journal is within `max` blocks. Called only when more than `max`
+    /// blocks hold at most 4·`max` images, so fewer than half their slots
+    /// on average: each block taken frees more than it costs.
+    fn ijournal_compact(&mut self, max: u64) -> Result<()> {
+        let blocks = self.ijournal.live.len();
+        let max = max as usize;
+        let taken = self.ijournal_take_oldest(|images, taken_blocks| {
+            blocks - taken_blocks + images.div_ceil(SLOTS) <= max
+        })?;
+        self.stats.ijournal_images_compacted += taken.len() as u64;
+        self.ijournal_append(taken)
     }
 }
 
@@ -433,19 +527,20 @@ mod tests {
     #[test]
     fn newer_images_win_and_emptied_blocks_are_reported() {
         let mut j = Journal::default();
-        assert!(j
-            .absorb(0, vec![(20, Some(image(20, 1))), (21, Some(image(21, 1)))])
-            .is_empty());
-        assert!(j.absorb(1, vec![(20, Some(image(20, 2)))]).is_empty());
-        assert_eq!(j.get(20).unwrap().unwrap()[0], 2);
-        assert_eq!(j.absorb(2, vec![(21, None)]), vec![0]);
-        assert_eq!(j.get(21), Some(None));
+        let two = [(20, Some(image(20, 1))), (21, Some(image(21, 1)))];
+        assert!(j.absorb(0, &two).is_empty());
+        assert!(j.absorb(1, &[(20, Some(image(20, 2)))]).is_empty());
+        assert_eq!(j.find(20), Found::In(1));
+        assert_eq!(j.absorb(2, &[(21, None)]), vec![0]);
+        assert_eq!(j.find(21), Found::Freed);
         assert_eq!(j.dead_blocks(), vec![0]);
-        assert_eq!(j.get(22), None);
+        assert_eq!(j.find(22), Found::NotHere);
         j.stage(22, Some(&image(22, 3)));
         j.stage(20, None);
-        assert_eq!(j.get(20), Some(None), "a staged change hides the journal's");
-        assert_eq!(j.images().len(), 3);
+        assert_eq!(j.pending(20), Some(None), "a staged change is seen first");
+        assert_eq!(j.pending(21), None);
         assert_eq!(j.next_idx, 3);
+        assert!(j.forget_if_in(20, 1) && !j.forget_if_in(21, 1));
+        assert_eq!(j.live[&1], 0);
     }
 }

@@ -42,8 +42,8 @@ pub struct StoreConfig {
     pub streams: bool,
     pub streams_min_segments: u64,
     /// Blocks the inode journal may keep before checkpoints write its
-    /// oldest back into the IFILE (meta/ijournal.rs); `None`: 1/64 of the
-    /// device, at most 1,024; `Some(0)`: no journal.
+    /// oldest back into the IFILE (meta/ijournal.rs); `None`: 1/32 of the
+    /// device, at most 16,384; `Some(0)`: no journal.
     pub ijournal_max_blocks: Option<u64>,
 }
 
@@ -90,8 +90,10 @@ pub struct StoreStats {
     pub dat_entries_reused: u64,
     /// Blocks of packed inode images the inode journal appended.
     pub ijournal_blocks_written: u64,
-    /// Journal blocks written back into the IFILE (over the bound).
-    pub ijournal_blocks_written_back: u64,
+    /// Journaled images written back into the IFILE (over the bound).
+    pub ijournal_images_written_back: u64,
+    /// Journaled images appended again to free sparse journal blocks.
+    pub ijournal_images_compacted: u64,
 }
 
 pub struct Store {
@@ -927,19 +929,28 @@ impl Store {
     /// The 512-byte image of `ino` in the live file system, or `None` if it
     /// is free: the inode journal's newest image, else the IFILE's.
     pub fn inode_read(&mut self, ino: u64) -> Result<Option<Vec<u8>>> {
-        if let Some(img) = self.ijournal.get(ino) {
+        if let Some(img) = self.ijournal.pending(ino) {
             return Ok(img.map(<[u8]>::to_vec));
         }
-        let root = self.ifile_root;
-        self.ifile_read(root, ino)
+        // Taken out while `ijournal_image` reads through the store.
+        let j = std::mem::take(&mut self.ijournal);
+        let r = self.ijournal_image(&j, ino);
+        self.ijournal = j;
+        match r? {
+            Some(img) => Ok(img),
+            None => {
+                let root = self.ifile_root;
+                self.ifile_read(root, ino)
+            }
+        }
     }
 
     /// The image of `ino` as of checkpoint `cno`, whose inodes are `at`.
     pub fn inode_read_at(&mut self, cno: u64, at: InodeTable, ino: u64) -> Result<Option<Vec<u8>>> {
         if at.ijournal_root != 0 {
             let j = self.ijournal_at(cno, at.ijournal_root)?;
-            if let Some(img) = j.get(ino) {
-                return Ok(img.map(<[u8]>::to_vec));
+            if let Some(img) = self.ijournal_image(&j, ino)? {
+                return Ok(img);
             }
         }
         self.ifile_read(at.ifile_root, ino)
