@@ -9,11 +9,10 @@
 #   scripts/cleaner-bench.sh [--quick] [--out DIR] [--policies a,b] [--workloads a,b]
 #                            [--image-size 256M] [--segment-size 512K] [--rounds R] [--steps S]
 #                            [--fill-percent P] [--rate W] [--seed N] [--keep-raw DIR]
-#                            [--marks LOW,HIGH] [--journal-blocks N]
+#                            [--marks LOW,HIGH]
 #
 # --marks LOW,HIGH sets the cleaner's min_free_percent and max_free_percent (default: the
 # engine's defaults), to compare free-space marks on the same binary.
-# --journal-blocks N sets inode_journal_blocks (0: no inode journal; default: the engine's).
 # --rate W paces the overwrites to W 4 KiB blocks per second (0: as fast as lsfs takes them).
 # Unpaced, the cleaner falls behind and the engine's low-space passes (greedy for every policy)
 # do the cleaning; paced, the background passes run the policy under test.
@@ -39,7 +38,6 @@ fill_percent=78
 seed=1
 keep_raw=""
 marks=""
-journal_blocks=""
 quick=0
 nfs_ops=500000    # synthetic NFS trace: calls, and files the namespace holds at most
 nfs_max_files=12000
@@ -59,7 +57,6 @@ while [ $# -gt 0 ]; do
         --seed) seed=$2; shift ;;
         --keep-raw) keep_raw=$2; shift ;;
         --marks) marks=$2; shift ;;
-        --journal-blocks) journal_blocks=$2; shift ;;
         --nfs-operations) nfs_ops=$2; shift ;;
         --nfs-max-files) nfs_max_files=$2; shift ;;
         -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
@@ -130,7 +127,6 @@ write_config() { # policy
 # No protection period: the benchmark measures the policies, not the retention of overwritten
 # blocks (the default 3600 s keeps every overwritten block for an hour).
 protection_secs = 0
-${journal_blocks:+inode_journal_blocks = $journal_blocks}
 [cleaner]
 policy = "$1"
 # The low and high marks stay at their defaults (5 % and 10 % free). Below the low mark the

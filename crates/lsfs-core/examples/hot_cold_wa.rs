@@ -26,8 +26,7 @@
 //! stream at the end [segments, blocks, live blocks]; and the write cost
 //! in sequential block writes per overwrite (blocks appended, victims read
 //! by the cleaner, and R per block written into a hole), the simulator's
-//! measure (docs/CLEANER.md §5). `LSFS_INODE_JOURNAL_BLOCKS=N` sets the
-//! inode journal's bound (0 turns it off).
+//! measure (docs/CLEANER.md §5).
 
 use lsfs_core::device::MemDevice;
 use lsfs_core::fs::{Lsfs, MountConfig};
@@ -82,11 +81,6 @@ fn main() {
     config.cleaner.policy = policy.clone();
     config.cleaner.check_interval_secs = 3600;
     config.cleaner.idle_secs = 0;
-    // LSFS_INODE_JOURNAL_BLOCKS: the inode journal's bound (0: off; unset: the engine's default).
-    if let Ok(b) = std::env::var("LSFS_INODE_JOURNAL_BLOCKS") {
-        config.store.ijournal_max_blocks =
-            Some(b.parse().expect("LSFS_INODE_JOURNAL_BLOCKS: a block count"));
-    }
     let opts = MkfsOptions {
         segment_blocks,
         label: "wa".into(),

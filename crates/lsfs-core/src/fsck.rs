@@ -27,7 +27,6 @@ use crate::log::record::BlockKind;
 use crate::log::superblock::Superblock;
 use crate::meta::dat_entry::{DatEntry, CNO_MAX, DAT_PER_BLOCK};
 use crate::meta::ifile::{self, INODES_PER_BLOCK, INODE_BYTES};
-use crate::meta::ijournal::{InodeTable, Journal};
 use crate::meta::store::{check_phys, decode_u64, is_temp, Store, StoreConfig, VNodesRo};
 use lsfs_vfs::{FileKind, SYMLINK_MAX_BYTES};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -214,8 +213,8 @@ impl Checker {
         self.stats.cno = s.cur_cno - 1;
         self.check_cpfile(s);
         let dat = self.check_dat(s);
-        let (table, journal) = (s.inode_table(), s.ijournal.clone());
-        let live = self.walk_ifile(s, table, Some(journal), "current file system");
+        let ifile_root = s.ifile_root;
+        let live = self.walk_ifile(s, ifile_root, "current file system");
         let mut reached = live.reached.clone();
         for (name, root) in [("CPFILE", s.cpfile_root), ("SUFILE", s.sufile_root)] {
             let blocks = self.walk_mfile(s, root, name, &mut reached);
@@ -668,68 +667,8 @@ impl Checker {
 
     /// Walk the file system whose IFILE is rooted at `root`: decode every
     /// inode and collect every virtual block it reaches.
-    /// The inodes of a checkpoint (`table`): the IFILE's, then the inode
-    /// journal's newer images over them (`journal` if it is read already,
-    /// with changes not yet checkpointed); and every block they reach.
-    fn walk_ifile(
-        &mut self,
-        s: &mut Store,
-        table: InodeTable,
-        journal: Option<Journal>,
-        label: &str,
-    ) -> Walk {
+    fn walk_ifile(&mut self, s: &mut Store, root: u64, label: &str) -> Walk {
         let mut w = Walk::default();
-        self.walk_ifile_blocks(s, table.ifile_root, label, &mut w);
-        self.walk_mfile(s, table.ijournal_root, "inode journal", &mut w.reached);
-        let journal = match journal {
-            Some(j) => Some(j),
-            None => match s.ijournal_load(table.ijournal_root) {
-                Ok(j) => Some(j),
-                Err(e) => {
-                    self.err(format!("{label}: {e}"));
-                    None
-                }
-            },
-        };
-        for idx in journal
-            .as_ref()
-            .map(Journal::dead_blocks)
-            .unwrap_or_default()
-        {
-            self.err(format!(
-                "{label}: inode journal block {idx} holds no current inode (should have been removed)"
-            ));
-        }
-        let images = match journal.as_ref().map(|j| s.ijournal_images(j)).transpose() {
-            Ok(i) => i.unwrap_or_default(),
-            Err(e) => {
-                self.err(format!("{label}: {e}"));
-                Vec::new()
-            }
-        };
-        for (ino, image) in images {
-            match image {
-                None => {
-                    w.inodes.remove(&ino);
-                }
-                Some(img) => match Inode::decode(&img, ino) {
-                    Ok(i) => {
-                        w.inodes.insert(ino, i);
-                    }
-                    Err(e) => self.err(format!("{label}: inode journal: {e}")),
-                },
-            }
-        }
-        let inos: Vec<u64> = w.inodes.keys().copied().collect();
-        for ino in inos {
-            let i = w.inodes[&ino].clone();
-            self.walk_inode(s, &i, label, &mut w.reached);
-        }
-        w
-    }
-
-    /// The inodes in the IFILE rooted at `root`.
-    fn walk_ifile_blocks(&mut self, s: &mut Store, root: u64, label: &str, w: &mut Walk) {
         let blocks = self.walk_mfile(s, root, "IFILE", &mut w.reached);
         for (idx, v) in blocks {
             let b = match s.vread(v, ifile_owner(idx)) {
@@ -770,6 +709,12 @@ impl Checker {
                 ));
             }
         }
+        let inos: Vec<u64> = w.inodes.keys().copied().collect();
+        for ino in inos {
+            let i = w.inodes[&ino].clone();
+            self.walk_inode(s, &i, label, &mut w.reached);
+        }
+        w
     }
 
     /// Check one inode's trees and extents; collect its virtual blocks.
@@ -1154,7 +1099,7 @@ impl Checker {
                 cp.cno
             );
             let before = self.errors.len() + self.suppressed;
-            let w = self.walk_ifile(s, cp.inode_table(), None, &label);
+            let w = self.walk_ifile(s, cp.ifile_root, &label);
             for (v, wh) in &w.reached {
                 match dat.entries.get(v) {
                     Some(e) if e.start <= cp.cno && cp.cno < e.end && e.pblock != 0 => {}

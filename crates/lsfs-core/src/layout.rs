@@ -25,8 +25,6 @@ pub const SUFILE_INO: u64 = 5;
 pub const DAT_INO: u64 = 6;
 /// The segment summary area of plugged segments (meta/ssa.rs).
 pub const SSA_INO: u64 = 7;
-/// The inode journal: changed inodes packed eight to a block (meta/ijournal.rs).
-pub const IJOURNAL_INO: u64 = 8;
 pub const FIRST_USER_INO: u64 = 16;
 /// Inode numbers at or above this are never allocated: the high bits name
 /// snapshot views in the live mount.

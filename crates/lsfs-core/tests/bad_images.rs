@@ -195,37 +195,25 @@ fn damage_that_opening_misses_is_found_by_fsck() {
         recs.extend(inspect::dump_segment(&mut dev, s).unwrap().records);
     }
     recs.sort_by_key(|r| r.seq);
-    // 1. The newest copy of DAT block 0 is the live one: move a virtual
-    // block's physical address by one block, the first one that opening
-    // does not read (opening reads the inode journal: damage there is
-    // refused at once, naming the journal block).
+    // 1. The newest copy of DAT block 0 is the live one: move virtual block
+    // 1's physical address by one block. Opening reads nothing there yet.
     let dat0 = recs
         .iter()
         .flat_map(|r| r.entries.iter())
         .rfind(|e| e.kind == "DatBlock" && e.offset == 0)
         .unwrap()
         .block as usize;
-    let shifted = |v: usize| {
-        let mut b = good.clone();
-        b[dat0 * BLOCK_BYTES + 32 * v] ^= 0x01;
-        b
-    };
-    let e = open_error(shifted(1));
-    assert!(e.contains("inode journal block 0"), "{e}");
-    let v = (1..64)
-        .find(|&v| Lsfs::open(Box::new(MemDevice::from_bytes(shifted(v))), cfg()).is_ok())
-        .expect("some virtual block is not read by opening");
-    let f = fsck_errors(shifted(v));
-    assert!(f.contains(&format!("virtual block {v}")), "{f}");
+    let mut b = good.clone();
+    b[dat0 * BLOCK_BYTES + 32] ^= 0x01;
+    let f = fsck_errors(b);
+    assert!(f.contains("virtual block 1"), "{f}");
     // ... or far outside the device.
     let mut b = good.clone();
-    b[dat0 * BLOCK_BYTES + 32 * v..dat0 * BLOCK_BYTES + 32 * v + 8]
+    b[dat0 * BLOCK_BYTES + 32..dat0 * BLOCK_BYTES + 40]
         .copy_from_slice(&(1u64 << 40).to_le_bytes());
     let f = fsck_errors(b);
     assert!(
-        f.contains(&format!(
-            "virtual block {v} points at block 1099511627776, outside the log area"
-        )),
+        f.contains("virtual block 1 points at block 1099511627776, outside the log area"),
         "{f}"
     );
     // 2. An old record's header: its segment's records no longer cover

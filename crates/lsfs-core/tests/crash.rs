@@ -22,9 +22,6 @@ const DEV_BYTES: u64 = 24 * MIB;
 fn crash_cfg() -> MountConfig {
     let mut c = cfg_no_protection();
     c.store.streams_min_segments = 0;
-    // A tiny inode journal: checkpoints append to it and write its oldest
-    // blocks back into the IFILE, so crashes hit both.
-    c.store.ijournal_max_blocks = Some(2);
     c
 }
 

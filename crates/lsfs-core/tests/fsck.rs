@@ -211,10 +211,7 @@ fn moved_directory_is_still_not_empty() {
 /// the inode numbers of that IFILE block with an overflow and panicked.
 #[test]
 fn ifile_block_beyond_every_inode_number_is_reported() {
-    // Inodes go straight to the IFILE (no inode journal), so it has a root.
-    let mut c = cfg();
-    c.store.ijournal_max_blocks = Some(0);
-    let mut fs = mkfs(16 * MIB, c);
+    let mut fs = mkfs(16 * MIB, cfg());
     fs.mknod(ROOT_INO, b"f", libc::S_IFREG | 0o644, 0, &ctx())
         .unwrap();
     fs.unmount().unwrap();

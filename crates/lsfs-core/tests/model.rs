@@ -406,23 +406,12 @@ fn model_cfg() -> MountConfig {
     cfg()
 }
 
-/// The inode journal's bound for a case: `journal` 0 turns it off, 1 and 2
-/// are tiny (every checkpoint writes blocks back into the IFILE), 3 is the
-/// default.
-fn with_journal(mut c: MountConfig, journal: u8) -> MountConfig {
-    c.store.ijournal_max_blocks = (journal < 3).then_some(journal as u64);
-    c
-}
-
-fn run(ops: &[Op], expire: bool, journal: u8) {
-    let config = with_journal(
-        if expire {
-            cfg_no_protection()
-        } else {
-            model_cfg()
-        },
-        journal,
-    );
+fn run(ops: &[Op], expire: bool) {
+    let config = if expire {
+        cfg_no_protection()
+    } else {
+        model_cfg()
+    };
     let mut fs = mkfs(DEV_BYTES, config.clone());
     let clock0 = lsfs_core::meta::store::wall_secs();
     let mut model = MemFs::new();
@@ -613,7 +602,7 @@ fn run(ops: &[Op], expire: bool, journal: u8) {
                 // The image as it is now, fsync records after the last
                 // checkpoint included: an old checkpoint must not see them.
                 let bytes = image(&mut fs);
-                let mut c = with_journal(model_cfg(), journal);
+                let mut c = model_cfg();
                 c.checkpoint = Some(*cno);
                 c.store.read_only = true;
                 let mut old = Lsfs::open(Box::new(MemDevice::from_bytes(bytes)), c)
@@ -666,12 +655,8 @@ proptest! {
     })]
 
     #[test]
-    fn lsfs_agrees_with_the_model(
-        ops in prop::collection::vec(op(), 1..120),
-        expire in any::<bool>(),
-        journal in 0u8..4,
-    ) {
-        run(&ops, expire, journal);
+    fn lsfs_agrees_with_the_model(ops in prop::collection::vec(op(), 1..120), expire in any::<bool>()) {
+        run(&ops, expire);
     }
 }
 
@@ -700,7 +685,7 @@ fn cleaner_moves_blocks_under_the_model() {
         Op::Remount,
     ]);
     let before = COPIED.load(std::sync::atomic::Ordering::Relaxed);
-    run(&ops, true, 1);
+    run(&ops, true);
     assert!(
         COPIED.load(std::sync::atomic::Ordering::Relaxed) > before,
         "the cleaner copied nothing"
@@ -726,7 +711,6 @@ fn old_checkpoint_does_not_see_later_fsyncs() {
             Op::OpenOld(0),
         ],
         false,
-        3,
     );
 }
 
@@ -743,7 +727,6 @@ fn unlinked_open_file_cannot_be_linked() {
             Op::Remount,
         ],
         false,
-        3,
     );
 }
 
@@ -760,6 +743,5 @@ fn removed_open_directory_takes_no_new_entries() {
             Op::Remount,
         ],
         false,
-        3,
     );
 }

@@ -17,11 +17,6 @@ pub struct FileConfig {
     /// Separate write streams for hot, cold and cleaned data (default true;
     /// used on file systems of at least 64 segments).
     pub streams: Option<bool>,
-    /// Blocks the inode journal (changed inodes packed eight to a block)
-    /// may keep; it holds at most 4 current images per block of this bound,
-    /// writing the oldest back into the IFILE past it (default: 1/32 of the
-    /// device, at most 16384; 0..=1048576; 0 turns the journal off).
-    pub inode_journal_blocks: Option<u64>,
     /// The cleaner (see lsfs_core::gc::CleanerConfig for every key, default and range).
     #[serde(default)]
     pub cleaner: lsfs_core::gc::CleanerConfig,
@@ -79,10 +74,6 @@ impl FileConfig {
             "s",
         )?;
         c.store.streams = self.streams.unwrap_or(true);
-        c.store.ijournal_max_blocks = self
-            .inode_journal_blocks
-            .map(|b| check("inode_journal_blocks", b, 0, 1 << 20, "blocks"))
-            .transpose()?;
         c.store.read_only = read_only || checkpoint.is_some();
         c.checkpoint = checkpoint;
         self.cleaner.validate()?;
@@ -111,23 +102,5 @@ mod tests {
         let c = ok.mount_config(None, false, None).unwrap();
         assert_eq!(c.store.cache_blocks, 4096);
         assert_eq!(c.store.protection_secs, 0);
-        assert_eq!(
-            c.store.ijournal_max_blocks, None,
-            "the journal's bound follows the device"
-        );
-        let f: FileConfig = toml::from_str("inode_journal_blocks = 2000000").unwrap();
-        let err = f.mount_config(None, false, None).unwrap_err();
-        assert!(
-            err.contains("inode_journal_blocks") && err.contains("0..=1048576"),
-            "{err}"
-        );
-        let f: FileConfig = toml::from_str("inode_journal_blocks = 0").unwrap();
-        assert_eq!(
-            f.mount_config(None, false, None)
-                .unwrap()
-                .store
-                .ijournal_max_blocks,
-            Some(0)
-        );
     }
 }

@@ -235,26 +235,6 @@ mod tests {
         assert_eq!(i.attr().blocks, u64::MAX);
     }
 
-    /// The inode journal finds an image's inode number where `encode`
-    /// puts it, and tells a freed mark by its zero mode.
-    #[test]
-    fn the_journal_finds_the_inode_number_in_an_image() {
-        use crate::meta::ijournal::IMAGE_INO_AT;
-        let i = Inode::new(
-            0x0102_0304_0506,
-            libc::S_IFREG,
-            0,
-            0,
-            Timespec { sec: 1, nsec: 2 },
-        );
-        let b = i.encode();
-        assert_eq!(
-            b[IMAGE_INO_AT..IMAGE_INO_AT + 8],
-            0x0102_0304_0506u64.to_le_bytes()
-        );
-        assert_ne!(b[..4], [0; 4], "a live inode's mode is not zero");
-    }
-
     #[test]
     fn round_trip() {
         let mut i = Inode::new(

@@ -16,7 +16,6 @@ use crate::error::{Error, Result};
 use crate::layout::{MAX_INO, ORPHAN_INO, ROOT_INO};
 use crate::log::chain::FoundRecord;
 use crate::log::record::BlockKind;
-use crate::meta::ijournal::InodeTable;
 use crate::meta::open::MkfsOptions;
 use crate::meta::store::{Store, StoreConfig};
 use inode::{Format, Inode};
@@ -68,8 +67,7 @@ pub struct Lsfs {
     pub store: Store,
     inodes: HashMap<u64, Cached>,
     /// The IFILE root inodes are read from: the live one, or a checkpoint's.
-    /// The checkpoint a read-only mount of an older checkpoint shows, and where its inodes are.
-    view: Option<(u64, InodeTable)>,
+    view: Option<u64>,
     pub config: MountConfig,
     last_checkpoint: std::time::Instant,
     /// fsync records recovery rolled forward when this mount opened.
@@ -134,7 +132,7 @@ impl Lsfs {
                         opened.store.cps.entries.keys().collect::<Vec<_>>()
                     ))
                 })?;
-                Some((cno, cp.inode_table()))
+                Some(cp.ifile_root)
             }
             None => None,
         };
@@ -154,7 +152,7 @@ impl Lsfs {
         Ok(fs)
     }
 
-    fn with_store(store: Store, config: MountConfig, view: Option<(u64, InodeTable)>) -> Lsfs {
+    fn with_store(store: Store, config: MountConfig, view: Option<u64>) -> Lsfs {
         Lsfs {
             store,
             inodes: HashMap::new(),
@@ -181,12 +179,8 @@ impl Lsfs {
         }
     }
 
-    /// The image of `ino` in what this mount shows.
-    fn inode_image(&mut self, ino: u64) -> Result<Option<Vec<u8>>> {
-        match self.view {
-            Some((cno, table)) => self.store.inode_read_at(cno, table, ino),
-            None => self.store.inode_read(ino),
-        }
+    fn ifile_root(&self) -> u64 {
+        self.view.unwrap_or(self.store.ifile_root)
     }
 
     fn mutable(&self) -> VfsResult<()> {
@@ -207,7 +201,11 @@ impl Lsfs {
             if ino == 0 {
                 return Err(Error::Errno(Errno::NOENT));
             }
-            let img = self.inode_image(ino)?.ok_or(Error::Errno(Errno::NOENT))?;
+            let root = self.ifile_root();
+            let img = self
+                .store
+                .inode_read(root, ino)?
+                .ok_or(Error::Errno(Errno::NOENT))?;
             let inode = Inode::decode(&img, ino)?;
             self.evict_inodes();
             self.inodes.insert(
@@ -263,7 +261,7 @@ impl Lsfs {
             .collect();
         for ino in dirty {
             let img = self.inodes[&ino].inode.encode();
-            self.store.inode_write(ino, Some(&img));
+            self.store.inode_write(ino, Some(&img))?;
             self.inodes.get_mut(&ino).unwrap().dirty = false;
         }
         Ok(())
@@ -506,7 +504,7 @@ impl Lsfs {
             self.put(orphans, false);
         }
         self.inodes.remove(&ino);
-        self.store.inode_write(ino, None);
+        self.store.inode_write(ino, None)?;
         self.store.inodes_used -= 1;
         Ok(())
     }

@@ -10,7 +10,6 @@
 use crate::error::{Error, Result};
 use crate::fs::{dir, file, inode::Inode, xattr};
 use crate::layout::{MAX_INO, ROOT_INO};
-use crate::meta::ijournal::InodeTable;
 use crate::meta::store::Store;
 use lsfs_vfs::{Attr, DirEntry, Errno, FileKind, Timespec};
 
@@ -80,9 +79,9 @@ impl Views {
         }
     }
 
-    /// The checkpoint a view inode belongs to and where its inodes are;
-    /// ESTALE once the checkpoint is gone.
-    fn table_of(&self, s: &Store, slot: usize) -> Result<(u64, InodeTable)> {
+    /// The IFILE root of the snapshot a view inode belongs to; ESTALE once
+    /// the checkpoint is gone.
+    fn root_of(&self, s: &Store, slot: usize) -> Result<u64> {
         let cno = *self
             .slots
             .get(slot)
@@ -90,16 +89,16 @@ impl Views {
         s.cps
             .entries
             .get(&cno)
-            .map(|c| (cno, c.inode_table()))
+            .map(|c| c.ifile_root)
             .ok_or(Error::Errno(Errno(libc::ESTALE)))
     }
 
     /// A snapshot's inode, with its number as the live mount shows it.
     pub fn inode(&self, s: &mut Store, ino: u64) -> Result<(Inode, usize)> {
         let (slot, real) = self.decode(ino).ok_or(Error::Errno(Errno::NOENT))?;
-        let (cno, table) = self.table_of(s, slot)?;
+        let root = self.root_of(s, slot)?;
         let img = s
-            .inode_read_at(cno, table, real)?
+            .inode_read(root, real)?
             .ok_or(Error::Errno(Errno::NOENT))?;
         Ok((Inode::decode(&img, real)?, slot))
     }

@@ -110,9 +110,7 @@ impl SummaryEntry {
     /// file data and tree nodes, each metadata file, the DAT, super roots
     /// and fsync'd inodes.
     pub fn class(&self) -> &'static str {
-        use crate::layout::{
-            CPFILE_INO, DAT_INO, FIRST_USER_INO, IFILE_INO, IJOURNAL_INO, SSA_INO, SUFILE_INO,
-        };
+        use crate::layout::{CPFILE_INO, DAT_INO, FIRST_USER_INO, IFILE_INO, SSA_INO, SUFILE_INO};
         match (self.kind, self.ino) {
             (BlockKind::DatBlock, _) => "dat",
             (BlockKind::DatNode, _) => "dat node",
@@ -124,7 +122,6 @@ impl SummaryEntry {
             (_, CPFILE_INO) => "cpfile",
             (_, SUFILE_INO) => "sufile",
             (_, SSA_INO) => "ssa",
-            (_, IJOURNAL_INO) => "inode journal",
             (_, DAT_INO) => "dat",
             _ => "other",
         }

@@ -11,12 +11,9 @@ pub const SR_MAGIC: u32 = 0x5452_534C; // "LSRT"
 const CRC_AT: usize = BLOCK_BYTES - 4;
 /// Where version 3 keeps the SSA root: a fixed place after the longest queue.
 const SSA_ROOT_AT: usize = BLOCK_BYTES - 16;
-/// Where version 4 keeps the inode journal's root.
-const IJOURNAL_ROOT_AT: usize = BLOCK_BYTES - 24;
-const _: () = assert!(108 + 9 * SR_QUEUE_MAX <= IJOURNAL_ROOT_AT);
-/// The version this build writes. Version 4 added the inode journal: a
-/// build that does not know it would read stale inodes, so it must refuse.
-pub const SR_VERSION: u32 = 4;
+const _: () = assert!(108 + 9 * SR_QUEUE_MAX <= SSA_ROOT_AT);
+/// The version this build writes.
+pub const SR_VERSION: u32 = 3;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SuperRoot {
@@ -46,9 +43,6 @@ pub struct SuperRoot {
     /// Root of the SSA's block map (virtual; 0 = no segment plugged).
     /// Version 3; earlier versions read as 0.
     pub ssa_root: u64,
-    /// Root of the inode journal's block map (virtual; 0 = empty).
-    /// Version 4; earlier versions read as 0.
-    pub ijournal_root: u64,
 }
 
 /// Queue entries a super root can hold (see FORMAT.md).
@@ -79,8 +73,6 @@ impl SuperRoot {
         w.pad_to(BLOCK_BYTES);
         let mut b = w.finish();
         b[SSA_ROOT_AT..SSA_ROOT_AT + 8].copy_from_slice(&self.ssa_root.to_le_bytes());
-        b[IJOURNAL_ROOT_AT..IJOURNAL_ROOT_AT + 8]
-            .copy_from_slice(&self.ijournal_root.to_le_bytes());
         let crc = crc_with_hole(&b, CRC_AT);
         b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
         b
@@ -150,13 +142,6 @@ impl SuperRoot {
         if v >= 3 {
             sr.ssa_root = u64::from_le_bytes(b[SSA_ROOT_AT..SSA_ROOT_AT + 8].try_into().unwrap());
         }
-        if v >= 4 {
-            sr.ijournal_root = u64::from_le_bytes(
-                b[IJOURNAL_ROOT_AT..IJOURNAL_ROOT_AT + 8]
-                    .try_into()
-                    .unwrap(),
-            );
-        }
         Ok(sr)
     }
 }
@@ -167,12 +152,11 @@ mod tests {
     use crate::layout::VBLOCK_LIMIT;
 
     #[test]
-    fn round_trip_with_the_journal_root() {
+    fn round_trip() {
         let sr = SuperRoot {
             cno: 7,
             next_vblock: 99,
             ssa_root: 12,
-            ijournal_root: 34,
             reconcile_queue: vec![SnapChange { cno: 3, on: true }],
             ..Default::default()
         };

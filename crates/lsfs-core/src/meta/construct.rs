@@ -20,7 +20,7 @@
 use crate::btree::Node;
 use crate::cache::{key_addr, key_is_virtual, pkey, vkey, CacheKey, Owner};
 use crate::error::{Error, Result};
-use crate::layout::{CPFILE_INO, DAT_INO, IFILE_INO, IJOURNAL_INO, SUFILE_INO};
+use crate::layout::{CPFILE_INO, DAT_INO, IFILE_INO, SUFILE_INO};
 use crate::log::record::{
     summary_blocks, BlockKind, RecordHeader, SummaryEntry, FLAG_CP_BEGIN, FLAG_DATA_STREAM,
     FLAG_DSYNC, FLAG_SUPER_ROOT, MAX_RECORD_PAYLOAD,
@@ -260,8 +260,6 @@ impl Store {
 
     fn checkpoint_inner(&mut self) -> Result<u64> {
         let now = self.now();
-        // Before anything is frozen: journaling inodes dirties blocks.
-        self.ijournal_commit()?;
         self.reclaim_prepare(now)?;
         let cno = self.cur_cno;
         self.cps.insert(self.cp_entry(cno, now));
@@ -482,7 +480,6 @@ impl Store {
             cpfile_root: self.cpfile_root,
             sufile_root: self.sufile_root,
             ssa_root: self.ssa_root,
-            ijournal_root: self.ijournal.root,
             nsegments: self.geo.nsegments,
             inodes_used: self.inodes_used,
             blocks_used: self.blocks_used,
@@ -564,7 +561,6 @@ impl Store {
             inodes_used: self.inodes_used,
             blocks_used: self.blocks_used,
             next_ino: self.next_ino,
-            ijournal_root: self.ijournal.root,
         }
     }
 
@@ -579,7 +575,7 @@ impl Store {
             .map(|k| {
                 let o = self.cache.owner(k).expect("dirty block has an owner");
                 let rank = match (o.ino, o.kind) {
-                    (IFILE_INO | IJOURNAL_INO, _) => 3,
+                    (IFILE_INO, _) => 3,
                     (CPFILE_INO, _) => 4,
                     (SUFILE_INO, _) => 5,
                     (_, BlockKind::Node) => 2,

@@ -24,20 +24,9 @@ pub struct CpEntry {
     pub inodes_used: u64,
     pub blocks_used: u64,
     pub next_ino: u64,
-    /// Root of the inode journal as of this checkpoint (virtual block, 0 =
-    /// empty; meta/ijournal.rs). Entries written before super root version
-    /// 4 hold 0 here.
-    pub ijournal_root: u64,
 }
 
 impl CpEntry {
-    /// What locates this checkpoint's inodes.
-    pub fn inode_table(&self) -> crate::meta::ijournal::InodeTable {
-        crate::meta::ijournal::InodeTable {
-            ifile_root: self.ifile_root,
-            ijournal_root: self.ijournal_root,
-        }
-    }
     pub fn is_snapshot(&self) -> bool {
         self.flags & CP_SNAPSHOT != 0
     }
@@ -50,7 +39,7 @@ impl CpEntry {
             .u64(self.inodes_used)
             .u64(self.blocks_used)
             .u64(self.next_ino)
-            .u64(self.ijournal_root);
+            .u64(0);
     }
     fn decode(r: &mut Reader) -> Result<CpEntry> {
         let cno = r.u64()?;
@@ -64,8 +53,8 @@ impl CpEntry {
             inodes_used: r.u64()?,
             blocks_used: r.u64()?,
             next_ino: r.u64()?,
-            ijournal_root: r.u64()?,
         };
+        r.skip(8)?;
         Ok(e)
     }
 }

@@ -6,7 +6,6 @@
 //! - [`sufile`]: per-segment usage counters, exact at every checkpoint;
 //! - [`cpfile`]: the checkpoints and snapshots;
 //! - [`ifile`]: inode slots;
-//! - [`ijournal`]: changed inodes packed eight to a block, replayed over the IFILE;
 //! - [`store`]: virtual blocks (allocate, read, copy-on-write, kill), the DAT's
 //!   own physically addressed tree, and the metadata files as block-mapped files;
 //! - [`construct`]: the segment constructor, which writes checkpoints and fsync records;
@@ -22,7 +21,6 @@ pub mod cpfile;
 pub mod dat_entry;
 pub mod dat_reuse;
 pub mod ifile;
-pub mod ijournal;
 pub mod open;
 pub mod plug;
 pub mod reclaim;

@@ -95,8 +95,6 @@ impl Store {
             cpfile_root: 0,
             sufile_root: 0,
             ssa_root: 0,
-            ijournal: Default::default(),
-            view_journals: Default::default(),
             next_ino: FIRST_USER_INO,
             cur_cno: 1,
             seq: 0,
@@ -265,12 +263,6 @@ impl Store {
         store.segs.reserved.insert(store.cur_seg);
         store.segs.reserved.insert(store.next_seg);
         store.resume_stream_heads();
-        store.ijournal = store.ijournal_load(sr.ijournal_root)?;
-        if let Some(idx) = store.ijournal.dead_blocks().first() {
-            return Err(Error::corrupt(format!(
-                "inode journal block {idx} holds no current inode (it should have been removed)"
-            )));
-        }
         let replay = after
             .iter()
             .filter(|r| r.header.flags & FLAG_DSYNC != 0)

@@ -18,7 +18,6 @@ use crate::log::superblock::Superblock;
 use crate::meta::cpfile::CpTable;
 use crate::meta::dat_entry::{DatEntry, DAT_PER_BLOCK};
 use crate::meta::ifile::{self, INODE_BYTES};
-use crate::meta::ijournal::InodeTable;
 use crate::meta::sufile::SegTable;
 
 /// Temporary addresses of not-yet-placed DAT blocks start here; they never
@@ -41,10 +40,6 @@ pub struct StoreConfig {
     /// default: each stream keeps a segment open).
     pub streams: bool,
     pub streams_min_segments: u64,
-    /// Blocks the inode journal may keep before checkpoints write its
-    /// oldest back into the IFILE (meta/ijournal.rs); `None`: 1/32 of the
-    /// device, at most 16,384; `Some(0)`: no journal.
-    pub ijournal_max_blocks: Option<u64>,
 }
 
 impl Default for StoreConfig {
@@ -55,7 +50,6 @@ impl Default for StoreConfig {
             read_only: false,
             streams: true,
             streams_min_segments: crate::meta::stream::STREAMS_MIN_SEGMENTS,
-            ijournal_max_blocks: None,
         }
     }
 }
@@ -88,12 +82,6 @@ pub struct StoreStats {
     /// New virtual blocks that took a free DAT entry instead of a new one
     /// at the end of the DAT (meta/dat_reuse.rs).
     pub dat_entries_reused: u64,
-    /// Blocks of packed inode images the inode journal appended.
-    pub ijournal_blocks_written: u64,
-    /// Journaled images written back into the IFILE (over the bound).
-    pub ijournal_images_written_back: u64,
-    /// Journaled images appended again to free sparse journal blocks.
-    pub ijournal_images_compacted: u64,
 }
 
 pub struct Store {
@@ -115,10 +103,6 @@ pub struct Store {
     pub sufile_root: u64,
     /// Root of the SSA's block map (meta/ssa.rs), 0 = no segment plugged.
     pub ssa_root: u64,
-    /// The inode journal (meta/ijournal.rs): read over the IFILE.
-    pub ijournal: crate::meta::ijournal::Journal,
-    /// Journals of older checkpoints, read for their views.
-    pub(crate) view_journals: crate::meta::ijournal::ViewJournals,
     pub next_ino: u64,
     /// The checkpoint being built: one more than the last one written.
     pub cur_cno: u64,
@@ -926,38 +910,9 @@ impl Store {
 
     // ---- inodes ----
 
-    /// The 512-byte image of `ino` in the live file system, or `None` if it
-    /// is free: the inode journal's newest image, else the IFILE's.
-    pub fn inode_read(&mut self, ino: u64) -> Result<Option<Vec<u8>>> {
-        if let Some(img) = self.ijournal.pending(ino) {
-            return Ok(img.map(<[u8]>::to_vec));
-        }
-        // Taken out while `ijournal_image` reads through the store.
-        let j = std::mem::take(&mut self.ijournal);
-        let r = self.ijournal_image(&j, ino);
-        self.ijournal = j;
-        match r? {
-            Some(img) => Ok(img),
-            None => {
-                let root = self.ifile_root;
-                self.ifile_read(root, ino)
-            }
-        }
-    }
-
-    /// The image of `ino` as of checkpoint `cno`, whose inodes are `at`.
-    pub fn inode_read_at(&mut self, cno: u64, at: InodeTable, ino: u64) -> Result<Option<Vec<u8>>> {
-        if at.ijournal_root != 0 {
-            let j = self.ijournal_at(cno, at.ijournal_root)?;
-            if let Some(img) = self.ijournal_image(&j, ino)? {
-                return Ok(img);
-            }
-        }
-        self.ifile_read(at.ifile_root, ino)
-    }
-
-    /// The image of `ino` in the IFILE rooted at `ifile_root`.
-    fn ifile_read(&mut self, ifile_root: u64, ino: u64) -> Result<Option<Vec<u8>>> {
+    /// The 512-byte image of `ino` in the IFILE rooted at `ifile_root`, or
+    /// `None` if the slot is free.
+    pub fn inode_read(&mut self, ifile_root: u64, ino: u64) -> Result<Option<Vec<u8>>> {
         let Some(v) = self.mfile_get(ifile_root, ifile::block_of(ino))? else {
             return Ok(None);
         };
@@ -973,14 +928,8 @@ impl Store {
         Ok((!slot.iter().all(|&x| x == 0)).then(|| slot.to_vec()))
     }
 
-    /// Store the image of `ino` (or free it with `None`): journaled by the
-    /// next checkpoint.
-    pub fn inode_write(&mut self, ino: u64, image: Option<&[u8]>) {
-        self.ijournal.stage(ino, image);
-    }
-
-    /// Write the image of `ino` into its IFILE slot (or free the slot).
-    pub(crate) fn ifile_write(&mut self, ino: u64, image: Option<&[u8]>) -> Result<()> {
+    /// Store the image of `ino` (or free its slot with `None`).
+    pub fn inode_write(&mut self, ino: u64, image: Option<&[u8]>) -> Result<()> {
         let idx = ifile::block_of(ino);
         let owner = Owner {
             ino: IFILE_INO,
@@ -988,10 +937,6 @@ impl Store {
             kind: BlockKind::Data,
         };
         let mut root = self.ifile_root;
-        if image.is_none() && self.mfile_get(root, idx)?.is_none() {
-            // Created and freed while only the journal knew it.
-            return Ok(());
-        }
         let r = (|| {
             let v = self.mfile_fresh(IFILE_INO, &mut root, idx)?;
             let mut b = self.vread(v, owner)?;
@@ -1016,7 +961,6 @@ impl Store {
     /// Whether anything is waiting to be written.
     pub fn has_dirty(&self) -> bool {
         self.cache.dirty_count() > 0
-            || self.ijournal.has_pending()
             || !self.segs.dirty_blocks.is_empty()
             || !self.cps.dirty_blocks.is_empty()
     }
