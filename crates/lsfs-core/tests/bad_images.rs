@@ -547,3 +547,42 @@ fn a_segment_flagged_plugged_without_its_summary_is_an_error() {
     let e = fs.store.failed.clone().unwrap();
     assert!(e.contains(&format!("segment {seg}")), "{e}");
 }
+
+/// Found by the `image` fuzz target (a patch over the super root's end of
+/// the DAT, checksums resealed, read-write mount): with the end below
+/// entries in use, recovery handed out virtual blocks that were in use, and
+/// the checkpoint after it tripped an assertion. Opening now refuses it.
+#[test]
+fn a_dat_end_below_entries_in_use_is_refused() {
+    let good = good_image();
+    let (rec, sr) = checkpoint_record(&good);
+    let nblocks = {
+        let mut dev = MemDevice::from_bytes(good.clone());
+        let seg = (rec - 1) / opts().segment_blocks as u64;
+        let dump = inspect::dump_segment(&mut dev, seg).unwrap();
+        dump.records
+            .iter()
+            .find(|r| r.block == rec)
+            .unwrap()
+            .nblocks as u64
+    };
+    for end in [0u64, 1, 130] {
+        let mut b = good.clone();
+        let s = sr as usize * BLOCK_BYTES;
+        b[s + 24..s + 32].copy_from_slice(&end.to_le_bytes());
+        let crc = crc_with_hole(&b[s..s + BLOCK_BYTES], BLOCK_BYTES - 4);
+        b[s + BLOCK_BYTES - 4..s + BLOCK_BYTES].copy_from_slice(&crc.to_le_bytes());
+        let r = &mut b[rec as usize * BLOCK_BYTES..(rec + nblocks) as usize * BLOCK_BYTES];
+        let crc = crc_with_hole(r, 8);
+        r[8..12].copy_from_slice(&crc.to_le_bytes());
+        let e = open_error(b.clone());
+        assert!(
+            e.contains(&format!("the DAT ends at virtual block {end}")),
+            "end {end}: {e}"
+        );
+        assert!(
+            fsck_errors(b).contains("the DAT ends at virtual block"),
+            "end {end}"
+        );
+    }
+}

@@ -13,6 +13,7 @@ use crate::log::record::{BlockKind, FLAG_DSYNC, FLAG_SUPER_ROOT};
 use crate::log::super_root::SuperRoot;
 use crate::log::superblock::{Superblock, FORMAT_VERSION};
 use crate::meta::cpfile::CpTable;
+use crate::meta::dat_entry::{DatEntry, DAT_PER_BLOCK};
 use crate::meta::store::{
     decode_u64, wall_secs, Store, StoreConfig, StoreStats, VNodesRo, TEMP_BASE,
 };
@@ -219,6 +220,7 @@ impl Store {
         }
         let last = chain.last().unwrap_or(&start).clone();
         let mut store = Store::create_for_open(dev, geo, sb, &sr, slot_seq, config)?;
+        store.check_dat_end(sr_block)?;
         store.load_sufile()?;
         // A checkpoint's SUFILE counts its own record and the DAT's root
         // (fsck checks it exact); a damaged one must not pass as free space.
@@ -308,6 +310,38 @@ impl Store {
             s.config.streams && geo.nsegments >= s.config.streams_min_segments,
         );
         Ok(s)
+    }
+
+    /// The super root's end of the DAT is past every entry in use: new
+    /// virtual blocks are handed out from there, and one that is in use
+    /// would be handed out twice (the `image` fuzz target zeroed it; the
+    /// checkpoint after recovery then tripped an assertion). Two reads: the
+    /// DAT's last block, and the block holding the end.
+    fn check_dat_end(&mut self, sr_block: u64) -> Result<()> {
+        let end = self.next_vblock;
+        let bad = |what: String| {
+            Err(Error::corrupt(format!(
+                "super root at block {sr_block}: the DAT ends at virtual block {end}, {what}"
+            )))
+        };
+        if end == 0 {
+            // Virtual block 0 means "none" in every block map.
+            return bad("but numbers start at 1".into());
+        }
+        if let Some(idx) = self.dat_last_block()? {
+            if idx > end / DAT_PER_BLOCK {
+                return bad(format!("yet DAT block {idx} exists"));
+            }
+        }
+        let b = self.dat_block(end / DAT_PER_BLOCK)?;
+        let first = (end % DAT_PER_BLOCK) as usize;
+        if let Some(slot) =
+            (first..DAT_PER_BLOCK as usize).find(|&i| !DatEntry::slot_is_free(&b, i))
+        {
+            let v = end - first as u64 + slot as u64;
+            return bad(format!("yet virtual block {v} is in use"));
+        }
+        Ok(())
     }
 
     fn load_sufile(&mut self) -> Result<()> {

@@ -404,6 +404,15 @@ impl Store {
         Ok(a)
     }
 
+    /// The index of the DAT's last block, if it has any.
+    pub(crate) fn dat_last_block(&mut self) -> Result<Option<u64>> {
+        let tree = self.tree;
+        let root = self.dat_root;
+        Ok(tree
+            .floor(&mut dat_nodes!(self), root, u64::MAX)?
+            .map(|(idx, _)| idx))
+    }
+
     /// Note where DAT block `idx` is: the DAT's block map is consulted for
     /// every virtual block, so its leaves are mirrored in memory (bounded).
     pub(crate) fn remember_dat_block(&mut self, idx: u64, addr: u64) {
