@@ -9,7 +9,10 @@
 
 use crate::log::record::BlockKind;
 use lsfs_policy::cache::{Replacement, TsClock};
-use std::collections::{HashMap, HashSet};
+// FxHash: the cache is keyed by block numbers, looked up several times per
+// block written, and SipHash (the std default, proof against chosen keys)
+// cost more than the lookups' memory accesses.
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 /// A cache key: virtual blocks and physical (or temporary) addresses share one
 /// `u64` space, told apart by the low bit.
@@ -70,10 +73,10 @@ impl BlockCache {
         // the cache over its capacity until the next checkpoint drains them.
         let policy = TsClock::new(capacity_blocks * 2, POLICY_PAGES_PER_BLOCK, identity);
         BlockCache {
-            map: HashMap::new(),
+            map: HashMap::default(),
             policy: Box::new(policy),
             capacity_blocks,
-            dirty: HashSet::new(),
+            dirty: HashSet::default(),
             hits: 0,
             misses: 0,
         }
