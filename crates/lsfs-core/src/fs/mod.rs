@@ -1248,7 +1248,8 @@ impl Vfs for Lsfs {
             bfree,
             bavail: bfree.saturating_sub(reserve),
             files: MAX_INO,
-            ffree: MAX_INO - s.next_ino,
+            // Saturating: `next_ino` comes from the disk.
+            ffree: MAX_INO.saturating_sub(s.next_ino),
             bsize: 4096,
             namelen: NAME_MAX_BYTES as u32,
             frsize: 4096,

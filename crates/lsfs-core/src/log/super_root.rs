@@ -109,6 +109,14 @@ impl SuperRoot {
             blocks_used: r.u64()?,
             ..Default::default()
         };
+        if !(crate::layout::FIRST_USER_INO..=crate::layout::MAX_INO).contains(&sr.next_ino) {
+            return Err(Error::corrupt(format!(
+                "{what}: next inode number {} is outside {}..={}",
+                sr.next_ino,
+                crate::layout::FIRST_USER_INO,
+                crate::layout::MAX_INO
+            )));
+        }
         if sr.next_vblock > crate::layout::VBLOCK_LIMIT {
             return Err(Error::corrupt(format!(
                 "{what}: the DAT ends at virtual block {:#x}, past the limit {:#x}",
@@ -151,9 +159,32 @@ mod tests {
     use super::*;
     use crate::layout::VBLOCK_LIMIT;
 
+    /// Found by the `image` fuzz target: a resealed super root whose next
+    /// inode number was past `MAX_INO` made statfs's free-inode count
+    /// underflow (a panic in the debug build the fuzzer runs).
+    #[test]
+    fn a_next_inode_number_out_of_range_is_corrupt() {
+        let mut sr = SuperRoot {
+            next_ino: crate::layout::MAX_INO + 1,
+            ..Default::default()
+        };
+        let e = SuperRoot::decode(&sr.encode(), "block 9")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("super root at block 9: next inode number"),
+            "{e}"
+        );
+        sr.next_ino = 3;
+        assert!(SuperRoot::decode(&sr.encode(), "block 9").is_err());
+        sr.next_ino = crate::layout::MAX_INO;
+        assert!(SuperRoot::decode(&sr.encode(), "block 9").is_ok());
+    }
+
     #[test]
     fn round_trip() {
         let sr = SuperRoot {
+            next_ino: 16,
             cno: 7,
             next_vblock: 99,
             ssa_root: 12,
@@ -170,6 +201,7 @@ mod tests {
     fn a_dat_end_past_the_limit_is_corrupt() {
         let mut sr = SuperRoot {
             next_vblock: VBLOCK_LIMIT,
+            next_ino: 16,
             ..Default::default()
         };
         assert!(SuperRoot::decode(&sr.encode(), "test").is_ok());
