@@ -35,6 +35,12 @@ pub const MAX_INO: u64 = 1 << 48;
 /// corrupt.
 pub const VBLOCK_LIMIT: u64 = 1 << 62;
 
+/// Sequence numbers (superblocks, records) and checkpoint numbers stay
+/// below this; one at or above it on disk is damage, and refused where it
+/// is decoded, since the engine adds to them (a million a second would take
+/// 146,000 years to get here).
+pub const COUNTER_LIMIT: u64 = 1 << 62;
+
 /// The geometry fixed at mkfs time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {

@@ -250,6 +250,12 @@ impl RecordHeader {
         let seq_gap = r.u32()?;
         let next_seg = r.u64()?;
         let created_secs = r.u64()?;
+        if seq >= crate::layout::COUNTER_LIMIT || cno >= crate::layout::COUNTER_LIMIT {
+            return Err(Error::corrupt(format!(
+                "{what}: sequence number {seq:#x} or checkpoint {cno:#x} past the limit {:#x}",
+                crate::layout::COUNTER_LIMIT
+            )));
+        }
         if nentries > MAX_RECORD_PAYLOAD
             || summary_blocks(nentries) as u32 != nsum_blocks
             || nsum_blocks as usize + nentries != nblocks as usize

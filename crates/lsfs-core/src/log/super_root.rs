@@ -109,6 +109,12 @@ impl SuperRoot {
             blocks_used: r.u64()?,
             ..Default::default()
         };
+        if sr.cno >= crate::layout::COUNTER_LIMIT {
+            return Err(Error::corrupt(format!(
+                "{what}: checkpoint number {:#x} is past the limit",
+                sr.cno
+            )));
+        }
         if !(crate::layout::FIRST_USER_INO..=crate::layout::MAX_INO).contains(&sr.next_ino) {
             return Err(Error::corrupt(format!(
                 "{what}: next inode number {} is outside {}..={}",

@@ -174,6 +174,18 @@ impl Superblock {
                 self.nsegments, self.first_segment_block, self.device_blocks
             )));
         }
+        for (name, v) in [
+            ("sequence number", self.sb_seq),
+            ("checkpoint number", self.cp_cno),
+            ("checkpoint record's sequence number", self.cp_record_seq),
+        ] {
+            if v >= crate::layout::COUNTER_LIMIT {
+                return Err(Error::corrupt(format!(
+                    "{what}: {name} {v:#x} is past the limit {:#x}",
+                    crate::layout::COUNTER_LIMIT
+                )));
+            }
+        }
         let seg_end = g.first_segment_block + g.total_segment_blocks();
         if self.cp_record_block < g.first_segment_block || self.cp_record_block >= seg_end {
             return Err(Error::corrupt(format!(
@@ -182,5 +194,59 @@ impl Superblock {
             )));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::COUNTER_LIMIT;
+
+    fn sb(geo: Geometry) -> Superblock {
+        Superblock {
+            version: FORMAT_VERSION,
+            features_compat: 0,
+            features_incompat: 0,
+            features_ro_compat: 0,
+            block_bytes: BLOCK_BYTES as u32,
+            segment_blocks: geo.segment_blocks,
+            nsegments: geo.nsegments,
+            first_segment_block: geo.first_segment_block,
+            device_blocks: geo.device_blocks,
+            fs_id: 7,
+            created_secs: 1,
+            label: "t".into(),
+            sb_seq: 5,
+            cp_cno: 3,
+            cp_record_block: geo.first_segment_block,
+            cp_record_seq: 4,
+            written_secs: 1,
+        }
+    }
+
+    /// Found by the `image` fuzz target: a resealed superblock whose
+    /// sequence number was `u64::MAX` overflowed at the next superblock
+    /// write. Counters the engine adds to are refused past the limit.
+    #[test]
+    fn counters_past_the_limit_are_corrupt() {
+        let bytes = 64u64 << 20;
+        let geo = Geometry::for_device(bytes, 256).unwrap();
+        let good = sb(geo);
+        assert_eq!(
+            Superblock::decode(&good.encode(), "t", bytes).unwrap(),
+            good
+        );
+        for f in [
+            |s: &mut Superblock| s.sb_seq = u64::MAX,
+            |s: &mut Superblock| s.cp_cno = COUNTER_LIMIT,
+            |s: &mut Superblock| s.cp_record_seq = COUNTER_LIMIT + 5,
+        ] {
+            let mut s = good.clone();
+            f(&mut s);
+            let e = Superblock::decode(&s.encode(), "superblock 0", bytes)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("past the limit"), "{e}");
+        }
     }
 }
