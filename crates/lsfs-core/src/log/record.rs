@@ -355,6 +355,28 @@ mod tests {
         );
     }
 
+    /// Sequence and checkpoint numbers are added to as records are
+    /// written: one at or past the limit is damage, even under a valid CRC.
+    #[test]
+    fn counters_past_the_limit_are_corrupt() {
+        let (h, payload) = sample(5);
+        let refs: Vec<&[u8]> = payload.iter().map(|p| &p[..]).collect();
+        for (seq, cno) in [(crate::layout::COUNTER_LIMIT, 1), (9, u64::MAX)] {
+            let bad = RecordHeader {
+                seq,
+                cno,
+                ..h.clone()
+            };
+            let e = RecordHeader::decode(&bad.encode(&refs), "test")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("past the limit"),
+                "seq {seq:#x} cno {cno:#x}: {e}"
+            );
+        }
+    }
+
     #[test]
     fn any_flipped_bit_is_detected() {
         let (h, payload) = sample(5);

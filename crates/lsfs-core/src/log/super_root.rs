@@ -163,7 +163,34 @@ impl SuperRoot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layout::VBLOCK_LIMIT;
+    use crate::layout::{COUNTER_LIMIT, FIRST_USER_INO, MAX_INO, VBLOCK_LIMIT};
+
+    /// The smallest valid super root: everything zero but the first inode number.
+    fn valid() -> SuperRoot {
+        SuperRoot {
+            next_ino: FIRST_USER_INO,
+            ..Default::default()
+        }
+    }
+
+    /// Why `sr` is refused (it must be).
+    fn error_of(sr: &SuperRoot) -> String {
+        SuperRoot::decode(&sr.encode(), "block 9")
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn round_trip() {
+        let sr = SuperRoot {
+            cno: 7,
+            next_vblock: 99,
+            ssa_root: 12,
+            reconcile_queue: vec![SnapChange { cno: 3, on: true }],
+            ..valid()
+        };
+        assert_eq!(SuperRoot::decode(&sr.encode(), "test").unwrap(), sr);
+    }
 
     /// Found by the `image` fuzz target: a resealed super root whose next
     /// inode number was past `MAX_INO` made statfs's free-inode count
@@ -171,33 +198,18 @@ mod tests {
     #[test]
     fn a_next_inode_number_out_of_range_is_corrupt() {
         let mut sr = SuperRoot {
-            next_ino: crate::layout::MAX_INO + 1,
-            ..Default::default()
+            next_ino: MAX_INO + 1,
+            ..valid()
         };
-        let e = SuperRoot::decode(&sr.encode(), "block 9")
-            .unwrap_err()
-            .to_string();
+        let e = error_of(&sr);
         assert!(
             e.contains("super root at block 9: next inode number"),
             "{e}"
         );
         sr.next_ino = 3;
-        assert!(SuperRoot::decode(&sr.encode(), "block 9").is_err());
-        sr.next_ino = crate::layout::MAX_INO;
+        assert!(error_of(&sr).contains("next inode number 3"));
+        sr.next_ino = MAX_INO;
         assert!(SuperRoot::decode(&sr.encode(), "block 9").is_ok());
-    }
-
-    #[test]
-    fn round_trip() {
-        let sr = SuperRoot {
-            next_ino: 16,
-            cno: 7,
-            next_vblock: 99,
-            ssa_root: 12,
-            reconcile_queue: vec![SnapChange { cno: 3, on: true }],
-            ..Default::default()
-        };
-        assert_eq!(SuperRoot::decode(&sr.encode(), "test").unwrap(), sr);
     }
 
     /// Found by the `image` fuzz target: a resealed super root whose DAT
@@ -207,16 +219,30 @@ mod tests {
     fn a_dat_end_past_the_limit_is_corrupt() {
         let mut sr = SuperRoot {
             next_vblock: VBLOCK_LIMIT,
-            next_ino: 16,
-            ..Default::default()
+            ..valid()
         };
         assert!(SuperRoot::decode(&sr.encode(), "test").is_ok());
         sr.next_vblock = VBLOCK_LIMIT + 1;
-        let e = SuperRoot::decode(&sr.encode(), "block 9")
-            .unwrap_err()
-            .to_string();
+        let e = error_of(&sr);
         assert!(
             e.contains("super root at block 9: the DAT ends at virtual block"),
+            "{e}"
+        );
+    }
+
+    /// The checkpoint number is added to at every checkpoint: past the
+    /// limit it is damage.
+    #[test]
+    fn a_checkpoint_number_past_the_limit_is_corrupt() {
+        let mut sr = SuperRoot {
+            cno: COUNTER_LIMIT - 1,
+            ..valid()
+        };
+        assert!(SuperRoot::decode(&sr.encode(), "test").is_ok());
+        sr.cno = COUNTER_LIMIT;
+        let e = error_of(&sr);
+        assert!(
+            e.contains("checkpoint number") && e.contains("past the limit"),
             "{e}"
         );
     }

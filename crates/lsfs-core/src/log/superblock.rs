@@ -46,6 +46,30 @@ pub struct Superblock {
 }
 
 impl Superblock {
+    /// The superblock mkfs writes for `geo`: no checkpoint yet (the first
+    /// superblock write names one).
+    pub fn new(geo: &Geometry, label: String, fs_id: u64, now: u64) -> Superblock {
+        Superblock {
+            version: FORMAT_VERSION,
+            features_compat: 0,
+            features_incompat: 0,
+            features_ro_compat: 0,
+            block_bytes: BLOCK_BYTES as u32,
+            segment_blocks: geo.segment_blocks,
+            nsegments: geo.nsegments,
+            first_segment_block: geo.first_segment_block,
+            device_blocks: geo.device_blocks,
+            fs_id,
+            created_secs: now,
+            label,
+            sb_seq: 0,
+            cp_cno: 0,
+            cp_record_block: 0,
+            cp_record_seq: 0,
+            written_secs: now,
+        }
+    }
+
     pub fn geometry(&self) -> Geometry {
         Geometry {
             block_bytes: self.block_bytes as usize,
@@ -204,23 +228,11 @@ mod tests {
 
     fn sb(geo: Geometry) -> Superblock {
         Superblock {
-            version: FORMAT_VERSION,
-            features_compat: 0,
-            features_incompat: 0,
-            features_ro_compat: 0,
-            block_bytes: BLOCK_BYTES as u32,
-            segment_blocks: geo.segment_blocks,
-            nsegments: geo.nsegments,
-            first_segment_block: geo.first_segment_block,
-            device_blocks: geo.device_blocks,
-            fs_id: 7,
-            created_secs: 1,
-            label: "t".into(),
             sb_seq: 5,
             cp_cno: 3,
             cp_record_block: geo.first_segment_block,
             cp_record_seq: 4,
-            written_secs: 1,
+            ..Superblock::new(&geo, "t".into(), 7, 1)
         }
     }
 

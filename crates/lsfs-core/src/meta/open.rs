@@ -11,7 +11,7 @@ use crate::layout::{Geometry, BLOCK_BYTES, FIRST_USER_INO};
 use crate::log::chain::{check_counted, follow_chain, read_record, FoundRecord};
 use crate::log::record::{BlockKind, FLAG_DSYNC, FLAG_SUPER_ROOT};
 use crate::log::super_root::SuperRoot;
-use crate::log::superblock::{Superblock, FORMAT_VERSION};
+use crate::log::superblock::Superblock;
 use crate::meta::cpfile::CpTable;
 use crate::meta::dat_entry::{DatEntry, DAT_PER_BLOCK};
 use crate::meta::store::{
@@ -58,25 +58,7 @@ impl Store {
         let geo = Geometry::for_device(dev.size_bytes(), opts.segment_blocks)?;
         let (config_streams, config_streams_min) = (config.streams, config.streams_min_segments);
         let now = wall_secs();
-        let sb = Superblock {
-            version: FORMAT_VERSION,
-            features_compat: 0,
-            features_incompat: 0,
-            features_ro_compat: 0,
-            block_bytes: BLOCK_BYTES as u32,
-            segment_blocks: geo.segment_blocks,
-            nsegments: geo.nsegments,
-            first_segment_block: geo.first_segment_block,
-            device_blocks: geo.device_blocks,
-            fs_id: rand::random::<u64>() | 1,
-            created_secs: now,
-            label: opts.label.clone(),
-            sb_seq: 0,
-            cp_cno: 0,
-            cp_record_block: 0,
-            cp_record_seq: 0,
-            written_secs: now,
-        };
+        let sb = Superblock::new(&geo, opts.label.clone(), rand::random::<u64>() | 1, now);
         let mut segs = SegTable::new(geo.nsegments, geo.segment_blocks);
         segs.reserved.insert(0);
         segs.reserved.insert(1);
