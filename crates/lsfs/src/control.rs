@@ -103,7 +103,7 @@ pub fn execute(fs: &mut Lsfs, req: &Value) -> Result<Value, String> {
         }
         "gc-stats" => {
             fs.refresh_cleaner_stats();
-            Ok(json!({ "ok": true, "stats": fs.cleaner.stats, "histogram": fs.store.utilization_histogram(),
+            Ok(json!({ "ok": true, "write_amplification": fs.write_amplification(), "stats": fs.cleaner.stats, "histogram": fs.store.utilization_histogram(),
                        "threaded_logging": fs.cleaner.config.threaded_logging }))
         }
         "gc-start" | "gc-stop" => {
@@ -140,6 +140,7 @@ pub fn gc_status(fs: &Lsfs) -> Value {
 pub fn stats(fs: &Lsfs) -> Value {
     let st = &fs.store;
     json!({
+        "write_amplification": fs.write_amplification(),
         "device": st.dev.stats().snapshot(),
         "store": st.stats,
         "cache": { "capacity_blocks": st.cache.capacity_blocks(), "resident_blocks": st.cache.len(),

@@ -74,22 +74,24 @@ pub fn stats(mnt: &Path, json_out: bool) -> Result<Value, String> {
     if json_out {
         println!(
             "{}",
-            json!({ "stats": v["stats"], "histogram": v["histogram"] })
+            json!({ "write_amplification": v["write_amplification"], "stats": v["stats"], "histogram": v["histogram"] })
         );
     } else {
+        println!("{}", write_amplification_line(&v["write_amplification"]));
         let s = &v["stats"];
         println!(
-            "{} passes, {} segments cleaned, {} blocks copied, {} late aborts\nuser blocks {}, cleaner blocks {}, write amplification {:.3} (file data alone {:.3}), unaccounted {:.4}\ncheckpoints given up for space {}, snapshot changes awaiting reconciliation {} ({:.0} % through the first)",
+            "{} passes, {} segments cleaned, {} blocks copied, {} late aborts\nlog payload blocks: {} not copied by the cleaner, {} copies: cleaner amplification {:.3} (file data alone {:.3}); unaccounted {:.4}\nplain checkpoints given up for space {}, kept for the last {} s; snapshot changes awaiting reconciliation {} ({:.0} % through the first)",
             s["passes"],
             s["segments_cleaned"],
             s["blocks_copied"],
             s["late_aborts"],
             s["user_blocks_written"],
             s["cleaner_blocks_written"],
-            s["write_amplification"].as_f64().unwrap_or(1.0),
-            s["data_write_amplification"].as_f64().unwrap_or(1.0),
+            s["cleaner_amplification"].as_f64().unwrap_or(1.0),
+            s["file_data_cleaner_amplification"].as_f64().unwrap_or(1.0),
             s["unaccounted_fraction"].as_f64().unwrap_or(0.0),
             s["checkpoints_given_up"],
+            s["checkpoints_kept_secs"],
             s["snapshot_changes_pending"],
             s["reconcile_progress"].as_f64().unwrap_or(1.0) * 100.0
         );
@@ -116,6 +118,24 @@ pub fn stats(mnt: &Path, json_out: bool) -> Result<Value, String> {
         }
     }
     Ok(v)
+}
+
+/// The honest figure, as `lsfs stats` and `lsfs gc stats` print it first:
+/// bytes the device wrote over bytes applications asked to store.
+pub fn write_amplification_line(w: &Value) -> String {
+    let mib = |k: &str| w[k].as_u64().unwrap_or(0) as f64 / (1 << 20) as f64;
+    let r = |k: &str| {
+        w[k].as_f64()
+            .map_or("-".to_string(), |x| format!("{x:.2}"))
+    };
+    format!(
+        "device writes / application writes: {} since mount ({:.1} MiB for {:.1} MiB), {} over the last {} s",
+        r("ratio"),
+        mib("device_bytes"),
+        mib("app_bytes"),
+        r("recent_ratio"),
+        w["recent_secs"].as_u64().unwrap_or(0)
+    )
 }
 
 pub fn control(mnt: &Path, req: Value) -> Result<(), String> {

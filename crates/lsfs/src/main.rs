@@ -636,6 +636,10 @@ fn stats_cmd(a: StatsArgs) -> Result<(), String> {
     } else {
         println!(
             "{}",
+            gc_cmd::write_amplification_line(&v["stats"]["write_amplification"])
+        );
+        println!(
+            "{}",
             serde_json::to_string_pretty(&v["stats"]).map_err(err)?
         );
     }

@@ -5,6 +5,7 @@
 
 use crate::error::{Error, Result};
 use crate::fs::Lsfs;
+use crate::gc::relocate::KeepCheckpoints;
 use crate::gc::{on_battery, CleanerConfig, CleanerStats, PassReport, SelectionPolicy};
 use std::time::Instant;
 
@@ -35,7 +36,13 @@ pub struct Cleaner {
     /// Threaded logging: plug or clean, victim by victim (the simulator's
     /// gate, with the cost of the victims this mount cleaned).
     gate: lsfs_policy::gc::PlugGate,
+    /// When the log last said how far back checkpoints are kept, and what.
+    window_said: Option<(Instant, u64)>,
 }
+
+/// How often at most the log repeats how far back checkpoints are kept,
+/// unless the window has halved since.
+const WINDOW_LOG_SECS: u64 = 60;
 
 /// Holes (in segments) prepared and not yet used beyond which a pass under
 /// pressure cleans instead of plugging: holes take only user data, the
@@ -82,6 +89,22 @@ impl Cleaner {
             last_pass: None,
             futile: Default::default(),
             gate,
+            window_said: None,
+        }
+    }
+
+    /// Say in the log how far back plain checkpoints are kept after space
+    /// pressure gave some up: at most once a minute, or when it has halved.
+    fn note_window(&mut self, secs: u64) {
+        let due = self.window_said.is_none_or(|(at, said)| {
+            at.elapsed().as_secs() >= WINDOW_LOG_SECS || secs < said / 2
+        });
+        if due {
+            tracing::info!(
+                "space is short: plain checkpoints are now kept for the last {secs} s \
+                 (the oldest given up first; snapshots are kept)"
+            );
+            self.window_said = Some((Instant::now(), secs));
         }
     }
 
@@ -162,17 +185,34 @@ impl Lsfs {
     }
 
     /// One cleaning pass over at most `max_victims` segments.
+    ///
+    /// Protection never costs copies: a dead block that only plain
+    /// checkpoints see is never copied. A pass under space pressure plans
+    /// its victims as if only the latest checkpoint were kept, then gives
+    /// up the plain checkpoints its victims need gone, oldest first; other
+    /// passes leave victims such checkpoints hold until they expire.
     pub fn clean(&mut self, max_victims: usize, reason: &str) -> Result<PassReport> {
         self.mutable().map_err(Error::Errno)?;
         let now = self.store.now();
         // Relocation must see the checkpoints the coming checkpoint keeps.
         self.store.expire_checkpoints(now);
-        let candidates = self.store.cleanable_segments_with(reason == "foreground");
         // Before ENOSPC reclaim fastest (greedy, as F2FS's foreground GC);
         // otherwise the configured policy; late abort saves copies only when
         // there is time.
         let pressed = matches!(reason, "foreground" | "low space");
         let late_abort = !pressed;
+        let keep = if pressed {
+            KeepCheckpoints::LatestOnly
+        } else {
+            KeepCheckpoints::Kept
+        };
+        let mut candidates = self.store.cleanable_segments_with(reason == "foreground");
+        if !pressed {
+            // A segment whose blocks died after the oldest kept checkpoint
+            // was made may hold blocks only that checkpoint sees: it waits.
+            let kept_since = self.store.oldest_kept_created_secs(now);
+            candidates.retain(|c| c.nlive_lastmod_secs < kept_since);
+        }
         // Ask for more than needed: late-aborted candidates do not count.
         // Greedy only at the last resort; below the low-water mark the
         // configured policy still chooses (policies differ most there).
@@ -191,32 +231,7 @@ impl Lsfs {
             picked.extend(greedy.into_iter().filter(|s| !chosen.contains(s)));
         }
         let seg_blocks = self.store.geo.segment_blocks as u64;
-        // Room: what the writer can still place (the rest of its segment and
-        // the free segments; segments freed by this or the last pass are not
-        // usable yet), less what the checkpoint ending the pass writes
-        // besides the copies and the DAT blocks they dirty. The pass before
-        // ENOSPC may use the reserve (that is what it is for) but for one
-        // segment, which stays for the metadata of deletes and checkpoints;
-        // other passes leave the reserve alone, or they could leave the last
-        // resort nothing to work with.
-        let checkpoint_blocks = 32 + self.store.segs.nblocks_sufile();
-        let keep = if reason == "foreground" {
-            1
-        } else {
-            self.store.reserve_segments()
-        } + self.store.stream_segments_held();
-        let room = (self.store.segs.free_count().saturating_sub(keep) * seg_blocks
-            + (seg_blocks - self.store.cur_off as u64))
-            .saturating_sub(checkpoint_blocks)
-            // The same checkpoint also places what is dirty already, with
-            // its metadata (as free_blocks counts it).
-            .saturating_sub(self.store.cache.dirty_count() as u64 * 2);
-        // Copies stay dirty in the cache until that checkpoint: at most half
-        // of it, but always one whole victim (the cache grows for it, so its
-        // bound is its size plus a segment).
-        let budget = (self.store.cache.capacity_blocks() as u64 / 2)
-            .max(seg_blocks)
-            .min(room);
+        let budget = self.pass_budget(reason);
         let mut rep = PassReport {
             reason: reason.to_string(),
             ..Default::default()
@@ -242,28 +257,37 @@ impl Lsfs {
             if rep.victims.len() >= max_victims {
                 break;
             }
-            if pressed
-                && self
-                    .cleaner
-                    .futile
-                    .get(&seg)
-                    .is_some_and(|(c, _)| *c == counts(self, seg))
+            if self
+                .cleaner
+                .futile
+                .get(&seg)
+                .is_some_and(|(c, _)| *c == counts(self, seg))
             {
                 continue;
             }
-            let plan = self.store.relocation_plan(seg)?;
+            let plan = self.store.relocation_plan_keeping(seg, keep)?;
             rep.protected_seen += plan.protected() as u64;
+            if !pressed && plan.held_by_checkpoints > 0 {
+                // Only checkpoints hold those blocks: they free themselves
+                // when the checkpoints expire, or when space runs short.
+                let c = counts(self, seg);
+                self.cleaner.futile.insert(seg, (c, now));
+                rep.held_back.push(seg);
+                continue;
+            }
             if plan.gain() < min_gain {
+                let c = counts(self, seg);
                 if late_abort {
                     self.store.reage_segment(seg);
                 } else {
-                    let c = counts(self, seg);
                     self.cleaner.futile.insert(seg, (c, now));
                 }
                 rep.late_aborted.push(seg);
                 continue;
             }
             if reason == "low space" && self.plug_instead(seg, &plan) {
+                // Preparing frees the plan's dead blocks now.
+                self.give_up_for(&mut rep, plan.give_up_below);
                 let holes = self.store.prepare_plug(plan)?;
                 rep.plugged.push(seg);
                 rep.holes_prepared += holes as u64;
@@ -273,26 +297,34 @@ impl Lsfs {
             if planned + cost > budget {
                 break;
             }
+            planned += cost;
+            // Relocated at once, not after the whole pass is planned: moving
+            // one victim can change blocks another holds (freeing a plugged
+            // victim rewrites SSA blocks that may sit in the next one).
+            self.give_up_for(&mut rep, plan.give_up_below);
             if self.cleaner.config.threaded_logging != "off" {
                 let (read, copied, freed) = clean_cost_terms(&plan);
                 self.cleaner.gate.cleaned_with(read, copied, freed);
             }
+            rep.held_by_latest += plan.held_by_checkpoints as u64;
             let r = self.store.relocate_planned(plan)?;
-            planned += cost;
             rep.blocks_copied += r.copied() as u64;
             rep.blocks_reclaimed += (r.nblocks - r.copied().min(r.nblocks)) as u64;
             rep.victims.push(r);
         }
-        // A pass that re-aged nothing and moved nothing changed nothing:
-        // no checkpoint. One that only prepared victims for plugging needs
-        // none of its own either: their holes are usable after the next
-        // checkpoint, whichever writes it (at 92 % full a checkpoint per
-        // such pass doubled the checkpoints, docs/CLEANER.md §5).
         let moved = !rep.victims.is_empty() || (!rep.late_aborted.is_empty() && late_abort);
         if !moved && rep.plugged.is_empty() {
             return Ok(rep);
         }
-        if moved {
+        // The victims are free once a checkpoint records their copies: a
+        // pass does not write one of its own (each would rewrite every dirty
+        // DAT and metadata block), but leaves it to the next periodic one,
+        // to the writer when it needs the space (`Lsfs::reserve`), or to the
+        // cache bound. A pass someone asked for ends with one, as it always did.
+        if moved
+            && (reason == "manual"
+                || self.store.cache.dirty_count() * 2 > self.store.cache.capacity_blocks())
+        {
             self.checkpoint()?;
         }
         let total: u64 = rep.victims.iter().map(|v| v.nblocks as u64).sum();
@@ -304,14 +336,63 @@ impl Lsfs {
         self.account_pass(&rep);
         if !rep.victims.is_empty() {
             tracing::debug!(
-                "cleaner ({reason}): {} victims, {} blocks copied, efficiency {:.3}",
+                "cleaner ({reason}): {} victims, {} blocks copied, efficiency {:.3}, checkpoints kept for {} s",
                 rep.victims.len(),
                 rep.blocks_copied,
-                rep.efficiency
+                rep.efficiency,
+                self.store.kept_window_secs(now)
             );
         }
         self.cleaner.last_pass = Some(rep.clone());
         Ok(rep)
+    }
+
+    /// Copies a pass may make: what the writer can still place (the rest of
+    /// its segment and the free segments; segments freed by this or the
+    /// last pass are not usable yet), less what the checkpoint that places
+    /// them writes besides the copies and the DAT blocks they dirty. The
+    /// pass before ENOSPC may use the reserve (that is what it is for) but
+    /// for one segment, which stays for the metadata of deletes and
+    /// checkpoints; other passes leave the reserve alone, or they could
+    /// leave the last resort nothing to work with. Copies stay dirty in the
+    /// cache until that checkpoint: at most half of it, but always one
+    /// whole victim (the cache grows for it, so its bound is its size plus
+    /// a segment).
+    fn pass_budget(&self, reason: &str) -> u64 {
+        let seg_blocks = self.store.geo.segment_blocks as u64;
+        let checkpoint_blocks = 32 + self.store.segs.nblocks_sufile();
+        let keep = if reason == "foreground" {
+            1
+        } else {
+            self.store.reserve_segments()
+        } + self.store.stream_segments_held();
+        let room = (self.store.segs.free_count().saturating_sub(keep) * seg_blocks
+            + (seg_blocks - self.store.cur_off as u64))
+            .saturating_sub(checkpoint_blocks)
+            // The same checkpoint also places what is dirty already, with
+            // its metadata (as free_blocks counts it).
+            .saturating_sub(self.store.cache.dirty_count() as u64 * 2);
+        // Copies of earlier passes may still be waiting for their checkpoint.
+        (self.store.cache.capacity_blocks() as u64 / 2)
+            .saturating_sub(self.store.cache.dirty_count() as u64)
+            .max(seg_blocks)
+            .min(room)
+    }
+
+    /// Give up the plain checkpoints numbered below `cno` (a pass's victims
+    /// need what only they see), and say so.
+    fn give_up_for(&mut self, rep: &mut PassReport, cno: u64) {
+        if cno == 0 {
+            return;
+        }
+        let n = self.store.give_up_checkpoints_below(cno);
+        if n == 0 {
+            return;
+        }
+        rep.checkpoints_given_up += n as u64;
+        self.cleaner.stats.checkpoints_given_up += n as u64;
+        let window = self.store.kept_window_secs(self.store.now());
+        self.cleaner.note_window(window);
     }
 
     /// Below the low-water mark: whether to plug victim `seg` (planned as
@@ -361,9 +442,10 @@ impl Lsfs {
             (start, n + rep.blocks_copied)
         };
         self.refresh_cleaner_stats();
+        let wa = self.write_amplification().ratio.unwrap_or(1.0);
         let c = &mut self.cleaner;
         let t = c.started.elapsed().as_secs();
-        c.stats.wa_history.push((t, c.stats.write_amplification));
+        c.stats.wa_history.push((t, wa));
         if c.stats.wa_history.len() > 4096 {
             // Bounded: keep every other point.
             let h: Vec<_> = c.stats.wa_history.iter().copied().step_by(2).collect();
@@ -377,7 +459,7 @@ impl Lsfs {
         let c = &mut self.cleaner.stats;
         c.cleaner_blocks_written = c.blocks_copied;
         c.user_blocks_written = written.saturating_sub(c.blocks_copied);
-        c.write_amplification = if c.user_blocks_written == 0 {
+        c.cleaner_amplification = if c.user_blocks_written == 0 {
             1.0
         } else {
             written as f64 / c.user_blocks_written as f64
@@ -390,7 +472,7 @@ impl Lsfs {
             .copied()
             .unwrap_or(0);
         let user_data = c.file_data_written.saturating_sub(c.file_data_copied);
-        c.data_write_amplification = if user_data == 0 {
+        c.file_data_cleaner_amplification = if user_data == 0 {
             1.0
         } else {
             c.file_data_written as f64 / user_data as f64
@@ -417,6 +499,7 @@ impl Lsfs {
             })
             .sum();
         c.snapshot_changes_pending = self.store.recon.queue.len() as u64;
+        c.checkpoints_kept_secs = self.store.kept_window_secs(self.store.now());
         c.threaded_logging = self.store.plugs.stats.clone();
         c.holes_ready = self.store.plugs.holes();
         c.measured_clean_cost = self.cleaner.gate.measured_cost();

@@ -9,6 +9,7 @@ pub mod inode;
 pub mod map;
 pub mod memory;
 pub mod snapview;
+pub mod write_amp;
 pub mod xattr;
 
 use crate::device::BlockDevice;
@@ -78,6 +79,8 @@ pub struct Lsfs {
     /// A device read failed: the change it was part of may be half done in
     /// memory, so nothing more is written (see `device/latch.rs`).
     read_errors: crate::device::ReadErrors,
+    /// Device bytes against application bytes (`write_amplification`).
+    write_amp: write_amp::WriteAmpMeter,
 }
 
 fn e(err: Error) -> Errno {
@@ -117,6 +120,7 @@ impl Lsfs {
         }
         fs.checkpoint()?;
         fs.store.settle_superblocks()?;
+        fs.start_write_amp();
         Ok(fs)
     }
 
@@ -149,6 +153,7 @@ impl Lsfs {
             fs.checkpoint()?;
             fs.store.settle_superblocks()?;
         }
+        fs.start_write_amp();
         Ok(fs)
     }
 
@@ -163,7 +168,26 @@ impl Lsfs {
             replayed_records: 0,
             views: Views::new(Timespec::now()),
             read_errors: Default::default(),
+            write_amp: Default::default(),
         }
+    }
+
+    /// Device bytes written so far, for the write-amplification meter.
+    fn device_write_bytes(&self) -> u64 {
+        self.store.dev.stats().snapshot().write_bytes
+    }
+
+    /// Start the write-amplification meter: what mkfs or recovery wrote
+    /// before the mount serves anyone does not count.
+    fn start_write_amp(&mut self) {
+        self.write_amp = write_amp::WriteAmpMeter::start(self.device_write_bytes());
+    }
+
+    /// Bytes written to the device over bytes applications asked to store,
+    /// since mount and over the last minutes (`fs/write_amp.rs`).
+    pub fn write_amplification(&self) -> write_amp::WriteAmp {
+        self.write_amp
+            .report(self.store.now(), self.device_write_bytes())
     }
 
     /// After a device read error, stop writing: fail the store (logged once).
@@ -296,6 +320,8 @@ impl Lsfs {
 
     /// Periodic work: a checkpoint when the interval has passed and something changed.
     pub fn tick(&mut self) -> Result<()> {
+        let (now, dev) = (self.store.now(), self.device_write_bytes());
+        self.write_amp.sample(now, dev);
         self.stop_after_read_error();
         if self.view.is_some() || self.store.writable().is_err() {
             return Ok(());
@@ -332,6 +358,11 @@ impl Lsfs {
     /// there, after trying a checkpoint to free what can be freed.
     fn reserve(&mut self, blocks: u64) -> VfsResult<()> {
         let need = blocks + 64;
+        if self.store.needs_freed_segments(need) {
+            // Cleaner passes free segments without a checkpoint of their
+            // own; the writer is about to need them.
+            self.checkpoint().map_err(e)?;
+        }
         if self.store.free_blocks() >= need {
             // Below the cleaner's low-water mark, clean in the foreground
             // back above it.
@@ -598,6 +629,7 @@ impl Lsfs {
         };
         let inode = Inode::new(ino, mode, ctx.uid, gid, now);
         dir::insert(&mut self.store, &mut d, name, ino, inode.kind()).map_err(e)?;
+        self.write_amp.note_app(name.len() as u64);
         if inode.kind() == FileKind::Dir {
             d.nlink += 1;
         }
@@ -875,6 +907,7 @@ impl Vfs for Lsfs {
         }
         let mut i = self.new_inode(parent, name, libc::S_IFLNK | 0o777, ctx)?;
         file::write(&mut self.store, &mut i, 0, target).map_err(e)?;
+        self.write_amp.note_app(target.len() as u64);
         let attr = i.attr();
         self.put(i, true);
         self.after_change()?;
@@ -972,6 +1005,7 @@ impl Vfs for Lsfs {
             }
             self.touch_ctime(src.ino).map_err(e)?;
             self.touch_ctime(d.ino).map_err(e)?;
+            self.write_amp.note_app((name.len() + newname.len()) as u64);
             return self.after_change();
         }
         if let Some(d) = &dst {
@@ -1027,6 +1061,7 @@ impl Vfs for Lsfs {
             self.put(v, true);
             self.drop_link(d.ino).map_err(e)?;
         }
+        self.write_amp.note_app(newname.len() as u64);
         self.after_change()
     }
 
@@ -1055,6 +1090,7 @@ impl Vfs for Lsfs {
         }
         self.reserve(4)?;
         dir::insert(&mut self.store, &mut d, newname, ino, i.kind()).map_err(e)?;
+        self.write_amp.note_app(newname.len() as u64);
         let now = Timespec::now();
         d.mtime = now;
         d.ctime = now;
@@ -1148,6 +1184,7 @@ impl Vfs for Lsfs {
             self.store
                 .note_user_write(ino, (n as u64).div_ceil(file::BLOCK));
             file::write(&mut self.store, &mut i, pos, &data[done..done + n]).map_err(e)?;
+            self.write_amp.note_app(n as u64);
             let now = Timespec::now();
             i.mtime = now;
             i.ctime = now;
@@ -1261,6 +1298,7 @@ impl Vfs for Lsfs {
         self.reserve(4)?;
         let mut i = self.get(ino).map_err(e)?;
         xattr::set(&mut self.store, &mut i, name, value, flags).map_err(e)?;
+        self.write_amp.note_app((name.len() + value.len()) as u64);
         i.ctime = Timespec::now();
         // fsync records carry no xattrs: fsync must write a checkpoint.
         self.put(i, true);
@@ -1323,6 +1361,7 @@ impl Vfs for Lsfs {
             let pos = offset + done;
             let n = (chunk - pos % file::BLOCK).min(length - done);
             file::allocate(&mut self.store, &mut i, pos, n).map_err(e)?;
+            self.write_amp.note_app(n);
             i.ctime = Timespec::now();
             self.put(i, false);
             self.after_change()?;

@@ -201,6 +201,15 @@ pub struct PassReport {
     pub blocks_reclaimed: u64,
     /// Dead blocks in the examined victims that a kept checkpoint or a snapshot still needs.
     pub protected_seen: u64,
+    /// Victims left alone because plain checkpoints alone hold some of
+    /// their dead blocks (passes without space pressure never copy those).
+    pub held_back: Vec<u64>,
+    /// Plain checkpoints given up so that the victims' dead blocks could be
+    /// freed instead of copied (passes under space pressure).
+    pub checkpoints_given_up: u64,
+    /// Dead blocks copied because the latest checkpoint (never given up)
+    /// still sees them.
+    pub held_by_latest: u64,
     /// E = 1 − copied / total blocks of the victims.
     pub efficiency: f64,
     pub reason: String,
@@ -223,8 +232,12 @@ pub struct CleanerStats {
     pub segments_cleaned: u64,
     pub blocks_copied: u64,
     pub late_aborts: u64,
-    /// Plain checkpoints given up inside the protection period to avoid ENOSPC.
+    /// Plain checkpoints given up inside the protection period, oldest
+    /// first, so that no block only they see was ever copied.
     pub checkpoints_given_up: u64,
+    /// How far back plain checkpoints are kept now, in seconds (the
+    /// protection period at most; space pressure shrinks it).
+    pub checkpoints_kept_secs: u64,
     /// Threaded logging: segments plugged instead of cleaned, holes, and
     /// user blocks written into them (meta/plug.rs).
     pub threaded_logging: crate::meta::plug::PlugStats,
@@ -233,20 +246,25 @@ pub struct CleanerStats {
     /// The plug gate's measured cost of the victims cleaned (C̄, in
     /// sequential block writes per freed slot; 0 before any).
     pub measured_clean_cost: f64,
-    /// Blocks written by the segment constructor that were not cleaner copies.
+    /// Payload blocks the log wrote that were not cleaner copies (file
+    /// data and every kind of metadata).
     pub user_blocks_written: u64,
     /// Blocks the cleaner copied.
     pub cleaner_blocks_written: u64,
-    /// (user + cleaner) / user.
-    pub write_amplification: f64,
+    /// (user + cleaner) / user: what the cleaner's copies add to the log's
+    /// payload writes. Not the device's write amplification (that is
+    /// `Lsfs::write_amplification`): metadata counts here as user writes,
+    /// and record headers and superblocks not at all.
+    pub cleaner_amplification: f64,
     /// File-data blocks written (by writes and by the cleaner).
     pub file_data_written: u64,
     /// File-data blocks the cleaner copied.
     pub file_data_copied: u64,
-    /// Write amplification of file data alone, Rohner's and the simulator's
-    /// definition: written / (written − copied). `write_amplification`
-    /// counts metadata among the user writes, so more metadata lowers it.
-    pub data_write_amplification: f64,
+    /// What the cleaner adds to file data alone, Rohner's and the
+    /// simulator's write amplification: written / (written − copied).
+    /// `cleaner_amplification` counts metadata among the user writes, so
+    /// more metadata lowers it.
+    pub file_data_cleaner_amplification: f64,
     /// Fraction of written blocks whose state no counter tracks (dead, protected only by a plain checkpoint).
     pub unaccounted_fraction: f64,
     /// Snapshot promotions and demotions not yet applied to every segment
@@ -256,7 +274,8 @@ pub struct CleanerStats {
     pub reconcile_progress: f64,
     /// Victims and copies by the stream that wrote the victim.
     pub by_stream: std::collections::BTreeMap<&'static str, StreamCleaning>,
-    /// (seconds since mount, write amplification so far), one point per pass.
+    /// (seconds since mount, device bytes / application bytes so far), one
+    /// point per pass.
     pub wa_history: Vec<(u64, f64)>,
 }
 

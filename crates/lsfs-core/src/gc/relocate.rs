@@ -53,6 +53,18 @@ enum Action {
     DatNode(u64),
 }
 
+/// Which plain checkpoints a plan keeps the dead blocks of (snapshots are
+/// always kept).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeepCheckpoints {
+    /// Every plain checkpoint kept now: dead blocks they see are copied.
+    Kept,
+    /// Only the latest checkpoint (the recovery base, never given up): the
+    /// plan frees what older plain checkpoints alone hold, and says which of
+    /// them must be given up first ([`RelocationPlan::give_up_below`]).
+    LatestOnly,
+}
+
 /// What cleaning one segment would cost, known before anything is copied.
 #[derive(Clone, Debug, Default)]
 pub struct RelocationPlan {
@@ -61,6 +73,15 @@ pub struct RelocationPlan {
     actions: Vec<Action>,
     /// DAT blocks that moving would dirty (and the checkpoint write).
     pub dat_blocks_dirtied: u32,
+    /// Dead blocks the plan copies because a plain checkpoint it keeps sees
+    /// them (not a snapshot): with [`KeepCheckpoints::LatestOnly`], those
+    /// that died since the latest checkpoint.
+    pub held_by_checkpoints: u32,
+    /// Plain checkpoints numbered below this must be given up before the
+    /// plan is carried out: it frees dead blocks only they see (0: none).
+    pub give_up_below: u64,
+    /// Dead blocks freed only because of that giving up.
+    pub freed_by_giving_up: u32,
 }
 
 impl RelocationPlan {
@@ -107,6 +128,23 @@ impl Relocated {
 }
 
 impl Store {
+    /// The latest checkpoint written (the recovery base), or the one being
+    /// built if none is.
+    pub(crate) fn latest_cno(&self) -> u64 {
+        self.cps.latest().map_or(self.cur_cno, |e| e.cno)
+    }
+
+    /// When the oldest plain checkpoint kept was made: a segment whose
+    /// blocks all died before it holds no block only plain checkpoints see.
+    /// With none kept, a moment after `now`.
+    pub(crate) fn oldest_kept_created_secs(&self, now: u64) -> u64 {
+        let oldest = self.oldest_kept_cno();
+        self.cps
+            .entries
+            .get(&oldest)
+            .map_or(now.saturating_add(1), |e| e.created_secs)
+    }
+
     /// Oldest plain checkpoint still kept: dead blocks with `end` above it are needed.
     pub(crate) fn oldest_kept_cno(&self) -> u64 {
         self.cps
@@ -154,8 +192,22 @@ impl Store {
     /// anything: the cleaner prices victims with it (the segment counters
     /// do not count dead blocks a kept plain checkpoint still needs).
     pub fn relocation_plan(&mut self, seg: u64) -> Result<RelocationPlan> {
+        self.relocation_plan_keeping(seg, KeepCheckpoints::Kept)
+    }
+
+    /// [`Store::relocation_plan`], keeping the dead blocks of the plain
+    /// checkpoints `keep` says.
+    pub fn relocation_plan_keeping(
+        &mut self,
+        seg: u64,
+        keep: KeepCheckpoints,
+    ) -> Result<RelocationPlan> {
         let entries = self.segment_entries(seg, true)?;
-        let oldest_kept = self.oldest_kept_cno();
+        let kept_now = self.oldest_kept_cno();
+        let oldest_kept = match keep {
+            KeepCheckpoints::Kept => kept_now,
+            KeepCheckpoints::LatestOnly => self.latest_cno().max(kept_now),
+        };
         let mut plan = RelocationPlan {
             segno: seg,
             nblocks: self.segs.usage[seg as usize].nblocks,
@@ -177,9 +229,17 @@ impl Store {
                     };
                     if e.end == CNO_MAX {
                         Action::MoveLive(ent.vblock, e, owner, pos)
-                    } else if e.end > oldest_kept || self.snapshot_in(e.start, e.end) {
+                    } else if self.snapshot_in(e.start, e.end) {
+                        Action::MoveProtected(ent.vblock, e, owner, pos)
+                    } else if e.end > oldest_kept {
+                        plan.held_by_checkpoints += 1;
                         Action::MoveProtected(ent.vblock, e, owner, pos)
                     } else {
+                        if e.end > kept_now {
+                            // Seen by kept plain checkpoints below `end` only.
+                            plan.give_up_below = plan.give_up_below.max(e.end);
+                            plan.freed_by_giving_up += 1;
+                        }
                         Action::Free(ent.vblock, e)
                     }
                 }

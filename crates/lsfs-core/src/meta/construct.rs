@@ -884,6 +884,11 @@ impl Store {
             .dirty_keys()
             .into_iter()
             .filter(|&k| key_is_virtual(k))
+            // Blocks the cleaner moved are not the file's news: the last
+            // checkpoint finds them where they were (their victim is not
+            // reused before the next checkpoint), and one may be an old
+            // version the file has overwritten since, at the same offset.
+            .filter(|&k| !self.plugs.cleaner_moved.contains(&key_addr(k)))
             .filter_map(|k| {
                 let o = self.cache.owner(k)?;
                 (o.ino == ino && o.kind == BlockKind::Data).then_some((o.offset, key_addr(k)))

@@ -32,6 +32,38 @@ impl Store {
         doomed.len()
     }
 
+    /// Give up the plain checkpoints numbered below `cno`, oldest first:
+    /// never a snapshot, never the latest checkpoint (the recovery base).
+    /// The cleaner does this under space pressure instead of copying dead
+    /// blocks that only those checkpoints see. Returns how many went.
+    pub fn give_up_checkpoints_below(&mut self, cno: u64) -> usize {
+        let latest = self.latest_cno();
+        let doomed: Vec<u64> = self
+            .cps
+            .entries
+            .range(..cno.min(latest))
+            .filter(|(_, e)| !e.is_snapshot())
+            .map(|(&c, _)| c)
+            .collect();
+        for &c in &doomed {
+            self.cps.remove(c);
+            self.stats.checkpoints_deleted += 1;
+        }
+        debug_assert!(self.oldest_kept_cno() >= cno.min(latest));
+        doomed.len()
+    }
+
+    /// How far back plain checkpoints are kept now: the age in seconds of
+    /// the oldest one (0 when only the latest is left). The protection
+    /// period is the most it can be; space pressure shrinks it.
+    pub fn kept_window_secs(&self, now: u64) -> u64 {
+        self.cps
+            .entries
+            .values()
+            .find(|e| !e.is_snapshot())
+            .map_or(0, |e| now.saturating_sub(e.created_secs))
+    }
+
     /// Delete the plain checkpoints that have left the protection period
     /// (`created + protection <= now`). The checkpoint being built is not in
     /// the table yet, so with a protection period of 0 it is the only plain

@@ -995,6 +995,21 @@ impl Store {
         avail.saturating_sub(dirty * 2)
     }
 
+    /// Whether appending `need` more blocks (and placing what is dirty)
+    /// would take segments that are freed but not yet usable: cleaner
+    /// passes free victims without a checkpoint of their own, and they
+    /// become usable only once a checkpoint records it.
+    pub fn needs_freed_segments(&self, need: u64) -> bool {
+        if self.segs.pending_free.is_empty() {
+            return false;
+        }
+        let seg = self.geo.segment_blocks as u64;
+        let reserve = self.reserve_segments() + self.stream_segments_held();
+        let usable = self.segs.free_count().saturating_sub(reserve) * seg
+            + (seg - self.cur_off as u64);
+        usable.saturating_sub(self.cache.dirty_count() as u64 * 2) < need + seg
+    }
+
     /// Blocks the log can still append before the reserve, and the dirty
     /// blocks waiting for a place.
     fn append_room(&self) -> (u64, u64) {
