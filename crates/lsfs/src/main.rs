@@ -168,7 +168,7 @@ struct MkfsArgs {
     #[arg(long, value_parser = size::parse_size)]
     size: Option<u64>,
     /// Segment size: a power of two from 256K to 256M.
-    #[arg(long, default_value = "8M", value_parser = size::parse_size)]
+    #[arg(long, default_value = "2M", value_parser = size::parse_size)]
     segment_size: u64,
     /// A label of at most 64 bytes.
     #[arg(long, default_value = "")]
@@ -431,7 +431,9 @@ fn run(a: RunArgs) -> Result<(), String> {
             a.image.display(),
             a.size >> 20
         );
-        make_image(&a.image, Some(a.size), 8 << 20, "lsfs")?;
+        let segment_bytes =
+            lsfs_core::layout::DEFAULT_SEGMENT_BLOCKS as u64 * lsfs_core::layout::BLOCK_BYTES as u64;
+        make_image(&a.image, Some(a.size), segment_bytes, "lsfs")?;
     }
     std::fs::create_dir_all(&a.mountpoint)
         .map_err(|e| format!("cannot create {}: {e}", a.mountpoint.display()))?;

@@ -118,7 +118,7 @@ impl Lsfs {
             fs.store.inodes_used += 1;
             fs.put(i, false);
         }
-        fs.checkpoint()?;
+        fs.checkpoint_for("mount")?;
         fs.store.settle_superblocks()?;
         fs.start_write_amp();
         Ok(fs)
@@ -150,7 +150,7 @@ impl Lsfs {
         }
         if fs.view.is_none() && !fs.store.config.read_only {
             fs.delete_orphans()?;
-            fs.checkpoint()?;
+            fs.checkpoint_for("mount")?;
             fs.store.settle_superblocks()?;
         }
         fs.start_write_amp();
@@ -295,6 +295,18 @@ impl Lsfs {
 
     /// Write a checkpoint now; returns its number.
     pub fn checkpoint(&mut self) -> Result<u64> {
+        self.checkpoint_for("requested")
+    }
+
+    /// [`Lsfs::checkpoint`], counted under `cause` in
+    /// `StoreStats::checkpoints_by_cause` (what makes checkpoints frequent
+    /// is what makes metadata expensive).
+    pub(crate) fn checkpoint_for(&mut self, cause: &'static str) -> Result<u64> {
+        *self.store.stats.checkpoints_by_cause.entry(cause).or_default() += 1;
+        self.checkpoint_inner()
+    }
+
+    fn checkpoint_inner(&mut self) -> Result<u64> {
         if self.view.is_some() {
             return Err(Error::Errno(Errno::ROFS));
         }
@@ -314,7 +326,7 @@ impl Lsfs {
     pub fn reconcile_all(&mut self) -> Result<()> {
         self.mutable().map_err(Error::Errno)?;
         self.store.reconcile_step(u64::MAX)?;
-        self.checkpoint()?;
+        self.checkpoint_for("snapshot")?;
         Ok(())
     }
 
@@ -329,7 +341,7 @@ impl Lsfs {
         let due = self.last_checkpoint.elapsed().as_secs() >= self.config.checkpoint_interval_secs;
         let dirty = self.store.has_dirty() || self.inodes.values().any(|c| c.dirty);
         if due && dirty {
-            self.checkpoint()?;
+            self.checkpoint_for("interval")?;
         }
         if !self.store.recon.is_settled() {
             // Snapshot changes reach the counters a bounded slice at a time
@@ -343,7 +355,7 @@ impl Lsfs {
     fn after_change(&mut self) -> VfsResult<()> {
         self.cleaner.last_activity = std::time::Instant::now();
         if self.store.cache.dirty_count() * 2 > self.store.cache.capacity_blocks() {
-            self.checkpoint().map_err(e)?;
+            self.checkpoint_for("cache").map_err(e)?;
         }
         Ok(())
     }
@@ -361,7 +373,7 @@ impl Lsfs {
         if self.store.needs_freed_segments(need) {
             // Cleaner passes free segments without a checkpoint of their
             // own; the writer is about to need them.
-            self.checkpoint().map_err(e)?;
+            self.checkpoint_for("space").map_err(e)?;
         }
         if self.store.free_blocks() >= need {
             // Below the cleaner's low-water mark, clean in the foreground
@@ -372,10 +384,10 @@ impl Lsfs {
             return Ok(());
         }
         if self.store.has_dirty() {
-            self.checkpoint().map_err(e)?;
+            self.checkpoint_for("space").map_err(e)?;
         }
         // Freed segments become usable after the checkpoint that freed them.
-        self.checkpoint().map_err(e)?;
+        self.checkpoint_for("space").map_err(e)?;
         if self.store.free_blocks() >= need || self.clean_for_space(need).map_err(e)? {
             Ok(())
         } else {
@@ -387,7 +399,7 @@ impl Lsfs {
     pub fn unmount(&mut self) -> Result<()> {
         self.stop_after_read_error();
         if self.view.is_none() && self.store.writable().is_ok() {
-            self.checkpoint()?;
+            self.checkpoint_for("unmount")?;
             self.store.settle_superblocks()?;
         }
         Ok(())
@@ -399,9 +411,9 @@ impl Lsfs {
 
     /// Take a snapshot of the current state: a checkpoint, flagged permanent.
     pub fn snapshot_create(&mut self) -> Result<u64> {
-        let cno = self.checkpoint()?;
+        let cno = self.checkpoint_for("snapshot")?;
         self.store.set_snapshot(cno, true)?;
-        self.checkpoint()?;
+        self.checkpoint_for("snapshot")?;
         Ok(cno)
     }
 
@@ -409,7 +421,7 @@ impl Lsfs {
     pub fn snapshot_set(&mut self, cno: u64, on: bool) -> Result<()> {
         self.mutable().map_err(Error::Errno)?;
         self.store.set_snapshot(cno, on)?;
-        self.checkpoint()?;
+        self.checkpoint_for("snapshot")?;
         Ok(())
     }
 
@@ -433,7 +445,7 @@ impl Lsfs {
             )));
         }
         self.store.cps.remove(cno);
-        self.checkpoint()?;
+        self.checkpoint_for("requested")?;
         Ok(())
     }
 
@@ -1209,7 +1221,7 @@ impl Vfs for Lsfs {
         if needs_cp || kind != FileKind::File {
             // One flush: no data-stream records (see Store::checkpoint).
             self.store.streams.one_flush_next = true;
-            self.checkpoint().map_err(e)?;
+            self.checkpoint_for("fsync").map_err(e)?;
             return Ok(());
         }
         let img = self.get(ino).map_err(e)?.encode();
@@ -1379,7 +1391,7 @@ impl Vfs for Lsfs {
         if self.view.is_some() || self.store.config.read_only {
             return Ok(());
         }
-        self.checkpoint().map(|_| ()).map_err(e)
+        self.checkpoint_for("sync").map(|_| ()).map_err(e)
     }
 
     fn read_only(&self) -> bool {

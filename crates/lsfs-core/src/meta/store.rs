@@ -58,6 +58,12 @@ impl Default for StoreConfig {
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct StoreStats {
     pub checkpoints_written: u64,
+    /// Checkpoints by what asked for them: "interval" (the periodic one),
+    /// "cache" (dirty blocks reached half the cache), "space" (the writer
+    /// needed freed segments, or ENOSPC was near), "fsync" (an fsync a
+    /// record cannot express), "sync", "snapshot", "cleaner", "mount",
+    /// "unmount", "requested".
+    pub checkpoints_by_cause: std::collections::BTreeMap<&'static str, u64>,
     pub dsync_records_written: u64,
     pub records_written: u64,
     pub blocks_written: u64,
