@@ -316,6 +316,9 @@ impl Lsfs {
         if !moved && rep.plugged.is_empty() {
             return Ok(rep);
         }
+        if !rep.victims.is_empty() {
+            self.store.write_moved_ahead()?;
+        }
         // The victims are free once a checkpoint records their copies: a
         // pass does not write one of its own (each would rewrite every dirty
         // DAT and metadata block), but leaves it to the next periodic one,
@@ -586,8 +589,8 @@ impl Lsfs {
             );
             self.cleaner.stats.checkpoints_given_up += given_up as u64;
             // The first frees the segments nothing needs now, the second makes them usable.
-            self.checkpoint_for("space")?;
-            self.checkpoint_for("space")?;
+            self.checkpoint_for("space: last resort")?;
+            self.checkpoint_for("space: last resort")?;
         }
         let mut stalled = 0;
         for _ in 0..256 {
@@ -598,7 +601,7 @@ impl Lsfs {
             let n = self.cleaner.config.aggressive_segments_per_pass as usize;
             let rep = self.clean(n, "foreground")?;
             // Victims become free with the checkpoint after the one that moved their blocks.
-            self.checkpoint_for("space")?;
+            self.checkpoint_for("space: last resort")?;
             if rep.victims.is_empty() {
                 break;
             }

@@ -255,7 +255,8 @@ fn write_blocks(s: &mut Store, ino: &mut Inode, b0: u64, data: &[u8]) -> Result<
                 }
             }
         }
-        let vs = s.valloc_data_run(ino.ino, m)?;
+        let olds = mapped_vblocks(s, ino, b, m)?;
+        let vs = s.valloc_overwrite_run(ino.ino, &olds)?;
         for j in 0..m {
             s.vfill(vs + j, chunk(i + j), owner(ino.ino, b + j));
         }
@@ -265,6 +266,29 @@ fn write_blocks(s: &mut Store, ino: &mut Inode, b0: u64, data: &[u8]) -> Result<
         i += m;
     }
     Ok(())
+}
+
+/// The virtual blocks file blocks `[b, b + n)` map to now (`None` for holes).
+fn mapped_vblocks(s: &mut Store, ino: &Inode, b: u64, n: u64) -> Result<Vec<Option<u64>>> {
+    let mut out = Vec::with_capacity(n as usize);
+    while (out.len() as u64) < n {
+        let at = b + out.len() as u64;
+        let left = n - out.len() as u64;
+        match extent_at(s, ino, at)? {
+            Some(e) => {
+                let k = left.min(e.file_block + e.len - at);
+                out.extend((0..k).map(|j| Some(e.vstart + (at - e.file_block) + j)));
+            }
+            None => {
+                let next = map::get_ceil(s, ino, at)?
+                    .map(|(k, _)| k)
+                    .unwrap_or(u64::MAX);
+                let k = left.min(next - at);
+                out.extend((0..k).map(|_| None));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Give file block `b` the contents `data` (a whole block).

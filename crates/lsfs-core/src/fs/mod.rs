@@ -373,7 +373,7 @@ impl Lsfs {
         if self.store.needs_freed_segments(need) {
             // Cleaner passes free segments without a checkpoint of their
             // own; the writer is about to need them.
-            self.checkpoint_for("space").map_err(e)?;
+            self.checkpoint_for("space: freed segments").map_err(e)?;
         }
         if self.store.free_blocks() >= need {
             // Below the cleaner's low-water mark, clean in the foreground
@@ -384,10 +384,10 @@ impl Lsfs {
             return Ok(());
         }
         if self.store.has_dirty() {
-            self.checkpoint_for("space").map_err(e)?;
+            self.checkpoint_for("space: short").map_err(e)?;
         }
         // Freed segments become usable after the checkpoint that freed them.
-        self.checkpoint_for("space").map_err(e)?;
+        self.checkpoint_for("space: short").map_err(e)?;
         if self.store.free_blocks() >= need || self.clean_for_space(need).map_err(e)? {
             Ok(())
         } else {

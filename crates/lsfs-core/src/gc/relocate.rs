@@ -284,14 +284,14 @@ impl Store {
             match action {
                 Action::MoveLive(v, e, owner, pos) => {
                     self.with_dat_cause("cleaner move", |s| s.move_vblock(v, e, owner, pos))?;
-                    self.note_moved(v, e.start, true);
+                    self.note_moved(v, &e, true);
                     rep.file_data_copied += holds_file_data(owner.kind, owner.ino) as u32;
                     self.kill_live(seg, false, now)?;
                     rep.live_copied += 1;
                 }
                 Action::MoveProtected(v, e, owner, pos) => {
                     self.with_dat_cause("cleaner move", |s| s.move_vblock(v, e, owner, pos))?;
-                    self.note_moved(v, e.start, false);
+                    self.note_moved(v, &e, false);
                     rep.file_data_copied += holds_file_data(owner.kind, owner.ino) as u32;
                     if self.snapshot_counted(v, e.start, e.end) {
                         self.add_snapshot(seg, -1)?;

@@ -931,6 +931,87 @@ impl Store {
         Ok(())
     }
 
+    /// Write the blocks the cleaner has moved to their data streams now,
+    /// as the next checkpoint would, then flush. They leave the cache, so a
+    /// pass's copies no longer wait there taking room (a writer short of
+    /// segments counted each twice). Only their DAT entries and segment
+    /// counters change in memory, written by the next checkpoint; until then
+    /// the DAT on disk still points into the victims, which are not reused
+    /// before it, so a crash leaves these records as dead space, as a
+    /// checkpoint whose chain did not complete leaves its data streams.
+    /// Returns the blocks written.
+    pub fn write_moved_ahead(&mut self) -> Result<usize> {
+        self.writable()?;
+        let r = self.write_moved_ahead_inner();
+        if let Err(e @ Error::Io { .. }) = &r {
+            self.fail(e);
+        }
+        r
+    }
+
+    fn write_moved_ahead_inner(&mut self) -> Result<usize> {
+        if !self.streams_can_run() || self.plugs.cleaner_moved.is_empty() {
+            return Ok(0);
+        }
+        let was_active = std::mem::replace(&mut self.streams.active, true);
+        let mut per: [Vec<(u64, u64, u64)>; 4] = Default::default();
+        for &v in &self.plugs.cleaner_moved {
+            if !self.cache.is_dirty(vkey(v)) {
+                continue;
+            }
+            let o = self.cache.owner(vkey(v)).expect("dirty block has an owner");
+            let st = self.stream_of(v, &o);
+            if st != Stream::Meta {
+                per[st as usize].push((o.ino, o.offset, v));
+            }
+        }
+        self.streams.active = was_active;
+        let now = self.now();
+        let cno = self.cur_cno;
+        let mut taken = HashSet::new();
+        let mut written = 0;
+        for st in Stream::DATA {
+            let mut blocks = std::mem::take(&mut per[st as usize]);
+            if blocks.is_empty() {
+                continue;
+            }
+            blocks.sort_unstable();
+            let plan = self.plan_data(st, blocks.len(), &mut taken)?;
+            let places = self.place(&plan, blocks.len());
+            for (&(_, _, v), &pos) in blocks.iter().zip(&places) {
+                let seg = self.geo.segment_of(pos).expect("planned inside the log");
+                let mut e = self.dat_get(v)?;
+                assert_eq!(e.pblock, 0, "moved block {v} placed twice");
+                e.pblock = pos;
+                self.dat_set(v, e)?;
+                if !self.moved_dead.remove(&v) {
+                    self.add_live(seg, now)?;
+                } else if self.snapshot_counted(v, e.start, e.end) {
+                    self.add_snapshot(seg, 1)?;
+                }
+            }
+            for r in &plan.records {
+                self.add_written(r.seg, (summary_blocks(r.npayload) + r.npayload) as u32, now)?;
+                let u = &mut self.segs.usage[r.seg as usize];
+                u.flags = (u.flags & !STREAM_MASK) | st.flags();
+                self.streams.blocks_written[st as usize] += r.npayload as u64;
+            }
+            let items: Vec<Item> = blocks.iter().map(|&(_, _, v)| Item::Virtual(v)).collect();
+            self.write_records(&plan, &items, cno, FLAG_DATA_STREAM, None, None)?;
+            self.commit_data(st, &plan);
+            for &(_, _, v) in &blocks {
+                self.cache.mark_clean(vkey(v));
+                self.streams.moved_stream.remove(&v);
+            }
+            written += blocks.len();
+        }
+        if written > 0 {
+            self.dev.flush()?;
+            self.stats.blocks_written_ahead += written as u64;
+        }
+        Ok(written)
+    }
+
     /// Keys of dirty blocks, for tests and checks.
     pub fn dirty_keys(&self) -> Vec<CacheKey> {
         self.cache.dirty_keys()

@@ -17,6 +17,11 @@ pub struct DatEntry {
     pub pblock: u64,
     pub start: u64,
     pub end: u64,
+    /// `start` of the version of the same file block that this one
+    /// replaced (0: none, or not known): how long that version lived is the
+    /// block's temperature when the cleaner moves it (meta/stream.rs).
+    /// Images written before it have 0 here, and older binaries ignore it.
+    pub prev_start: u64,
 }
 
 impl DatEntry {
@@ -26,6 +31,7 @@ impl DatEntry {
             pblock: 0,
             start: cno,
             end: CNO_MAX,
+            prev_start: 0,
         }
     }
     /// Whether slot `slot` of DAT block `block` is unused (all zero), without
@@ -47,12 +53,16 @@ impl DatEntry {
             pblock: r.u64()?,
             start: r.u64()?,
             end: r.u64()?,
+            prev_start: r.u64()?,
         };
         Ok(e)
     }
     pub fn write(&self, block: &mut [u8], slot: usize) {
         let mut w = Writer::with_capacity(DAT_ENTRY_BYTES);
-        w.u64(self.pblock).u64(self.start).u64(self.end).u64(0);
+        w.u64(self.pblock)
+            .u64(self.start)
+            .u64(self.end)
+            .u64(self.prev_start);
         block[slot * DAT_ENTRY_BYTES..(slot + 1) * DAT_ENTRY_BYTES].copy_from_slice(&w.buf);
     }
 }

@@ -82,6 +82,9 @@ pub struct StoreStats {
     /// "reclaim" (segments freed without copying), "other". The DAT's
     /// share of the metadata traffic, and why (docs/CLEANER.md §4).
     pub dat_blocks_dirtied: std::collections::BTreeMap<&'static str, u64>,
+    /// Blocks the cleaner moved that were written to their streams at the
+    /// end of its pass, not by the next checkpoint (`write_moved_ahead`).
+    pub blocks_written_ahead: u64,
     /// DAT blocks left all free and punched out before they were written
     /// (so dirtied = written + punched).
     pub dat_blocks_punched: u64,
@@ -676,6 +679,42 @@ impl Store {
         self.with_dat_cause("allocate", |s| s.valloc_run_inner(n, hot))
     }
 
+    /// New blocks for file `ino`'s blocks that map to `olds` now (`None`:
+    /// a hole): each new block remembers when the version it replaces was
+    /// written (`DatEntry::prev_start`) and is routed by how long that
+    /// version lived (meta/stream.rs); a reused DAT entry comes from the
+    /// DAT blocks of that temperature, so hot entries share DAT blocks.
+    pub fn valloc_overwrite_run(&mut self, ino: u64, olds: &[Option<u64>]) -> Result<u64> {
+        let mut prev = Vec::with_capacity(olds.len());
+        for o in olds {
+            prev.push(match o {
+                Some(v) => self.dat_get(*v)?.start,
+                None => 0,
+            });
+        }
+        let streams: Vec<Option<crate::meta::stream::Stream>> =
+            prev.iter().map(|&p| self.overwrite_stream(p)).collect();
+        let hot = match streams.iter().flatten().next() {
+            Some(_) => streams
+                .iter()
+                .any(|s| *s == Some(crate::meta::stream::Stream::HotUser)),
+            None => self.file_is_hot(ino),
+        };
+        let n = olds.len() as u64;
+        let v0 = self.with_dat_cause("allocate", |s| s.valloc_run_inner(n, hot))?;
+        for (j, (&p, st)) in prev.iter().zip(&streams).enumerate() {
+            let v = v0 + j as u64;
+            if p != 0 {
+                let e = self.dat_get(v)?;
+                self.dat_set(v, DatEntry { prev_start: p, ..e })?;
+            }
+            if let Some(st) = st {
+                self.streams.block_stream.insert(v, *st);
+            }
+        }
+        Ok(v0)
+    }
+
     fn valloc_run_inner(&mut self, n: u64, hot: bool) -> Result<u64> {
         if n == 1 {
             if let Some(v) = self.dat_reuse.take(hot) {
@@ -1188,6 +1227,7 @@ mod tests {
             pblock: 0x8125_2525_2500_0000,
             start: 1,
             end: CNO_MAX,
+            prev_start: 0,
         };
         s.dat_set(v, e).unwrap();
         let err = s.dat_get(v).unwrap_err().to_string();

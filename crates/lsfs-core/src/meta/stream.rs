@@ -124,8 +124,11 @@ pub struct Streams {
     file_last_write: std::collections::HashMap<u64, u64>,
     /// Streams of files written since the last checkpoint.
     file_stream: std::collections::HashMap<u64, Stream>,
+    /// Streams of overwritten file blocks written since the last
+    /// checkpoint, by how long the version they replace lived.
+    pub(crate) block_stream: std::collections::HashMap<u64, Stream>,
     /// Streams of blocks the cleaner moved since the last checkpoint.
-    moved_stream: std::collections::HashMap<u64, Stream>,
+    pub(crate) moved_stream: std::collections::HashMap<u64, Stream>,
     /// The next checkpoint ends an fsync, which promises one flush: it
     /// writes everything to the log (see `checkpoint_inner`).
     pub one_flush_next: bool,
@@ -149,6 +152,7 @@ impl Streams {
     /// Forget the per-checkpoint routing (the blocks are placed).
     pub(crate) fn checkpoint_done(&mut self) {
         self.file_stream.clear();
+        self.block_stream.clear();
         self.moved_stream.clear();
     }
 }
@@ -248,10 +252,30 @@ impl Store {
         self.streams.clock += nblocks;
     }
 
-    /// The cleaner moves block `v`, first written in checkpoint `start`: a
-    /// live block by its age, a dead one kept for a snapshot or checkpoint
-    /// to the cleaner stream.
-    pub(crate) fn note_moved(&mut self, v: u64, start: u64, live: bool) {
+    /// Where an overwrite goes whose replaced version was written in
+    /// checkpoint `prev_start` (0: no replaced version): hot if that
+    /// version lived less than the mean rewrite interval, else cold; `None`
+    /// when it cannot tell (no replaced version, or no exchange rate
+    /// between checkpoints and user writes yet), and the file decides.
+    pub(crate) fn overwrite_stream(&self, prev_start: u64) -> Option<Stream> {
+        if !self.streams.enabled || prev_start == 0 {
+            return None;
+        }
+        let lived = self.user_write_age(prev_start)?;
+        let t = TemperatureClassifier::default()
+            .classify_write(Some(lived), self.mean_rewrite_interval());
+        Some(if t == Temperature::Hot {
+            Stream::HotUser
+        } else {
+            Stream::ColdUser
+        })
+    }
+
+    /// The cleaner moves block `v` (DAT entry `e`): a live block by how long
+    /// the version it replaced lived when that is known (a cold block the
+    /// application wrote recently is still cold), else by its age; a dead
+    /// one kept for a snapshot or checkpoint to the cleaner stream.
+    pub(crate) fn note_moved(&mut self, v: u64, e: &crate::meta::dat_entry::DatEntry, live: bool) {
         if !self.streams.enabled {
             return;
         }
@@ -259,7 +283,11 @@ impl Store {
             self.streams.moved_stream.insert(v, Stream::Cleaner);
             return;
         }
-        let age = self.user_write_age(start);
+        let age = if e.prev_start != 0 && e.prev_start < e.start {
+            self.cnos_to_user_writes(e.start - e.prev_start)
+        } else {
+            self.user_write_age(e.start)
+        };
         let t = TemperatureClassifier::default().classify_write(age, self.mean_rewrite_interval());
         let s = if t == Temperature::Hot {
             Stream::HotUser
@@ -273,14 +301,18 @@ impl Store {
     /// user blocks per checkpoint since mount; `None` (unknown: cold) before
     /// this mount's writes have spanned a checkpoint.
     fn user_write_age(&self, start: u64) -> Option<u64> {
+        self.cnos_to_user_writes(self.cur_cno.saturating_sub(start))
+    }
+
+    /// `cnos` checkpoints in user blocks written, at the rate since mount.
+    fn cnos_to_user_writes(&self, cnos: u64) -> Option<u64> {
         let (clock0, cno0) = self.streams.cno_base?;
         let clock = self.streams.clock.saturating_sub(clock0);
-        let cnos = self.cur_cno.saturating_sub(cno0);
-        if clock == 0 || cnos == 0 {
+        let since = self.cur_cno.saturating_sub(cno0);
+        if clock == 0 || since == 0 {
             return None;
         }
-        let age = self.cur_cno.saturating_sub(start) as f64 * clock as f64 / cnos as f64;
-        Some(age as u64)
+        Some((cnos as f64 * clock as f64 / since as f64) as u64)
     }
 
     /// Whether file `ino` is hot in the checkpoint being built (its blocks
@@ -295,6 +327,9 @@ impl Store {
             return Stream::Meta;
         }
         if let Some(&s) = self.streams.moved_stream.get(&v) {
+            return s;
+        }
+        if let Some(&s) = self.streams.block_stream.get(&v) {
             return s;
         }
         if o.kind == BlockKind::Data && o.ino >= FIRST_USER_INO {
