@@ -408,3 +408,57 @@ fn remounts_resume_the_data_streams_open_segments() {
     }
     fsck_clean(&mut fs);
 }
+
+/// One file hot in one region and cold in another, as a database or a VM
+/// image is: an overwrite goes to the hot or the cold stream by how long the
+/// version it replaces lived, not by the file's history (which calls the
+/// whole file hot), and the cleaner keeps a moved cold block cold.
+#[test]
+fn overwrites_are_routed_by_their_own_blocks_lifetime() {
+    use lsfs_core::meta::stream::Stream;
+    let mut fs = mkfs(128, 128, cfg());
+    let t0 = fs.store.now();
+    let ctx = Ctx::default();
+    let a = fs
+        .mknod(ROOT_INO, b"db", libc::S_IFREG | 0o644, 0, &ctx)
+        .unwrap();
+    const COLD: u64 = 2000;
+    const HOT: u64 = 64;
+    for k in 0..COLD {
+        fs.write(a.ino, k * 4096, &block(k as usize, 0)).unwrap();
+    }
+    fs.checkpoint().unwrap();
+    // The hot region (the first HOT blocks) is rewritten a checkpoint apart,
+    // many times: its versions live one checkpoint each.
+    for round in 1..=60u32 {
+        fs.store.now_override = Some(t0 + round as u64);
+        for k in 0..HOT {
+            fs.write(a.ino, k * 4096, &block(k as usize, round)).unwrap();
+        }
+        fs.checkpoint().unwrap();
+    }
+    // Now one cold block (written once, 61 checkpoints ago) and one hot
+    // block more; the file as a whole is hot.
+    let cold_block = COLD - 1;
+    fs.write(a.ino, cold_block * 4096, &block(cold_block as usize, 99))
+        .unwrap();
+    fs.write(a.ino, 0, &block(0, 99)).unwrap();
+    fs.checkpoint().unwrap();
+    let stream_of = |fs: &mut Lsfs, k: u64| -> Stream {
+        let v = fs.file_vblock_for_test(a.ino, k).unwrap().expect("mapped");
+        let e = fs.store.dat_get(v).unwrap();
+        let seg = fs.store.geo.segment_of(e.pblock).unwrap();
+        Stream::from_flags(fs.store.segs.usage[seg as usize].flags)
+    };
+    assert_eq!(stream_of(&mut fs, 0), Stream::HotUser);
+    assert_eq!(
+        stream_of(&mut fs, cold_block),
+        Stream::ColdUser,
+        "a long-lived block of a hot file went to the hot stream"
+    );
+    // The rewritten cold block remembers what it replaced.
+    let v = fs.file_vblock_for_test(a.ino, cold_block).unwrap().unwrap();
+    let e = fs.store.dat_get(v).unwrap();
+    assert!(e.prev_start != 0 && e.prev_start < e.start, "{e:?}");
+    fsck_clean(&mut fs);
+}

@@ -194,3 +194,41 @@ fn seek_data_and_hole_find_the_written_blocks() {
     assert_eq!(fs.seek_data_or_hole(g, 1, false).unwrap(), Some(5));
     assert_eq!(fs.seek_data_or_hole(g, 5, true).unwrap(), None);
 }
+
+/// `Lsfs::write_amplification` (what `lsfs stats` prints first): every byte
+/// the device was asked to write since mount, over the bytes applications
+/// asked to store (data, fallocated bytes, names, symlink targets, xattrs).
+#[test]
+fn write_amplification_counts_device_and_application_bytes() {
+    let dev = MemDevice::new(64 * MIB);
+    let mut fs = Lsfs::mkfs(Box::new(dev), &small_opts(), cfg()).unwrap();
+    let wa = fs.write_amplification();
+    assert_eq!((wa.device_bytes, wa.app_bytes, wa.ratio), (0, 0, None));
+    let c = ctx();
+    let a = fs
+        .mknod(ROOT_INO, b"file", libc::S_IFREG | 0o644, 0, &c)
+        .unwrap();
+    fs.write(a.ino, 0, &pattern(1, 1 << 20)).unwrap();
+    fs.fallocate(a.ino, 1 << 20, 8192, 0).unwrap();
+    fs.setxattr(a.ino, b"user.k", b"value", 0).unwrap();
+    fs.symlink(ROOT_INO, b"ln", b"file", &c).unwrap();
+    let app = (1u64 << 20) + 8192 + 4 + 11 + 2 + 4;
+    let before = fs.write_amplification();
+    assert_eq!(before.app_bytes, app);
+    fs.sync().unwrap();
+    let wa = fs.write_amplification();
+    assert_eq!(wa.app_bytes, app, "sync stores nothing for applications");
+    // The checkpoint wrote the data, its metadata, record headers and a
+    // superblock: more than the data, all of it counted.
+    assert!(wa.device_bytes > 1 << 20, "{wa:?}");
+    assert!(wa.device_bytes > before.device_bytes);
+    let r = wa.ratio.unwrap();
+    assert!((1.0..2.0).contains(&r), "{wa:?}");
+    assert_eq!(r, wa.device_bytes as f64 / app as f64);
+    // Unlinking stores nothing: the device side grows, the application side not.
+    fs.unlink(ROOT_INO, b"ln").unwrap();
+    fs.sync().unwrap();
+    let after = fs.write_amplification();
+    assert_eq!(after.app_bytes, app);
+    assert!(after.device_bytes > wa.device_bytes);
+}

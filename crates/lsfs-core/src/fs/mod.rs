@@ -405,6 +405,13 @@ impl Lsfs {
         Ok(())
     }
 
+    /// The virtual block file block `block` of `ino` maps to (tests, tools).
+    pub fn file_vblock_for_test(&mut self, ino: u64, block: u64) -> Result<Option<u64>> {
+        let i = self.get(ino)?;
+        Ok(file::extent_at(&mut self.store, &i, block)?
+            .map(|e| e.vstart + (block - e.file_block)))
+    }
+
     pub fn checkpoints(&self) -> Vec<crate::meta::cpfile::CpEntry> {
         self.store.cps.entries.values().copied().collect()
     }
