@@ -198,7 +198,9 @@ def large_run(raw, env_path):
             "wa": div((cur - prev) * 512, f["bytes"]),
             "iops": div(f["ios"], f["runtime_s"]),
             "runtime_s": f["runtime_s"],
-            "time_bounded": bool(part_mb and f["bytes"] < part_mb * MIB * 0.999),
+            # fio stopped at --runtime, not at its byte count (nor at an error).
+            "time_bounded": bool(part_mb and f["bytes"] < part_mb * MIB * 0.999
+                                 and f["runtime_s"] >= 0.98 * (num(env, "part_max_secs") or 0)),
         })
         prev = cur
     ios = sum(f["ios"] for f in done) if done else None
