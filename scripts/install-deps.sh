@@ -4,9 +4,10 @@
 set -euo pipefail
 
 # python3: scripts/bench.sh's report (bench/report.py, standard library only);
+# blktrace: scripts/overwrite-bench.sh's FTL traces (blktrace, blkparse);
 # linux-perf: bench/profile.sh; stress-ng: scripts/stress.sh; gcc and
 # libc6-dev: the linker cargo calls (rustup does not install one).
-APT_PACKAGES=(fuse3 libfuse3-dev pkg-config fio postmark dbench btrfs-progs xfsprogs e2fsprogs
+APT_PACKAGES=(fuse3 libfuse3-dev pkg-config fio postmark dbench btrfs-progs xfsprogs e2fsprogs blktrace
               python3 linux-perf stress-ng gcc libc6-dev)
 
 if [[ $(id -u) -ne 0 ]]; then

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::cache::parse_trace;
+use crate::ftl::block_trace::{self, BlockTraceFormat};
 use crate::ftl::synthetic::BlockUtilizationTrace;
 use crate::ftl::{build, FtlGeometry, FtlKind};
 use crate::plot::{line_chart, Chart, Series};
@@ -20,6 +21,9 @@ pub struct FtlArgs {
     pub ftl: String,
     #[arg(long, default_value_t = 16)]
     pub capacity_gib: u64,
+    /// Capacity in MiB instead of --capacity-gib (e.g. the size of a traced device).
+    #[arg(long, conflicts_with = "capacity_gib")]
+    pub capacity_mib: Option<u64>,
     /// Over-provisioning as a fraction of the capacity.
     #[arg(long, default_value_t = 0.15)]
     pub over_provisioning: f64,
@@ -42,14 +46,28 @@ pub struct FtlArgs {
     /// GiB written while measuring.
     #[arg(long, default_value_t = 16.0)]
     pub measure_gib: f64,
-    /// Replay the writes of an R/W page trace instead (e.g. a cache simulator after-trace).
+    /// Replay the writes of a trace instead (e.g. a cache simulator after-trace), on a device
+    /// first filled sequentially.
     #[arg(long)]
     pub trace: Option<PathBuf>,
+    /// The trace's format: pages (lines `R|W PAGE [COUNT]`, in --page-bytes pages), blkparse
+    /// (blkparse's default output of a blktrace capture) or ftrace (the kernel's
+    /// block_rq_complete events as tracefs prints them). For the last two, completed write
+    /// requests count, rounded out to whole pages; reads, discards and flushes do not.
+    #[arg(long, value_enum, default_value = "pages")]
+    pub trace_format: TraceFormat,
     /// WAF against block utilization, as SVG.
     #[arg(long)]
     pub plot: Option<PathBuf>,
     #[command(flatten)]
     pub common: CommonArgs,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TraceFormat {
+    Pages,
+    Blkparse,
+    Ftrace,
 }
 
 #[derive(Serialize, Debug, Clone)]
@@ -66,7 +84,9 @@ pub struct FtlRow {
 impl FtlArgs {
     fn geometry(&self) -> FtlGeometry {
         FtlGeometry {
-            logical_bytes: self.capacity_gib << 30,
+            logical_bytes: self
+                .capacity_mib
+                .map_or(self.capacity_gib << 30, |m| m << 20),
             over_provisioning: self.over_provisioning,
             page_bytes: self.page_bytes,
             pages_per_block: self.pages_per_block,
@@ -220,11 +240,24 @@ fn figure_2_1(args: &FtlArgs) -> Result<Vec<FtlRow>, Box<dyn Error>> {
 /// Replay a trace's writes on a device that was first filled sequentially.
 fn replay(args: &FtlArgs, path: &PathBuf) -> Result<Vec<FtlRow>, Box<dyn Error>> {
     let g = args.geometry();
-    let writes: Vec<u64> = parse_trace(&std::fs::read_to_string(path)?)?
-        .into_iter()
-        .filter(|r| r.write)
-        .map(|r| r.page)
-        .collect();
+    let open = || -> Result<_, Box<dyn Error>> {
+        let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(std::io::BufReader::new(file))
+    };
+    let block = |format| -> Result<Vec<u64>, Box<dyn Error>> {
+        let writes = block_trace::read_writes(open()?, format)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(block_trace::pages(&writes, g.page_bytes))
+    };
+    let writes: Vec<u64> = match args.trace_format {
+        TraceFormat::Pages => parse_trace(&std::fs::read_to_string(path)?)?
+            .into_iter()
+            .filter(|r| r.write)
+            .map(|r| r.page)
+            .collect(),
+        TraceFormat::Blkparse => block(BlockTraceFormat::Blkparse)?,
+        TraceFormat::Ftrace => block(BlockTraceFormat::Ftrace)?,
+    };
     let mut rows = Vec::new();
     for kind in args.kinds()? {
         let stats = replay_writes(kind, &g, &writes)?;

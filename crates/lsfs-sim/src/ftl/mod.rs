@@ -4,6 +4,7 @@
 //! Kang's synthetic block-utilization traces (Fig. 2-1, [`synthetic`]).
 
 mod block_buckets;
+pub mod block_trace;
 mod fast;
 mod page_level;
 pub mod synthetic;
