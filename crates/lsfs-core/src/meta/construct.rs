@@ -361,7 +361,9 @@ impl Store {
                 continue;
             }
             let o = self.cache.owner(vkey(v)).expect("dirty block has an owner");
-            per[self.stream_of(v, &o) as usize].push(item);
+            let st = self.stream_of(v, &o);
+            self.note_stream_write(v, &o, st);
+            per[st as usize].push(item);
         }
         let dat_order = self.dat_postorder()?;
         per[0].extend(dat_order.iter().map(|&(t, _, _)| Item::Dat(t)));
@@ -955,13 +957,15 @@ impl Store {
         }
         let was_active = std::mem::replace(&mut self.streams.active, true);
         let mut per: [Vec<(u64, u64, u64)>; 4] = Default::default();
-        for &v in &self.plugs.cleaner_moved {
+        let moved: Vec<u64> = self.plugs.cleaner_moved.iter().copied().collect();
+        for v in moved {
             if !self.cache.is_dirty(vkey(v)) {
                 continue;
             }
             let o = self.cache.owner(vkey(v)).expect("dirty block has an owner");
             let st = self.stream_of(v, &o);
             if st != Stream::Meta {
+                self.note_stream_write(v, &o, st);
                 per[st as usize].push((o.ino, o.offset, v));
             }
         }

@@ -82,6 +82,10 @@ pub struct StoreStats {
     /// "reclaim" (segments freed without copying), "other". The DAT's
     /// share of the metadata traffic, and why (docs/CLEANER.md §4).
     pub dat_blocks_dirtied: std::collections::BTreeMap<&'static str, u64>,
+    /// Virtual blocks placed by checkpoints and by the cleaner, by what
+    /// chose their stream (`Store::note_stream_write`); fsync records'
+    /// blocks are not among them (they go to the log).
+    pub stream_writes: std::collections::BTreeMap<&'static str, u64>,
     /// Blocks the cleaner moved that were written to their streams at the
     /// end of its pass, not by the next checkpoint (`write_moved_ahead`).
     pub blocks_written_ahead: u64,
@@ -692,8 +696,19 @@ impl Store {
                 None => 0,
             });
         }
-        let streams: Vec<Option<crate::meta::stream::Stream>> =
-            prev.iter().map(|&p| self.overwrite_stream(p)).collect();
+        // A block's first write (a hole or past the end) is cold, as in the
+        // simulator: appending to a file is not rewriting it (a file being
+        // filled looked hot by its history and sent all of it, long-lived,
+        // to the hot stream: hot victims were cleaned 58 % live).
+        let first_write = self.streams.enabled.then_some(crate::meta::stream::Stream::ColdUser);
+        let streams: Vec<Option<crate::meta::stream::Stream>> = olds
+            .iter()
+            .zip(&prev)
+            .map(|(o, &p)| match o {
+                None => first_write,
+                Some(_) => self.overwrite_stream(p),
+            })
+            .collect();
         let hot = match streams.iter().flatten().next() {
             Some(_) => streams
                 .iter()

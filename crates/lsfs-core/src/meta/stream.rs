@@ -321,6 +321,37 @@ impl Store {
         self.streams.file_stream.get(&ino) == Some(&Stream::HotUser)
     }
 
+    /// Count a block placed in stream `st` under what sent it there
+    /// (`StoreStats::stream_writes`): "moved to hot", "moved to cleaner",
+    /// "block to hot"/"to cold" (a first write, or routed by the replaced
+    /// version's lifetime), "file to hot"/"to cold" (by the file's history),
+    /// "meta".
+    pub(crate) fn note_stream_write(&mut self, v: u64, o: &Owner, st: Stream) {
+        let why = if self.streams.moved_stream.contains_key(&v) {
+            match st {
+                Stream::HotUser => "moved to hot",
+                _ => "moved to cleaner",
+            }
+        } else if self.streams.block_stream.contains_key(&v) {
+            match st {
+                Stream::HotUser => "block to hot",
+                _ => "block to cold",
+            }
+        } else if st == Stream::Meta {
+            if o.kind == BlockKind::Data && o.ino >= FIRST_USER_INO {
+                "file data to meta"
+            } else {
+                "meta"
+            }
+        } else {
+            match st {
+                Stream::HotUser => "file to hot",
+                _ => "file to cold",
+            }
+        };
+        *self.stats.stream_writes.entry(why).or_default() += 1;
+    }
+
     /// The stream dirty virtual block `v` (owned by `o`) is written to.
     pub(crate) fn stream_of(&self, v: u64, o: &Owner) -> Stream {
         if !self.streams.active {
