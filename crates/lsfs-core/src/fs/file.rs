@@ -138,28 +138,75 @@ pub fn read(s: &mut Store, ino: &Inode, off: u64, len: u64) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// Map file blocks `[b, b + n)` to virtual blocks `[vs, vs + n)`, splitting
-/// the extents they overlap and merging with contiguous neighbours. Returns
-/// the virtual blocks that were mapped there before.
-fn remap_run(s: &mut Store, ino: &mut Inode, b: u64, n: u64, vs: u64) -> Result<Vec<u64>> {
+/// The extents that overlap file blocks `[b, b + n)`, in order (whole, not
+/// clipped): one floor lookup and, when the first does not cover the whole
+/// range, one scan of the keys after it (a write used to look each of them up
+/// several times, a descent of the tree each).
+fn extents_over(s: &mut Store, ino: &Inode, b: u64, n: u64) -> Result<Vec<Extent>> {
     let end = b + n;
-    let mut overlapping = Vec::new();
+    let mut out = Vec::new();
+    let mut next_key = b + 1;
     if let Some(e) = extent_at(s, ino, b)? {
-        overlapping.push(e);
-    }
-    let mut k = b + 1;
-    while let Some((ks, v)) = map::get_ceil(s, ino, k)? {
-        if ks >= end {
-            break;
+        next_key = e.file_block + e.len;
+        out.push(e);
+        if next_key >= end {
+            return Ok(out);
         }
-        overlapping.push(decode_ext(ks, &v)?);
-        k = ks + 1;
     }
+    loop {
+        let items = map::get_ceil_run(s, ino, next_key, 64)?;
+        if items.is_empty() {
+            return Ok(out);
+        }
+        for (k, v) in items {
+            if k >= end {
+                return Ok(out);
+            }
+            let e = decode_ext(k, &v)?;
+            next_key = e.file_block + e.len;
+            out.push(e);
+        }
+        if next_key >= end {
+            return Ok(out);
+        }
+    }
+}
+
+/// What file blocks `[b, b + n)` map to now, from `extents` (as
+/// [`extents_over`] gives them): the virtual block of each, `None` for holes.
+fn mapped_in(extents: &[Extent], b: u64, n: u64) -> Vec<Option<u64>> {
+    let mut out = vec![None; n as usize];
+    for e in extents {
+        let lo = e.file_block.max(b);
+        let hi = (e.file_block + e.len).min(b + n);
+        for f in lo..hi {
+            out[(f - b) as usize] = Some(e.vstart + (f - e.file_block));
+        }
+    }
+    out
+}
+
+/// Map file blocks `[b, b + n)` to virtual blocks `[vs, vs + n)`, splitting
+/// the `overlapping` extents (all those that overlap the range, whole) and
+/// merging with contiguous neighbours. Returns the virtual blocks that were
+/// mapped there before.
+fn remap_run(
+    s: &mut Store,
+    ino: &mut Inode,
+    b: u64,
+    n: u64,
+    vs: u64,
+    overlapping: &[Extent],
+) -> Result<Vec<u64>> {
+    let end = b + n;
     let mut replaced = Vec::new();
+    // The new extent takes key `b` itself when an old one starts there, so
+    // that one is replaced by the insert below rather than removed first.
+    let mut right_piece = None;
     for e in overlapping {
+        debug_assert!(e.file_block < end && e.file_block + e.len > b);
         let (lo, hi) = (b.max(e.file_block), end.min(e.file_block + e.len));
         replaced.extend((lo..hi).map(|f| e.vstart + (f - e.file_block)));
-        map::remove(s, ino, e.file_block)?;
         if e.file_block < b {
             let left = Extent {
                 file_block: e.file_block,
@@ -167,6 +214,8 @@ fn remap_run(s: &mut Store, ino: &mut Inode, b: u64, n: u64, vs: u64) -> Result<
                 len: b - e.file_block,
             };
             map::insert(s, ino, left.file_block, &encode_ext(&left))?;
+        } else if e.file_block != b {
+            map::remove(s, ino, e.file_block)?;
         }
         if e.file_block + e.len > end {
             let d = end - e.file_block;
@@ -176,6 +225,7 @@ fn remap_run(s: &mut Store, ino: &mut Inode, b: u64, n: u64, vs: u64) -> Result<
                 len: e.len - d,
             };
             map::insert(s, ino, right.file_block, &encode_ext(&right))?;
+            right_piece = Some(right);
         }
     }
     let mut new = Extent {
@@ -183,8 +233,11 @@ fn remap_run(s: &mut Store, ino: &mut Inode, b: u64, n: u64, vs: u64) -> Result<
         vstart: vs,
         len: n,
     };
-    // Merge with the extents right before and after when contiguous in both spaces.
-    if b > 0 {
+    // Merge with the extents right before and after when contiguous in both
+    // spaces. An old extent that started before `b` left its own piece there,
+    // whose numbers are in use, so nothing new can continue it.
+    let starts_before = overlapping.first().is_some_and(|e| e.file_block < b);
+    if b > 0 && !starts_before {
         if let Some(p) = extent_at(s, ino, b - 1)? {
             if p.file_block + p.len == b && p.vstart + p.len == vs && p.len + n <= u32::MAX as u64 {
                 map::remove(s, ino, p.file_block)?;
@@ -200,15 +253,23 @@ fn remap_run(s: &mut Store, ino: &mut Inode, b: u64, n: u64, vs: u64) -> Result<
     // fresh one must be fresh too (`write_blocks` rewrites them in place).
     // New numbers at the end of the DAT always were; a reused number can sit
     // right before the older extent of the next file block.
-    if let Some((k, val)) = map::get_ceil(s, ino, end)? {
-        let next = decode_ext(k, &val)?;
-        if k == end
-            && next.vstart == vs + n
-            && s.is_fresh(next.vstart)
-            && new.len + next.len <= u32::MAX as u64
-        {
-            map::remove(s, ino, k)?;
+    let after = match right_piece {
+        Some(r) => Some(r),
+        None => match map::get_ceil(s, ino, end)? {
+            Some((k, val)) if k == end => Some(decode_ext(k, &val)?),
+            _ => None,
+        },
+    };
+    if let Some(next) = after {
+        if next.vstart == vs + n && s.is_fresh(next.vstart) && new.len + next.len <= u32::MAX as u64 {
+            map::remove(s, ino, next.file_block)?;
             new.len += next.len;
+        }
+    }
+    if new.file_block != b {
+        // Merged into the extent before: the old key `b`, if any, goes.
+        if overlapping.iter().any(|e| e.file_block == b) {
+            map::remove(s, ino, b)?;
         }
     }
     map::insert(s, ino, new.file_block, &encode_ext(&new))?;
@@ -221,74 +282,59 @@ fn remap_run(s: &mut Store, ino: &mut Inode, b: u64, n: u64, vs: u64) -> Result<
 fn write_blocks(s: &mut Store, ino: &mut Inode, b0: u64, data: &[u8]) -> Result<()> {
     let n = data.len() as u64 / BLOCK;
     let chunk = |i: u64| data[(i * BLOCK) as usize..((i + 1) * BLOCK) as usize].to_vec();
+    let extents = extents_over(s, ino, b0, n)?;
+    let mapped = mapped_in(&extents, b0, n);
+    // Whether file block `b0 + i` starts a fresh stretch: mapped to a block
+    // no checkpoint has seen (along an extent, the blocks after a fresh one
+    // are fresh too, `remap_run` keeps it so).
+    let fresh_at = |s: &Store, i: u64| mapped[i as usize].is_some_and(|v| s.is_fresh(v));
+    let extent_end = |i: u64| {
+        let f = b0 + i;
+        extents
+            .iter()
+            .find(|e| f >= e.file_block && f < e.file_block + e.len)
+            .map(|e| e.file_block + e.len - b0)
+    };
     let mut i = 0;
     while i < n {
         let b = b0 + i;
-        let ext = extent_at(s, ino, b)?;
-        if let Some(e) = ext.filter(|e| s.is_fresh(e.vstart + (b - e.file_block))) {
-            // Along an extent, the blocks after a fresh one are fresh too
-            // (`remap_run` keeps it so).
-            let m = (n - i).min(e.file_block + e.len - b);
+        if fresh_at(s, i) {
+            let m = extent_end(i).expect("mapped").min(n) - i;
             for j in 0..m {
-                s.vwrite(
-                    e.vstart + (b - e.file_block) + j,
-                    chunk(i + j),
-                    owner(ino.ino, b + j),
-                )?;
+                let v = mapped[(i + j) as usize].expect("mapped");
+                s.vwrite(v, chunk(i + j), owner(ino.ino, b + j))?;
             }
             i += m;
             continue;
         }
         // How far the blocks needing new virtual blocks go: through mapped
-        // old extents and holes, up to the first fresh block.
-        let mut m = 0;
+        // old extents and holes, up to the first block where a fresh
+        // stretch of an extent starts.
+        let mut m = 1;
         while i + m < n {
-            let at = b + m;
-            match extent_at(s, ino, at)? {
-                Some(e) if s.is_fresh(e.vstart + (at - e.file_block)) => break,
-                Some(e) => m += (n - i - m).min(e.file_block + e.len - at),
-                None => {
-                    let next = map::get_ceil(s, ino, at)?
-                        .map(|(k, _)| k)
-                        .unwrap_or(u64::MAX);
-                    m += (n - i - m).min(next - at);
-                }
+            let at = i + m;
+            let starts_extent = extents.iter().any(|e| e.file_block == b0 + at);
+            if starts_extent && fresh_at(s, at) {
+                break;
             }
+            m += 1;
         }
-        let olds = mapped_vblocks(s, ino, b, m)?;
-        let vs = s.valloc_overwrite_run(ino.ino, &olds)?;
+        let olds = &mapped[i as usize..(i + m) as usize];
+        let vs = s.valloc_overwrite_run(ino.ino, olds)?;
         for j in 0..m {
             s.vfill(vs + j, chunk(i + j), owner(ino.ino, b + j));
         }
-        let replaced = remap_run(s, ino, b, m, vs)?;
+        let overlapping: Vec<Extent> = extents
+            .iter()
+            .filter(|e| e.file_block < b + m && e.file_block + e.len > b)
+            .copied()
+            .collect();
+        let replaced = remap_run(s, ino, b, m, vs, &overlapping)?;
         ino.blocks += m - replaced.len() as u64;
         s.vkill_many(&replaced)?;
         i += m;
     }
     Ok(())
-}
-
-/// The virtual blocks file blocks `[b, b + n)` map to now (`None` for holes).
-fn mapped_vblocks(s: &mut Store, ino: &Inode, b: u64, n: u64) -> Result<Vec<Option<u64>>> {
-    let mut out = Vec::with_capacity(n as usize);
-    while (out.len() as u64) < n {
-        let at = b + out.len() as u64;
-        let left = n - out.len() as u64;
-        match extent_at(s, ino, at)? {
-            Some(e) => {
-                let k = left.min(e.file_block + e.len - at);
-                out.extend((0..k).map(|j| Some(e.vstart + (at - e.file_block) + j)));
-            }
-            None => {
-                let next = map::get_ceil(s, ino, at)?
-                    .map(|(k, _)| k)
-                    .unwrap_or(u64::MAX);
-                let k = left.min(next - at);
-                out.extend((0..k).map(|_| None));
-            }
-        }
-    }
-    Ok(out)
 }
 
 /// Give file block `b` the contents `data` (a whole block).
