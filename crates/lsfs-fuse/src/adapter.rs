@@ -21,6 +21,7 @@ use fuser::{
 use lsfs_vfs::{Attr, Ctx, SetAttr, Vfs, VfsResult};
 
 use crate::convert::{errno, file_attr, file_type, system_time_opt, time_set, xattr_list};
+use crate::counters::{Op, RequestCounters};
 use crate::privs;
 
 /// How long the kernel may cache names and attributes. Every change goes
@@ -34,14 +35,24 @@ pub(crate) struct FuseAdapter<V: Vfs> {
     vfs: Arc<Mutex<V>>,
     /// Ask the kernel for its writeback cache (`MountOptions::writeback_cache`).
     writeback_cache: bool,
+    counters: Arc<RequestCounters>,
 }
 
 impl<V: Vfs> FuseAdapter<V> {
-    pub(crate) fn new(vfs: Arc<Mutex<V>>, writeback_cache: bool) -> Self {
+    pub(crate) fn new(
+        vfs: Arc<Mutex<V>>,
+        writeback_cache: bool,
+        counters: Arc<RequestCounters>,
+    ) -> Self {
         FuseAdapter {
             vfs,
             writeback_cache,
+            counters,
         }
+    }
+
+    fn count(&self, op: Op) {
+        self.counters.count(op);
     }
 
     /// Run `f` on the locked `Vfs`, turning a poisoned lock or a panic into
@@ -133,12 +144,14 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.count(Op::Lookup);
         reply_entry(reply, self.call(|v| v.lookup(parent.0, name.as_bytes())));
     }
 
     /// fuser's default `batch_forget` calls this once per inode (its
     /// `ForgetOne` type is not public, so it cannot be overridden).
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.count(Op::Forget);
         let _ = self.call(|v| {
             v.forget(ino.0, nlookup);
             Ok(())
@@ -146,6 +159,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.count(Op::Getattr);
         reply_attr(reply, self.call(|v| v.getattr(ino.0)));
     }
 
@@ -167,6 +181,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        self.count(Op::Setattr);
         let set = SetAttr {
             mode,
             uid,
@@ -191,6 +206,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.count(Op::Readlink);
         match self.call(|v| v.readlink(ino.0)) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(e),
@@ -207,6 +223,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        self.count(Op::Mknod);
         let ctx = ctx(req, umask);
         reply_entry(
             reply,
@@ -223,6 +240,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        self.count(Op::Mkdir);
         let ctx = ctx(req, umask);
         reply_entry(
             reply,
@@ -231,10 +249,12 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.count(Op::Unlink);
         reply_empty(reply, self.call(|v| v.unlink(parent.0, name.as_bytes())));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.count(Op::Rmdir);
         reply_empty(reply, self.call(|v| v.rmdir(parent.0, name.as_bytes())));
     }
 
@@ -246,6 +266,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        self.count(Op::Symlink);
         let ctx = ctx(req, 0);
         let target = target.as_os_str().as_bytes();
         reply_entry(
@@ -264,6 +285,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        self.count(Op::Rename);
         let r = self.call(|v| {
             v.rename(
                 parent.0,
@@ -284,6 +306,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        self.count(Op::Link);
         reply_entry(
             reply,
             self.call(|v| v.link(ino.0, newparent.0, newname.as_bytes())),
@@ -291,6 +314,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.count(Op::Open);
         match self.call(|v| v.open(ino.0, flags.0)) {
             Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
             Err(e) => reply.error(e),
@@ -308,6 +332,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        self.count(Op::Read);
         match self.call(|v| v.read(ino.0, offset, size)) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(e),
@@ -326,6 +351,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        self.count(Op::Write);
         let drop = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         match self.call(|v| {
             if drop {
@@ -348,6 +374,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        self.count(Op::Flush);
         reply.ok();
     }
 
@@ -361,6 +388,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.count(Op::Release);
         reply_empty(
             reply,
             self.call(|v| {
@@ -378,6 +406,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.count(Op::Fsync);
         reply_empty(reply, self.call(|v| v.fsync(ino.0, datasync)));
     }
 
@@ -393,6 +422,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         whence: i32,
         reply: fuser::ReplyLseek,
     ) {
+        self.count(Op::Lseek);
         let data = match whence {
             libc::SEEK_DATA => true,
             libc::SEEK_HOLE => false,
@@ -409,7 +439,11 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.open(_req, ino, flags, reply);
+        self.count(Op::Opendir);
+        match self.call(|v| v.open(ino.0, flags.0)) {
+            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
     }
 
     /// `offset` is the `Vfs` cookie of the last entry the kernel has seen,
@@ -422,6 +456,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        self.count(Op::Readdir);
         let mut cookie = offset;
         loop {
             let batch = match self.call(|v| v.readdir(ino.0, cookie, READDIR_BATCH)) {
@@ -455,6 +490,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
+        self.count(Op::Releasedir);
         reply_empty(
             reply,
             self.call(|v| {
@@ -472,10 +508,12 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.count(Op::Fsyncdir);
         reply_empty(reply, self.call(|v| v.fsync(ino.0, datasync)));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.count(Op::Statfs);
         match self.call(|v| v.statfs()) {
             Ok(s) => reply.statfs(
                 s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
@@ -494,6 +532,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        self.count(Op::Setxattr);
         reply_empty(
             reply,
             self.call(|v| v.setxattr(ino.0, name.as_bytes(), value, flags)),
@@ -501,6 +540,10 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.count(Op::Getxattr);
+        if name.as_bytes() == b"security.capability" {
+            self.counters.count_capability_probe();
+        }
         reply_xattr(
             reply,
             size,
@@ -509,6 +552,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.count(Op::Listxattr);
         reply_xattr(
             reply,
             size,
@@ -518,12 +562,14 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.count(Op::Removexattr);
         reply_empty(reply, self.call(|v| v.removexattr(ino.0, name.as_bytes())));
     }
 
     /// Only called without `default_permissions`; the kernel checks
     /// permissions, so existence is all there is left to check.
     fn access(&self, _req: &Request, ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
+        self.count(Op::Access);
         reply_empty(reply, self.call(|v| v.getattr(ino.0)).map(|_| ()));
     }
 
@@ -537,6 +583,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        self.count(Op::Create);
         let ctx = ctx(req, umask);
         let mode = libc::S_IFREG | (mode & 0o7777);
         let r = self.call(|v| {
@@ -570,9 +617,103 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        self.count(Op::Fallocate);
         reply_empty(
             reply,
             self.call(|v| v.fallocate(ino.0, offset, length, mode)),
         );
+    }
+    // Requests lsfs does not serve, answered ENOSYS without fuser's warning
+    // per request (the kernel stops sending most of them after the first).
+
+    fn getlk(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        _start: u64,
+        _end: u64,
+        _typ: i32,
+        _pid: u32,
+        reply: fuser::ReplyLock,
+    ) {
+        self.count(Op::Getlk);
+        reply.error(fuser::Errno::ENOSYS);
+    }
+
+    fn setlk(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        _start: u64,
+        _end: u64,
+        _typ: i32,
+        _pid: u32,
+        _sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.count(Op::Setlk);
+        reply.error(fuser::Errno::ENOSYS);
+    }
+
+    fn bmap(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _blocksize: u32,
+        _idx: u64,
+        reply: fuser::ReplyBmap,
+    ) {
+        self.count(Op::Bmap);
+        reply.error(fuser::Errno::ENOSYS);
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        self.count(Op::Ioctl);
+        reply.error(fuser::Errno::ENOSYS);
+    }
+
+    fn poll(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _ph: fuser::PollNotifier,
+        _events: fuser::PollEvents,
+        _flags: fuser::PollFlags,
+        reply: fuser::ReplyPoll,
+    ) {
+        self.count(Op::Poll);
+        reply.error(fuser::Errno::ENOSYS);
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        _ino_in: INodeNo,
+        _fh_in: FileHandle,
+        _offset_in: u64,
+        _ino_out: INodeNo,
+        _fh_out: FileHandle,
+        _offset_out: u64,
+        _len: u64,
+        _flags: fuser::CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        self.count(Op::CopyFileRange);
+        reply.error(fuser::Errno::ENOSYS);
     }
 }

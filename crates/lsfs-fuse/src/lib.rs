@@ -23,9 +23,11 @@
 
 mod adapter;
 mod convert;
+mod counters;
 mod kernel_mount;
 mod mount;
 mod mountpoint;
 mod privs;
 
+pub use counters::{Op, RequestCounters};
 pub use mount::{mount_foreground, spawn_mount, MountHandle, MountOptions};

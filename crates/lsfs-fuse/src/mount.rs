@@ -14,6 +14,7 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 use crate::adapter::FuseAdapter;
+use crate::counters::RequestCounters;
 use crate::kernel_mount;
 use crate::mountpoint;
 
@@ -34,6 +35,9 @@ pub struct MountOptions {
     /// the page cache and returns; the kernel sends the pages later, in
     /// batches, and on fsync, close and unmount. Off by default.
     pub writeback_cache: bool,
+    /// Where the adapter counts the requests it serves, by opcode; share
+    /// it (clone the `Arc`) to report them.
+    pub counters: Arc<RequestCounters>,
 }
 
 impl Default for MountOptions {
@@ -46,6 +50,7 @@ impl Default for MountOptions {
             allow_other: is_root(),
             threads: 1,
             writeback_cache: false,
+            counters: Arc::default(),
         }
     }
 }
@@ -184,7 +189,7 @@ fn start<V: Vfs + 'static>(
     let mountpoint = resolved.as_path();
     let read_only = opts.read_only || vfs.lock().map(|v| v.read_only()).unwrap_or(true);
     let config = config(opts, read_only);
-    let adapter = FuseAdapter::new(vfs, opts.writeback_cache);
+    let adapter = FuseAdapter::new(vfs, opts.writeback_cache, opts.counters.clone());
     let mount_error = |e: io::Error| {
         io::Error::new(
             e.kind(),

@@ -4,6 +4,7 @@
 //! per line.
 
 use lsfs_core::fs::Lsfs;
+use lsfs_fuse::RequestCounters;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -25,7 +26,12 @@ pub fn socket_path(mountpoint: &Path) -> PathBuf {
 }
 
 /// Serve requests until the process ends. Returns the socket path.
-pub fn serve(fs: Arc<Mutex<Lsfs>>, mountpoint: &Path) -> std::io::Result<PathBuf> {
+/// `counters` are the FUSE requests the mount served, shown by "stats".
+pub fn serve(
+    fs: Arc<Mutex<Lsfs>>,
+    mountpoint: &Path,
+    counters: Arc<RequestCounters>,
+) -> std::io::Result<PathBuf> {
     let path = socket_path(mountpoint);
     let _ = std::fs::remove_file(&path);
     let listener = UnixListener::bind(&path)?;
@@ -36,7 +42,7 @@ pub fn serve(fs: Arc<Mutex<Lsfs>>, mountpoint: &Path) -> std::io::Result<PathBuf
         .spawn(move || {
             for conn in listener.incoming().flatten() {
                 if peer_uid(&conn).is_some_and(|u| u == owner || u == 0) {
-                    let _ = handle(&fs, conn);
+                    let _ = handle(&fs, &counters, conn);
                 }
             }
         })?;
@@ -63,14 +69,29 @@ fn peer_uid(s: &UnixStream) -> Option<u32> {
     (rc == 0).then_some(cred.uid)
 }
 
-fn handle(fs: &Arc<Mutex<Lsfs>>, conn: UnixStream) -> std::io::Result<()> {
+fn handle(
+    fs: &Arc<Mutex<Lsfs>>,
+    counters: &RequestCounters,
+    conn: UnixStream,
+) -> std::io::Result<()> {
     let mut out = conn.try_clone()?;
     for line in BufReader::new(conn).lines() {
         let line = line?;
         let reply = match serde_json::from_str::<Value>(&line) {
             Ok(req) => {
-                let mut fs = fs.lock().unwrap_or_else(|p| p.into_inner());
-                execute(&mut fs, &req).unwrap_or_else(|e| json!({ "ok": false, "error": e }))
+                let r = {
+                    let mut fs = fs.lock().unwrap_or_else(|p| p.into_inner());
+                    execute(&mut fs, &req)
+                };
+                match r {
+                    Ok(mut v) => {
+                        if req.get("cmd").and_then(Value::as_str) == Some("stats") {
+                            v["stats"]["fuse"] = fuse_stats(counters);
+                        }
+                        v
+                    }
+                    Err(e) => json!({ "ok": false, "error": e }),
+                }
             }
             Err(e) => json!({ "ok": false, "error": format!("bad request: {e}") }),
         };
@@ -150,6 +171,22 @@ pub fn stats(fs: &Lsfs) -> Value {
         "inodes_used": st.inodes_used,
         "read_only_reason": st.failed,
         "memory": memory(fs),
+    })
+}
+
+/// The FUSE requests the mount served, by opcode (only those that came),
+/// and how many GETXATTRs were the kernel's `security.capability` probe.
+pub fn fuse_stats(counters: &RequestCounters) -> Value {
+    let by_op: serde_json::Map<String, Value> = counters
+        .snapshot()
+        .into_iter()
+        .filter(|&(_, n)| n > 0)
+        .map(|(op, n)| (op.name().to_string(), json!(n)))
+        .collect();
+    json!({
+        "requests": by_op,
+        "total": counters.total(),
+        "getxattr_security_capability": counters.capability_probes(),
     })
 }
 

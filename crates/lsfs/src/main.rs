@@ -479,8 +479,14 @@ fn mount(a: MountArgs) -> Result<(), String> {
     }
     let read_only = lsfs_vfs::Vfs::read_only(&fs);
     let fs = Arc::new(Mutex::new(fs));
-    let sock =
-        control::serve(fs.clone(), &a.mountpoint).map_err(|e| format!("control socket: {e}"))?;
+    let opts = lsfs_fuse::MountOptions {
+        fsname: a.image.display().to_string(),
+        read_only,
+        writeback_cache,
+        ..Default::default()
+    };
+    let sock = control::serve(fs.clone(), &a.mountpoint, opts.counters.clone())
+        .map_err(|e| format!("control socket: {e}"))?;
     let stop = Arc::new(AtomicBool::new(false));
     let ticker = {
         let (fs, stop) = (fs.clone(), stop.clone());
@@ -492,12 +498,6 @@ fn mount(a: MountArgs) -> Result<(), String> {
                 }
             }
         })
-    };
-    let opts = lsfs_fuse::MountOptions {
-        fsname: a.image.display().to_string(),
-        read_only,
-        writeback_cache,
-        ..Default::default()
     };
     eprintln!(
         "lsfs: {} mounted on {} (Ctrl-C to unmount)",
