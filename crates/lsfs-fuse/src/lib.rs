@@ -22,12 +22,16 @@
 //! `tests/engine_mount.rs` do.
 
 mod adapter;
+mod cache_policy;
 mod convert;
 mod counters;
+mod ioctl;
+mod kernel_cache;
 mod kernel_mount;
 mod mount;
 mod mountpoint;
 mod privs;
 
 pub use counters::{Op, RequestCounters};
+pub use kernel_cache::KernelCache;
 pub use mount::{mount_foreground, spawn_mount, MountHandle, MountOptions};
