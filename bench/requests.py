@@ -4,6 +4,7 @@ adapter itself (`lsfs stats`, section "fuse").
 
     sudo bench/requests.py [--lsfs target/release/lsfs] [-o MOUNT_OPTS] [--out FILE.json]
                            [--tree TARBALL] [--only NAME,...]
+    bench/requests.py --table LABEL=FILE.json ...     (Markdown table comparing runs)
 
 Each phase runs on a fresh 2 GiB image mounted with `lsfs mount --background`
 (plus `-o MOUNT_OPTS`); the counts are the difference of the mount's
@@ -289,7 +290,39 @@ def tree(m, results, tarball):
     measure(m.mnt, "rm -rf, per file", nfiles, sh("rm -rf ./*"), results)
 
 
+def per_op(entry):
+    """Requests per operation, and the opcodes by count (the capability
+    probe is a GETXATTR already counted, so it is left out of the total)."""
+    r = {k: v for k, v in entry["requests"].items() if k != "getxattr(security.capability)"}
+    n = entry["n"]
+    return sum(r.values()) / n, sorted(((k, v / n) for k, v in r.items()), key=lambda x: -x[1])
+
+
+def table(specs):
+    runs = []
+    for spec in specs:
+        label, path = spec.split("=", 1)
+        runs.append((label, {e["op"]: e for e in json.load(open(path))["results"]}))
+    ops = []
+    for _, r in runs:
+        ops += [o for o in r if o not in ops]
+    last = runs[-1][0]
+    print("| operation | " + " | ".join(l for l, _ in runs) + " | %s: by opcode |" % last)
+    print("|---|" + "---|" * len(runs) + "---|")
+    for op in ops:
+        cells = []
+        for _, r in runs:
+            cells.append("%.2f" % per_op(r[op])[0] if op in r else "–")
+        detail = ""
+        if op in runs[-1][1]:
+            detail = ", ".join("%s %.2f" % kv for kv in per_op(runs[-1][1][op])[1] if kv[1] >= 0.005)
+        name = "dbench operation" if op.startswith("dbench") else op
+        print("| %s | %s | %s |" % (name, " | ".join(cells), detail))
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--table":
+        return table(sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lsfs", default=os.path.join(REPO, "target/release/lsfs"))
     ap.add_argument("-o", dest="opts", default="")

@@ -35,7 +35,8 @@
 # The tree is made once from /usr/src/linux-source-6.1.tar.xz (apt-get
 # install linux-source-6.1; scripts/install-deps.sh does) and kept under
 # $EVERYDAY_CACHE (default /var/tmp/lsfs-everyday), with the original
-# extracted beside it for diff. LSFS_MOUNT_OPTS=OPTS mounts lsfs with -o OPTS.
+# extracted beside it for diff. LSFS_MOUNT_OPTS=OPTS mounts lsfs with -o OPTS,
+# LSFS_MOUNT_ARGS adds other arguments to `lsfs mount` (e.g. "--threads 2").
 # Everything this script mounts, attaches or creates is removed by an EXIT
 # trap, also on failure. Needs root.
 set -euo pipefail
@@ -156,6 +157,8 @@ setup_fs() { # setup_fs FS: a fresh image with FS on it, mounted on $WORK/mnt
         "$LSFS" mkfs "$CUR_IMG" --size "$IMG_SIZE" >/dev/null
         local opts=()
         [[ -n ${LSFS_MOUNT_OPTS:-} ]] && opts=(-o "$LSFS_MOUNT_OPTS")
+        # shellcheck disable=SC2206
+        [[ -n ${LSFS_MOUNT_ARGS:-} ]] && opts+=($LSFS_MOUNT_ARGS)
         "$LSFS" mount "$CUR_IMG" "$mnt" --background "${opts[@]}" >/dev/null 2>>"$RAW/lsfs-mount.log"
         LSFS_PID=$(pgrep -f -- "$LSFS mount $CUR_IMG $mnt" | head -n1 || true)
         [[ -n $LSFS_PID ]] || die "cannot find the lsfs mount process"
@@ -247,7 +250,7 @@ cat >"$RAW/meta.json" <<EOF
   "loadavg_before": "$load_before",
   "loadavg_after": "$(cut -d' ' -f1-3 /proc/loadavg)",
   "filesystems": "$FSLIST",
-  "lsfs_mount_options": "${LSFS_MOUNT_OPTS:-}",
+  "lsfs_mount_options": "${LSFS_MOUNT_OPTS:-}${LSFS_MOUNT_ARGS:+ $LSFS_MOUNT_ARGS}",
   "workloads": "$STEPS",
   "image_size": "$IMG_SIZE",
   "tree": "Linux 6.1 ($SRC_TAR): $TREE_DIRS; $TREE_FILES files, $TREE_MB MiB tar",
