@@ -203,7 +203,9 @@ fn start<V: Vfs + 'static>(
     let config = config(opts, read_only);
     let adapter = FuseAdapter::new(
         vfs,
-        opts.writeback_cache,
+        // Nothing is written on a read-only mount: no cache to write back,
+        // and SEEK_DATA/SEEK_HOLE can then go to the Vfs.
+        opts.writeback_cache && !read_only,
         opts.counters.clone(),
         CachePolicy::new(read_only, opts.cache_forever),
     );

@@ -92,6 +92,44 @@ fn seek_hole_does_not_hide_unwritten_back_data() {
     mount.unmount();
 }
 
+/// A read-only mount has nothing to write back, so it does not take the
+/// writeback cache even when asked, and SEEK_HOLE finds the engine's holes.
+#[test]
+fn a_read_only_mount_still_finds_holes() {
+    use lsfs_vfs::{Ctx, Vfs, ROOT_INO};
+    use std::os::unix::io::AsRawFd;
+    if !common::fuse_available() {
+        return;
+    }
+    let mut fs = engine();
+    let a = fs
+        .mknod(
+            ROOT_INO,
+            b"sparse",
+            libc::S_IFREG | 0o644,
+            0,
+            &Ctx::default(),
+        )
+        .unwrap();
+    fs.write(a.ino, 0, &[1; 4096]).unwrap();
+    fs.write(a.ino, 1 << 20, &[2; 4096]).unwrap();
+    fs.forget(a.ino, 1);
+    let mount = common::TestMount::with_options(
+        fs,
+        &lsfs_fuse::MountOptions {
+            read_only: true,
+            writeback_cache: true,
+            ..lsfs_fuse::MountOptions::default()
+        },
+    );
+    let f = std::fs::File::open(mount.root().join("sparse")).unwrap();
+    // SAFETY: lseek on a descriptor we own.
+    let hole = unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_HOLE) };
+    assert_eq!(hole, 4096);
+    drop(f);
+    mount.unmount();
+}
+
 /// Data written and never fsynced is on the image once the mount is gone:
 /// the kernel writes its dirty pages (and the times it kept) back at the
 /// last close and at unmount, and the unmount ends with a checkpoint. Read
