@@ -462,9 +462,9 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         reply.error(fuser::Errno::ENOSYS);
     }
 
-    /// Only for files created before the kernel learned that OPEN is not
-    /// implemented (it sends no RELEASE after that): nothing to do, as no
-    /// open was counted.
+    /// The kernel sends no RELEASE once it has learned that OPEN is not
+    /// implemented (the first open teaches it, and new files come by MKNOD);
+    /// should one come, there is nothing to do: no open was counted.
     fn release(
         &self,
         _req: &Request,
