@@ -1,28 +1,45 @@
 #!/usr/bin/env python3
-"""Turns the raw outputs of scripts/bench.sh into results.json, results.md and
+"""Turns the raw outputs of scripts/bench.sh (throughput workloads) or
+scripts/everyday.sh (everyday tools, timed) into results.json, results.md and
 results.svg. Standard library only.
 
     bench/report.py OUT_DIR        (reads OUT_DIR/raw, writes OUT_DIR/results.*)
 
-Every metric is "higher is better", so every ratio lsfs/peer > 1 means lsfs is
-faster. postmark is timed by wall clock; its throughput is transactions per
-wall second of the whole run (create, transactions, delete, syncfs).
+Every ratio lsfs/peer > 1 means lsfs is faster: throughputs are divided as
+lsfs / peer, times as peer / lsfs. postmark is timed by wall clock; its
+throughput is transactions per wall second of the whole run (create,
+transactions, delete, syncfs). The everyday steps also get the geometric
+mean of their ratios.
 """
 import json
+import math
 import os
 import re
 import sys
 
 PEERS = ["ext4", "btrfs", "xfs"]
 
-# workload -> (label, unit, target ratio vs ext4 or None)
+# workload -> (label, unit, target ratio vs ext4 or None); units in TIMED
+# are times (lower is better), the others throughputs.
 WORKLOADS = {
     "seqwrite": ("fio 1 MiB sequential write + end fsync", "MiB/s", 0.7),
     "seqread": ("fio 1 MiB sequential read, cold cache", "MiB/s", 0.7),
     "randwrite": ("fio 4 KiB random write, fsync after each", "IOPS", 1.0),
     "postmark": ("postmark small files + syncfs", "tx/s", None),
     "dbench": ("dbench (client.txt)", "MB/s", None),
+    # scripts/everyday.sh; each must reach 0.5 of ext4, their geometric mean 0.7
+    "untar": ("tar x of the tree + sync -f", "s", 0.5),
+    "find_du": ("find + du -s over the tree", "s", 0.5),
+    "grep": ("grep -r over the tree", "s", 0.5),
+    "diff": ("diff -r against the original", "s", 0.5),
+    "rm": ("rm -rf of the tree + sync -f", "s", 0.5),
+    "clone": ("git clone --no-local + sync -f", "s", 0.5),
+    "checkout": ("git checkout of the first commit and back + sync -f", "s", 0.5),
+    "sqlite": ("sqlite3 transactions (one INSERT each)", "s", 0.5),
 }
+TIMED = {"s"}
+EVERYDAY = ["untar", "find_du", "grep", "diff", "rm", "clone", "checkout", "sqlite"]
+GEOMEAN_TARGET = 0.7
 
 
 def load(path, default=None):
@@ -105,6 +122,8 @@ def measure(raw, meta, wl, fs, rnd):
             "wall_s": wall,
             "postmark_terse": terse[-1].strip() if terse else None,
         }
+    if wl in EVERYDAY:
+        return {"value": wall, "wall_s": wall} if wall else None
     if wl == "dbench":
         txt = read_text(os.path.join(raw, name + ".txt"))
         m = re.search(r"Throughput ([\d.]+) MB/sec", txt or "")
@@ -126,6 +145,7 @@ STAT_KEYS = [
     ("store", "blocks_written"), ("store", "payload_blocks_written"),
     ("store", "checkpoints_written"),
     ("cache", "hits"), ("cache", "misses"),
+    ("fuse", "total"),
 ]
 
 
@@ -140,6 +160,11 @@ def lsfs_counters(raw, wl, rnd):
             d["%s.%s" % (a, b)] = s1[a][b] - s0[a][b]
         except (KeyError, TypeError):
             pass
+    try:
+        r0, r1 = s0["fuse"]["requests"], s1["fuse"]["requests"]
+        d["fuse.requests"] = {k: r1[k] - r0.get(k, 0) for k in r1 if r1[k] - r0.get(k, 0)}
+    except (KeyError, TypeError):
+        pass
     cpu = (read_text(os.path.join(raw, "%s-lsfs.r%d.cpu" % (wl, rnd))) or "").split("\n")
     cpu = [l.split() for l in cpu if l.strip()]
     if len(cpu) == 2:
@@ -237,9 +262,11 @@ def main():
         label, unit, target = WORKLOADS[wl]
         entry = {"label": label, "unit": unit, "target_vs_ext4": target, "by_fs": row}
         if "lsfs" in row:
+            timed = unit in TIMED
             entry["ratio_lsfs_over"] = {
-                p: row["lsfs"]["value"] / row[p]["value"]
-                for p in PEERS if p in row and row[p]["value"]
+                p: (row[p]["value"] / row["lsfs"]["value"] if timed
+                    else row["lsfs"]["value"] / row[p]["value"])
+                for p in PEERS if p in row and row[p]["value"] and row["lsfs"]["value"]
             }
             c = lsfs_counters(raw, wl, 1)
             if c:
@@ -277,6 +304,14 @@ def main():
                 "device_reads": c.get("device.reads", 0),
                 "lsfs_cpu_s_per_gib": (c.get("cpu_user_s", 0) + c.get("cpu_sys_s", 0)) * 2**30 / data,
             }
+    every = [w for w in EVERYDAY if w in results]
+    if every:
+        gm = {}
+        for p in PEERS:
+            rs = [results[w].get("ratio_lsfs_over", {}).get(p) for w in every]
+            if rs and all(rs):
+                gm[p] = math.exp(sum(math.log(r) for r in rs) / len(rs))
+        derived["everyday_geomean_lsfs_over"] = gm
     rss = [r.get("lsfs_counters", {}).get("rss_kib_max") for r in results.values()]
     rss = [x for x in rss if x]
     if rss:
@@ -302,11 +337,16 @@ def main():
               "and is shared)." % (meta.get("loadavg_before", "?"), meta.get("loadavg_after", "?"),
                                    mach.get("nproc", "?")))
     md.append("")
-    md.append("Sizes: sequential file %s MiB; random write over %s MiB for %s s; postmark %s files, "
-              "%s transactions; dbench %s clients for %s s."
-              % (meta.get("seq_mb"), meta.get("randwrite_mb"), meta.get("randwrite_s"),
-                 meta.get("postmark_files"), meta.get("postmark_transactions"),
-                 meta.get("dbench_clients"), meta.get("dbench_s")))
+    if meta.get("suite") == "everyday":
+        md.append("Tree: %s. Repository: %s. SQLite: %s transactions. Times in seconds (lower "
+                  "is better); ratios are peer time / lsfs time (above 1: lsfs faster)."
+                  % (meta.get("tree"), meta.get("repository"), meta.get("sqlite_transactions")))
+    else:
+        md.append("Sizes: sequential file %s MiB; random write over %s MiB for %s s; postmark %s files, "
+                  "%s transactions; dbench %s clients for %s s."
+                  % (meta.get("seq_mb"), meta.get("randwrite_mb"), meta.get("randwrite_s"),
+                     meta.get("postmark_files"), meta.get("postmark_transactions"),
+                     meta.get("dbench_clients"), meta.get("dbench_s")))
     md.append("")
     head = "| " + " | ".join(["workload", "unit"] + fslist + ["lsfs/%s" % p for p in peers]
                              + ["target vs ext4"]) + " |"
@@ -324,6 +364,13 @@ def main():
         else:
             tcell = "≥ %.1f: %s" % (tgt, "met" if r_ext4 >= tgt else "**not met**")
         md.append("| " + " | ".join([wl, e["unit"]] + cells + rat + [tcell]) + " |")
+    gm = derived.get("everyday_geomean_lsfs_over")
+    if gm:
+        r_ext4 = gm.get("ext4")
+        tcell = "≥ %.1f: %s" % (GEOMEAN_TARGET, "–" if r_ext4 is None else
+                                ("met" if r_ext4 >= GEOMEAN_TARGET else "**not met**"))
+        md.append("| " + " | ".join(["**geometric mean**", ""] + [""] * len(fslist)
+                                    + [fmt(gm.get(p), 2) for p in peers] + [tcell]) + " |")
     md.append("")
     if derived:
         md.append("lsfs counters (from `lsfs stats`, deltas over the measured phase of round 1):")
@@ -341,6 +388,14 @@ def main():
                           "device, in %d writes and %d reads; %.1f s of lsfs CPU per GiB"
                           % (wl, d["device_write_bytes"], d["device_read_bytes"],
                              d["device_writes"], d["device_reads"], d["lsfs_cpu_s_per_gib"]))
+        reqs = [(w, results[w].get("lsfs_counters", {}).get("fuse.requests")) for w in EVERYDAY
+                if w in results]
+        reqs = [(w, r) for w, r in reqs if r]
+        if reqs:
+            md.append("- FUSE requests lsfs served per step (round 1): " + "; ".join(
+                "%s %d (%s)" % (w, sum(r.values()), ", ".join(
+                    "%s %d" % kv for kv in sorted(r.items(), key=lambda kv: -kv[1])[:4]))
+                for w, r in reqs))
         if "lsfs_rss_kib_max" in derived:
             md.append("- peak RSS of the `lsfs mount` process over all workloads: %.1f MiB"
                       % (derived["lsfs_rss_kib_max"] / 1024))

@@ -6,9 +6,11 @@ set -euo pipefail
 # python3: scripts/bench.sh's report (bench/report.py, standard library only);
 # blktrace: scripts/overwrite-bench.sh's FTL traces (blktrace, blkparse);
 # linux-perf: bench/profile.sh; stress-ng: scripts/stress.sh; gcc and
-# libc6-dev: the linker cargo calls (rustup does not install one).
+# libc6-dev: the linker cargo calls (rustup does not install one);
+# linux-source-6.1 (the source tree it untars), git and sqlite3:
+# scripts/everyday.sh.
 APT_PACKAGES=(fuse3 libfuse3-dev pkg-config fio postmark dbench btrfs-progs xfsprogs e2fsprogs blktrace
-              python3 linux-perf stress-ng gcc libc6-dev)
+              python3 linux-perf stress-ng gcc libc6-dev linux-source-6.1 git sqlite3)
 
 if [[ $(id -u) -ne 0 ]]; then
     echo "install-deps.sh: must run as root (apt-get, newusers)" >&2

@@ -2,7 +2,7 @@
 # External suites against a real lsfs mount: pjdfstest (POSIX semantics),
 # fsx (data integrity, FSX_OPS operations, default 100000), then unmount and
 # fsck. Usage: scripts/suites.sh PATH_TO_LSFS_BINARY
-# LSFS_MOUNT_OPTS=OPTS mounts with `-o OPTS` (e.g. writeback_cache).
+# LSFS_MOUNT_OPTS=OPTS mounts with `-o OPTS` (e.g. no_writeback_cache).
 # The mount is always unmounted and the image removed, even on failure.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

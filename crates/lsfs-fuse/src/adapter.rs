@@ -5,43 +5,89 @@
 //! A panic inside the `Vfs` is caught and reported as EIO; it poisons the
 //! mutex, and every later request also gets EIO, because the file system's
 //! state can no longer be trusted.
+//!
+//! The kernel is asked to send as few requests as lsfs can do without:
+//! - it caches entries (negative ones too) and attributes long
+//!   (`cache_policy`), pages across opens and directory listings;
+//! - OPEN, OPENDIR and FLUSH are answered ENOSYS once, after which the
+//!   kernel stops sending them (and RELEASE, RELEASEDIR): lsfs keeps no
+//!   per-handle state, and an unlinked file stays alive while the kernel
+//!   holds a lookup reference to it, which it does while the file is open;
+//! - READDIRPLUS returns attributes with the names where the kernel expects
+//!   lookups to follow;
+//! - ioctls (the terminal probe of `isatty()`) are refused at once (`ioctl`).
+//!
+//! Every request is counted by opcode (`counters`).
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
-    FileHandle, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig, LockOwner, OpenFlags,
-    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
-    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    FileAttr, FileHandle, Filesystem, Generation, INodeNo, KernelConfig, LockOwner, OpenFlags,
+    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use lsfs_vfs::{Attr, Ctx, SetAttr, Vfs, VfsResult};
+use lsfs_vfs::{Attr, Ctx, FileKind, SetAttr, Vfs, VfsResult};
 
+use crate::cache_policy::CachePolicy;
 use crate::convert::{errno, file_attr, file_type, system_time_opt, time_set, xattr_list};
+use crate::counters::{Op, RequestCounters};
+use crate::ioctl::{self, Ioctl};
 use crate::privs;
 
-/// How long the kernel may cache names and attributes. Every change goes
-/// through this mount, and the kernel drops what a change makes stale, so a
-/// short TTL costs little and bounds staleness seen through hard links.
-const TTL: Duration = Duration::from_secs(1);
 /// How many entries to ask the `Vfs` for per refill of a readdir reply.
 const READDIR_BATCH: usize = 128;
+/// The same for readdirplus, smaller: each entry is looked up, and those
+/// that do not fit the reply (a page holds about 25) are forgotten again.
+const READDIRPLUS_BATCH: usize = 32;
 
 pub(crate) struct FuseAdapter<V: Vfs> {
     vfs: Arc<Mutex<V>>,
     /// Ask the kernel for its writeback cache (`MountOptions::writeback_cache`).
     writeback_cache: bool,
+    counters: Arc<RequestCounters>,
+    policy: CachePolicy,
 }
 
 impl<V: Vfs> FuseAdapter<V> {
-    pub(crate) fn new(vfs: Arc<Mutex<V>>, writeback_cache: bool) -> Self {
+    pub(crate) fn new(
+        vfs: Arc<Mutex<V>>,
+        writeback_cache: bool,
+        counters: Arc<RequestCounters>,
+        policy: CachePolicy,
+    ) -> Self {
         FuseAdapter {
             vfs,
             writeback_cache,
+            counters,
+            policy,
         }
+    }
+
+    /// Reply with an entry the kernel keeps as long as the policy allows.
+    fn entry(&self, reply: ReplyEntry, r: Result<Attr, fuser::Errno>) {
+        match r {
+            Ok(a) => {
+                let ttl = self.policy.ttl(a.ino);
+                reply.entry(&ttl, &file_attr(&a), Generation(0))
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn attr(&self, reply: ReplyAttr, r: Result<Attr, fuser::Errno>) {
+        match r {
+            Ok(a) => reply.attr(&self.policy.ttl(a.ino), &file_attr(&a)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn count(&self, op: Op) {
+        self.counters.count(op);
     }
 
     /// Run `f` on the locked `Vfs`, turning a poisoned lock or a panic into
@@ -71,17 +117,26 @@ fn ctx(req: &Request, umask: u32) -> Ctx {
     }
 }
 
-fn reply_entry(reply: ReplyEntry, r: Result<Attr, fuser::Errno>) {
-    match r {
-        Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(0)),
-        Err(e) => reply.error(e),
-    }
-}
-
-fn reply_attr(reply: ReplyAttr, r: Result<Attr, fuser::Errno>) {
-    match r {
-        Ok(a) => reply.attr(&TTL, &file_attr(&a)),
-        Err(e) => reply.error(e),
+/// The attributes sent with a name the kernel will not link to an inode: a
+/// negative entry (node 0), or "." and ".." in a readdirplus reply (the
+/// kernel skips those). Only the node number and the type are read.
+fn placeholder_attr(ino: u64, kind: FileKind) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(ino),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: file_type(kind),
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
     }
 }
 
@@ -120,6 +175,28 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
                 tracing::warn!(
                     "the kernel offers no FUSE writeback cache ({missing:?}); writing through"
                 );
+                self.writeback_cache = false;
+            }
+        }
+        // Each is a saving only; a kernel without one works as before.
+        for (flag, what) in [
+            // Attributes with every name: what follows a listing is nearly
+            // always a stat or an open of its entries (ls -l, du, diff,
+            // git status, rm -r), and the attributes refresh those the
+            // writeback cache made stale at close. Measured against the
+            // kernel's adaptive mode in docs/PERFORMANCE.md.
+            (fuser::InitFlags::FUSE_DO_READDIRPLUS, "readdirplus"),
+            // A symlink's target cannot change: keep it in the page cache.
+            (fuser::InitFlags::FUSE_CACHE_SYMLINKS, "cached symlinks"),
+            // Lookups and readdirs of one directory need not queue behind
+            // each other in the kernel (they still take turns on the Vfs).
+            (
+                fuser::InitFlags::FUSE_PARALLEL_DIROPS,
+                "parallel directory operations",
+            ),
+        ] {
+            if let Err(missing) = config.add_capabilities(flag) {
+                tracing::debug!("the kernel offers no {what} ({missing:?})");
             }
         }
         Ok(())
@@ -132,13 +209,25 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         }
     }
 
+    /// A name that does not exist is answered as an entry with node 0: the
+    /// kernel then keeps the negative entry for the TTL instead of asking
+    /// again (every stat of a missing file, every path search).
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        reply_entry(reply, self.call(|v| v.lookup(parent.0, name.as_bytes())));
+        self.count(Op::Lookup);
+        match self.call(|v| v.lookup(parent.0, name.as_bytes())) {
+            Err(fuser::Errno::ENOENT) => {
+                let ttl = self.policy.ttl(parent.0);
+                let none = placeholder_attr(0, FileKind::File);
+                reply.entry_with_ttls(&Duration::ZERO, &ttl, &none, Generation(0))
+            }
+            r => self.entry(reply, r),
+        }
     }
 
     /// fuser's default `batch_forget` calls this once per inode (its
     /// `ForgetOne` type is not public, so it cannot be overridden).
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.count(Op::Forget);
         let _ = self.call(|v| {
             v.forget(ino.0, nlookup);
             Ok(())
@@ -146,7 +235,8 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        reply_attr(reply, self.call(|v| v.getattr(ino.0)));
+        self.count(Op::Getattr);
+        self.attr(reply, self.call(|v| v.getattr(ino.0)));
     }
 
     fn setattr(
@@ -167,6 +257,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        self.count(Op::Setattr);
         let set = SetAttr {
             mode,
             uid,
@@ -178,7 +269,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         };
         // Privileges a chown or an unprivileged truncate drops (`privs`).
         let drop = set.uid.is_some() || set.gid.is_some() || (set.size.is_some() && req.uid() != 0);
-        reply_attr(
+        self.attr(
             reply,
             self.call(|v| {
                 let mut set = set;
@@ -191,6 +282,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.count(Op::Readlink);
         match self.call(|v| v.readlink(ino.0)) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(e),
@@ -207,8 +299,9 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        self.count(Op::Mknod);
         let ctx = ctx(req, umask);
-        reply_entry(
+        self.entry(
             reply,
             self.call(|v| v.mknod(parent.0, name.as_bytes(), mode, rdev, &ctx)),
         );
@@ -223,18 +316,21 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        self.count(Op::Mkdir);
         let ctx = ctx(req, umask);
-        reply_entry(
+        self.entry(
             reply,
             self.call(|v| v.mkdir(parent.0, name.as_bytes(), mode, &ctx)),
         );
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.count(Op::Unlink);
         reply_empty(reply, self.call(|v| v.unlink(parent.0, name.as_bytes())));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.count(Op::Rmdir);
         reply_empty(reply, self.call(|v| v.rmdir(parent.0, name.as_bytes())));
     }
 
@@ -246,9 +342,10 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        self.count(Op::Symlink);
         let ctx = ctx(req, 0);
         let target = target.as_os_str().as_bytes();
-        reply_entry(
+        self.entry(
             reply,
             self.call(|v| v.symlink(parent.0, link_name.as_bytes(), target, &ctx)),
         );
@@ -264,6 +361,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        self.count(Op::Rename);
         let r = self.call(|v| {
             v.rename(
                 parent.0,
@@ -284,17 +382,23 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        reply_entry(
+        self.count(Op::Link);
+        self.entry(
             reply,
             self.call(|v| v.link(ino.0, newparent.0, newname.as_bytes())),
         );
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match self.call(|v| v.open(ino.0, flags.0)) {
-            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
-            Err(e) => reply.error(e),
-        }
+    /// ENOSYS: the kernel stops sending OPEN (and RELEASE) for good and
+    /// opens files itself, keeping their pages across opens
+    /// (`FOPEN_KEEP_CACHE` is its default then). lsfs needs nothing from an
+    /// open: there are no handles, permissions are the kernel's
+    /// (`default_permissions`), O_TRUNC comes as a setattr, and an unlinked
+    /// file stays alive through the kernel's lookup reference, which it
+    /// holds until the last close.
+    fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.count(Op::Open);
+        reply.error(fuser::Errno::ENOSYS);
     }
 
     fn read(
@@ -308,6 +412,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        self.count(Op::Read);
         match self.call(|v| v.read(ino.0, offset, size)) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(e),
@@ -326,6 +431,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        self.count(Op::Write);
         let drop = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         match self.call(|v| {
             if drop {
@@ -338,8 +444,12 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         }
     }
 
-    /// Writes reach the `Vfs` synchronously, so there is nothing to flush;
-    /// durability is fsync's job.
+    /// ENOSYS: the kernel stops sending FLUSH at every close. Nothing is
+    /// lost: the kernel writes the file's dirty pages back and returns
+    /// their errors from close() before it would send the FLUSH, and with
+    /// the flush request gone it still does that (`fuse_flush`); lsfs
+    /// has no locks to drop and nothing of its own to flush (durability is
+    /// fsync's job).
     fn flush(
         &self,
         _req: &Request,
@@ -348,26 +458,25 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        self.count(Op::Flush);
+        reply.error(fuser::Errno::ENOSYS);
     }
 
+    /// The kernel sends no RELEASE once it has learned that OPEN is not
+    /// implemented (the first open teaches it, and new files come by MKNOD);
+    /// should one come, there is nothing to do: no open was counted.
     fn release(
         &self,
         _req: &Request,
-        ino: INodeNo,
+        _ino: INodeNo,
         _fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        reply_empty(
-            reply,
-            self.call(|v| {
-                v.release(ino.0);
-                Ok(())
-            }),
-        );
+        self.count(Op::Release);
+        reply.ok();
     }
 
     fn fsync(
@@ -378,12 +487,17 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.count(Op::Fsync);
         reply_empty(reply, self.call(|v| v.fsync(ino.0, datasync)));
     }
 
     /// The kernel handles SEEK_SET, SEEK_CUR and SEEK_END itself and asks
     /// only for SEEK_DATA and SEEK_HOLE (cp, tar and rsync use them to skip
-    /// holes).
+    /// holes). With the writeback cache the answer is ENOSYS: the kernel
+    /// does not write its dirty pages back before it asks, so lsfs would
+    /// report holes (or the end of the file) where written data still sits
+    /// in the page cache, and a copy would lose it. After ENOSYS the kernel
+    /// answers itself from its own size, the whole file being data.
     fn lseek(
         &self,
         _req: &Request,
@@ -393,6 +507,10 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         whence: i32,
         reply: fuser::ReplyLseek,
     ) {
+        self.count(Op::Lseek);
+        if self.writeback_cache {
+            return reply.error(fuser::Errno::ENOSYS);
+        }
         let data = match whence {
             libc::SEEK_DATA => true,
             libc::SEEK_HOLE => false,
@@ -408,8 +526,13 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         }
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.open(_req, ino, flags, reply);
+    /// ENOSYS, as OPEN: the kernel stops sending OPENDIR and RELEASEDIR,
+    /// and caches listings (`FOPEN_CACHE_DIR` is its default then), which
+    /// it drops when the directory changes through it or is invalidated
+    /// (`KernelCache`).
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.count(Op::Opendir);
+        reply.error(fuser::Errno::ENOSYS);
     }
 
     /// `offset` is the `Vfs` cookie of the last entry the kernel has seen,
@@ -422,6 +545,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        self.count(Op::Readdir);
         let mut cookie = offset;
         loop {
             let batch = match self.call(|v| v.readdir(ino.0, cookie, READDIR_BATCH)) {
@@ -447,21 +571,72 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         }
     }
 
-    fn releasedir(
+    /// Like `readdir`, with each entry's attributes; every entry sent but
+    /// "." and ".." is a lookup reference the kernel now holds, and the
+    /// references of entries that did not fit are given back at once.
+    fn readdirplus(
         &self,
         _req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        self.count(Op::Readdirplus);
+        let mut cookie = offset;
+        loop {
+            let batch = match self.call(|v| v.readdirplus(ino.0, cookie, READDIRPLUS_BATCH)) {
+                Ok(b) => b,
+                Err(e) => return reply.error(e),
+            };
+            let n = batch.len();
+            let mut entries = batch.into_iter();
+            while let Some((e, attr)) = entries.next() {
+                let (fattr, ttl) = match &attr {
+                    Some(a) => (file_attr(a), self.policy.ttl(a.ino)),
+                    None => (placeholder_attr(e.ino, e.kind), Duration::ZERO),
+                };
+                if reply.add(
+                    INodeNo(e.ino),
+                    e.offset,
+                    OsStr::from_bytes(&e.name),
+                    &ttl,
+                    &fattr,
+                    Generation(0),
+                ) {
+                    // Full: this entry and the rest are sent next time,
+                    // so the kernel holds no reference to them yet.
+                    let unsent: Vec<u64> = std::iter::once(attr)
+                        .chain(entries.map(|(_, a)| a))
+                        .flatten()
+                        .map(|a| a.ino)
+                        .collect();
+                    let _ = self.call(|v| {
+                        for i in unsent {
+                            v.forget(i, 1);
+                        }
+                        Ok(())
+                    });
+                    return reply.ok();
+                }
+                cookie = e.offset;
+            }
+            if n < READDIRPLUS_BATCH {
+                return reply.ok();
+            }
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        reply_empty(
-            reply,
-            self.call(|v| {
-                v.release(ino.0);
-                Ok(())
-            }),
-        );
+        self.count(Op::Releasedir);
+        reply.ok();
     }
 
     fn fsyncdir(
@@ -472,10 +647,12 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.count(Op::Fsyncdir);
         reply_empty(reply, self.call(|v| v.fsync(ino.0, datasync)));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.count(Op::Statfs);
         match self.call(|v| v.statfs()) {
             Ok(s) => reply.statfs(
                 s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
@@ -494,6 +671,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        self.count(Op::Setxattr);
         reply_empty(
             reply,
             self.call(|v| v.setxattr(ino.0, name.as_bytes(), value, flags)),
@@ -501,6 +679,10 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.count(Op::Getxattr);
+        if name.as_bytes() == b"security.capability" {
+            self.counters.count_capability_probe();
+        }
         reply_xattr(
             reply,
             size,
@@ -509,6 +691,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.count(Op::Listxattr);
         reply_xattr(
             reply,
             size,
@@ -518,45 +701,50 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.count(Op::Removexattr);
         reply_empty(reply, self.call(|v| v.removexattr(ino.0, name.as_bytes())));
     }
 
     /// Only called without `default_permissions`; the kernel checks
     /// permissions, so existence is all there is left to check.
     fn access(&self, _req: &Request, ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
+        self.count(Op::Access);
         reply_empty(reply, self.call(|v| v.getattr(ino.0)).map(|_| ()));
     }
 
+    /// ENOSYS: the kernel then makes new files with MKNOD and opens them
+    /// itself. One request less per new file than CREATE, whose RELEASE
+    /// at close the kernel sends as long as it has not yet learned that
+    /// OPEN is not implemented (an untar opens no existing file).
     fn create(
         &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        flags: i32,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        _flags: i32,
         reply: ReplyCreate,
     ) {
-        let ctx = ctx(req, umask);
-        let mode = libc::S_IFREG | (mode & 0o7777);
-        let r = self.call(|v| {
-            let attr = v.mknod(parent.0, name.as_bytes(), mode, 0, &ctx)?;
-            if let Err(e) = v.open(attr.ino, flags) {
-                // The kernel never learns of the new inode: drop its reference.
-                v.forget(attr.ino, 1);
-                return Err(e);
-            }
-            Ok(attr)
-        });
-        match r {
-            Ok(a) => reply.created(
-                &TTL,
-                &file_attr(&a),
-                Generation(0),
-                FileHandle(0),
-                FopenFlags::empty(),
-            ),
-            Err(e) => reply.error(e),
+        self.count(Op::Create);
+        reply.error(fuser::Errno::ENOSYS);
+    }
+
+    /// See `ioctl`: nothing is implemented yet, and the refusal is quiet.
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        self.count(Op::Ioctl);
+        match ioctl::decode(cmd) {
+            Ioctl::Unknown => reply.error(fuser::Errno::ENOTTY),
         }
     }
 
@@ -570,9 +758,88 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        self.count(Op::Fallocate);
         reply_empty(
             reply,
             self.call(|v| v.fallocate(ino.0, offset, length, mode)),
         );
+    }
+    // Requests lsfs does not serve, answered ENOSYS without fuser's warning
+    // per request (the kernel stops sending most of them after the first).
+
+    fn getlk(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        _start: u64,
+        _end: u64,
+        _typ: i32,
+        _pid: u32,
+        reply: fuser::ReplyLock,
+    ) {
+        self.count(Op::Getlk);
+        reply.error(fuser::Errno::ENOSYS);
+    }
+
+    fn setlk(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        _start: u64,
+        _end: u64,
+        _typ: i32,
+        _pid: u32,
+        _sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.count(Op::Setlk);
+        reply.error(fuser::Errno::ENOSYS);
+    }
+
+    fn bmap(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _blocksize: u32,
+        _idx: u64,
+        reply: fuser::ReplyBmap,
+    ) {
+        self.count(Op::Bmap);
+        reply.error(fuser::Errno::ENOSYS);
+    }
+
+    fn poll(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _ph: fuser::PollNotifier,
+        _events: fuser::PollEvents,
+        _flags: fuser::PollFlags,
+        reply: fuser::ReplyPoll,
+    ) {
+        self.count(Op::Poll);
+        reply.error(fuser::Errno::ENOSYS);
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        _ino_in: INodeNo,
+        _fh_in: FileHandle,
+        _offset_in: u64,
+        _ino_out: INodeNo,
+        _fh_out: FileHandle,
+        _offset_out: u64,
+        _len: u64,
+        _flags: fuser::CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        self.count(Op::CopyFileRange);
+        reply.error(fuser::Errno::ENOSYS);
     }
 }

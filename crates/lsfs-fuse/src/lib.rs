@@ -16,16 +16,28 @@
 //! Root mounts call mount(2) directly (type `fuse.lsfs`, `default_permissions`,
 //! `allow_other` by default); other users go through fusermount3.
 //!
+//! The kernel is asked to cache what cannot change behind its back and to
+//! send as few requests as it can (see `adapter`); [`RequestCounters`]
+//! counts those it still sends, by opcode, and [`KernelCache`] lets other
+//! threads drop what it cached of a change made outside FUSE. Both are
+//! shared through [`MountOptions`].
+//!
 //! Tests: `tests/common/cases.rs` holds POSIX cases that run through a real
 //! mount; `posix_suite!(constructor)` (in `tests/common/mod.rs`) makes one
 //! `#[test]` per case for any `Vfs`, as `tests/memfs_mount.rs` and
 //! `tests/engine_mount.rs` do.
 
 mod adapter;
+mod cache_policy;
 mod convert;
+mod counters;
+mod ioctl;
+mod kernel_cache;
 mod kernel_mount;
 mod mount;
 mod mountpoint;
 mod privs;
 
+pub use counters::{Op, RequestCounters};
+pub use kernel_cache::KernelCache;
 pub use mount::{mount_foreground, spawn_mount, MountHandle, MountOptions};

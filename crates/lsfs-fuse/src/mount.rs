@@ -14,6 +14,9 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 use crate::adapter::FuseAdapter;
+use crate::cache_policy::CachePolicy;
+use crate::counters::RequestCounters;
+use crate::kernel_cache::KernelCache;
 use crate::kernel_mount;
 use crate::mountpoint;
 
@@ -30,10 +33,21 @@ pub struct MountOptions {
     /// Worker threads serving requests. They take turns on the `Vfs` mutex,
     /// so more than one helps only while one waits on the kernel.
     pub threads: usize,
-    /// The kernel's writeback cache (`-o writeback_cache`): write() fills
-    /// the page cache and returns; the kernel sends the pages later, in
-    /// batches, and on fsync, close and unmount. Off by default.
+    /// The kernel's writeback cache: write() fills the page cache and
+    /// returns; the kernel sends the pages later, in batches, and on
+    /// fsync, close, syncfs and unmount, and reports their write errors
+    /// there. On by default.
     pub writeback_cache: bool,
+    /// Inodes that never change while mounted (snapshots): the kernel keeps
+    /// their names and attributes without expiry. On a read-only mount
+    /// that holds for every inode.
+    pub cache_forever: Option<fn(u64) -> bool>,
+    /// Where other threads drop what the kernel cached of a change it did
+    /// not see (`KernelCache`); attached while mounted.
+    pub kernel_cache: Arc<KernelCache>,
+    /// Where the adapter counts the requests it serves, by opcode; share
+    /// it (clone the `Arc`) to report them.
+    pub counters: Arc<RequestCounters>,
 }
 
 impl Default for MountOptions {
@@ -45,7 +59,10 @@ impl Default for MountOptions {
             // /etc/fuse.conf says user_allow_other.
             allow_other: is_root(),
             threads: 1,
-            writeback_cache: false,
+            writeback_cache: true,
+            cache_forever: None,
+            kernel_cache: Arc::default(),
+            counters: Arc::default(),
         }
     }
 }
@@ -184,7 +201,14 @@ fn start<V: Vfs + 'static>(
     let mountpoint = resolved.as_path();
     let read_only = opts.read_only || vfs.lock().map(|v| v.read_only()).unwrap_or(true);
     let config = config(opts, read_only);
-    let adapter = FuseAdapter::new(vfs, opts.writeback_cache);
+    let adapter = FuseAdapter::new(
+        vfs,
+        // Nothing is written on a read-only mount: no cache to write back,
+        // and SEEK_DATA/SEEK_HOLE can then go to the Vfs.
+        opts.writeback_cache && !read_only,
+        opts.counters.clone(),
+        CachePolicy::new(read_only, opts.cache_forever),
+    );
     let mount_error = |e: io::Error| {
         io::Error::new(
             e.kind(),
@@ -213,6 +237,8 @@ fn start<V: Vfs + 'static>(
         let u = s.unmount_callable();
         (s, Unmount::Fuser(u))
     };
+    opts.kernel_cache.attach(Some(session.notifier()));
+    let kernel_cache = opts.kernel_cache.clone();
     let (tx, rx) = mpsc::channel();
     let ended = tx.clone();
     let thread = thread::Builder::new()
@@ -229,6 +255,7 @@ fn start<V: Vfs + 'static>(
                 }
                 r => r,
             };
+            kernel_cache.attach(None);
             if let Err(e) = &r {
                 tracing::error!("FUSE session ended with an error: {e}");
             }

@@ -1,7 +1,9 @@
 //! The POSIX cases of `common/cases.rs` through a real mount of the lsfs
-//! engine with the kernel's writeback cache (`-o writeback_cache`): written
-//! pages reach the engine later and in batches, the kernel keeps size and
-//! times until it sends them, and reads may come on write-only handles.
+//! engine with the kernel's writeback cache (the default): written pages
+//! reach the engine later and in batches, the kernel keeps size and times
+//! until it sends them, and reads may come on write-only handles. Also what
+//! must hold although the engine learns of writes late: SEEK_HOLE never
+//! reports a hole over written data, and an unmount delivers everything.
 
 mod common;
 
@@ -50,4 +52,119 @@ fn writes_reach_the_engine_at_fsync() {
     drop(f);
     assert_eq!(std::fs::read(&path).unwrap(), vec![7u8; 4096]);
     mount.unmount();
+}
+
+/// SEEK_DATA and SEEK_HOLE on a file whose data is still in the kernel's
+/// page cache: the engine has not seen it, so it must not be asked (it
+/// would call the written range a hole, or the offset past the end, and
+/// cp or tar would skip the data). The kernel answers from its own size:
+/// all data, which POSIX allows.
+#[test]
+fn seek_hole_does_not_hide_unwritten_back_data() {
+    use std::os::unix::fs::FileExt;
+    use std::os::unix::io::AsRawFd;
+    if !common::fuse_available() {
+        return;
+    }
+    let mount = common::TestMount::new(engine());
+    let f = std::fs::File::create(mount.root().join("sparse")).unwrap();
+    f.write_all_at(&[1; 4096], 0).unwrap();
+    f.write_all_at(&[2; 4096], 1 << 20).unwrap();
+    let size = (1 << 20) + 4096;
+    let seek = |off: i64, whence: i32| {
+        // SAFETY: lseek on a descriptor we own.
+        let r = unsafe { libc::lseek(f.as_raw_fd(), off, whence) };
+        if r < 0 {
+            Err(std::io::Error::last_os_error().raw_os_error().unwrap())
+        } else {
+            Ok(r)
+        }
+    };
+    assert_eq!(
+        seek(0, libc::SEEK_HOLE),
+        Ok(size),
+        "a hole over cached data"
+    );
+    assert_eq!(seek(1 << 20, libc::SEEK_DATA), Ok(1 << 20));
+    assert_eq!(seek(4096, libc::SEEK_DATA), Ok(4096));
+    assert_eq!(seek(size, libc::SEEK_DATA), Err(libc::ENXIO));
+    drop(f);
+    mount.unmount();
+}
+
+/// A read-only mount has nothing to write back, so it does not take the
+/// writeback cache even when asked, and SEEK_HOLE finds the engine's holes.
+#[test]
+fn a_read_only_mount_still_finds_holes() {
+    use lsfs_vfs::{Ctx, Vfs, ROOT_INO};
+    use std::os::unix::io::AsRawFd;
+    if !common::fuse_available() {
+        return;
+    }
+    let mut fs = engine();
+    let a = fs
+        .mknod(
+            ROOT_INO,
+            b"sparse",
+            libc::S_IFREG | 0o644,
+            0,
+            &Ctx::default(),
+        )
+        .unwrap();
+    fs.write(a.ino, 0, &[1; 4096]).unwrap();
+    fs.write(a.ino, 1 << 20, &[2; 4096]).unwrap();
+    fs.forget(a.ino, 1);
+    let mount = common::TestMount::with_options(
+        fs,
+        &lsfs_fuse::MountOptions {
+            read_only: true,
+            writeback_cache: true,
+            ..lsfs_fuse::MountOptions::default()
+        },
+    );
+    let f = std::fs::File::open(mount.root().join("sparse")).unwrap();
+    // SAFETY: lseek on a descriptor we own.
+    let hole = unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_HOLE) };
+    assert_eq!(hole, 4096);
+    drop(f);
+    mount.unmount();
+}
+
+/// Data written and never fsynced is on the image once the mount is gone:
+/// the kernel writes its dirty pages (and the times it kept) back at the
+/// last close and at unmount, and the unmount ends with a checkpoint. Read
+/// back by mounting the image bytes afresh, as after a restart.
+#[test]
+fn unmount_writes_back_everything() {
+    use lsfs_core::device::MemDevice;
+    use lsfs_core::fs::{Lsfs, MountConfig};
+    use lsfs_vfs::{Vfs, ROOT_INO};
+    use std::io::Write;
+    if !common::fuse_available() {
+        return;
+    }
+    let mount = common::TestMount::new(engine());
+    let data = |i: usize| -> Vec<u8> { (0..10_000 + i * 977).map(|b| (b * 7 + i) as u8).collect() };
+    for i in 0..50 {
+        let mut f = std::fs::File::create(mount.root().join(format!("f{i}"))).unwrap();
+        f.write_all(&data(i)).unwrap();
+    }
+    let vfs = mount.vfs.clone();
+    mount.unmount();
+    let bytes = vfs.lock().unwrap().store.dev_bytes_for_test();
+    let report = lsfs_core::fsck::fsck(Box::new(MemDevice::from_bytes(bytes.clone()))).unwrap();
+    assert!(report.is_clean(), "fsck after unmount: {report:?}");
+    let mut fs = Lsfs::open(
+        Box::new(MemDevice::from_bytes(bytes)),
+        MountConfig::default(),
+    )
+    .unwrap();
+    for i in 0..50 {
+        let a = fs.lookup(ROOT_INO, format!("f{i}").as_bytes()).unwrap();
+        assert_eq!(a.size, data(i).len() as u64, "f{i}");
+        assert!(
+            fs.read(a.ino, 0, 1 << 20).unwrap() == data(i),
+            "f{i} lost data at unmount"
+        );
+    }
 }

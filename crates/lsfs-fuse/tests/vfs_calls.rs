@@ -133,10 +133,18 @@ fn vfs_errors_reach_the_caller_and_a_panic_becomes_eio() {
         fs::metadata(root.join("boom")).unwrap_err().raw_os_error(),
         Some(libc::EIO)
     );
-    // The state may be inconsistent after a panic: everything else fails
-    // too, visibly, rather than serving possibly wrong data.
+    // The state may be inconsistent after a panic: every later request
+    // fails too, visibly, rather than serving possibly wrong data. (What
+    // the kernel cached before the panic, such as the contents of "before",
+    // it still serves without asking: that was right when it was cached.)
     assert_eq!(
-        fs::read(root.join("before")).unwrap_err().raw_os_error(),
+        fs::metadata(root.join("after")).unwrap_err().raw_os_error(),
+        Some(libc::EIO)
+    );
+    assert_eq!(
+        fs::write(root.join("before"), b"changed")
+            .unwrap_err()
+            .raw_os_error(),
         Some(libc::EIO)
     );
     assert!(mount.vfs.is_poisoned());

@@ -260,6 +260,39 @@ pub trait Vfs: Send {
     /// Entries after cookie `offset` (0 starts at the beginning), "." and ".."
     /// included, at most `max_entries`.
     fn readdir(&mut self, ino: Ino, offset: u64, max_entries: usize) -> VfsResult<Vec<DirEntry>>;
+    /// [`Vfs::readdir`] with each entry's attributes, so that a listing
+    /// followed by a stat of every entry costs one call instead of one per
+    /// entry (FUSE's READDIRPLUS). Every entry but "." and ".." comes with
+    /// its `Attr` and counts as a lookup: it adds one to the inode's lookup
+    /// count, which the caller gives back with [`Vfs::forget`] for entries
+    /// it does not pass on. By default [`Vfs::readdir`] and then
+    /// [`Vfs::lookup`] of each name.
+    fn readdirplus(
+        &mut self,
+        ino: Ino,
+        offset: u64,
+        max_entries: usize,
+    ) -> VfsResult<Vec<(DirEntry, Option<Attr>)>> {
+        let entries = self.readdir(ino, offset, max_entries)?;
+        let mut out: Vec<(DirEntry, Option<Attr>)> = Vec::with_capacity(entries.len());
+        for e in entries {
+            if e.name == b"." || e.name == b".." {
+                out.push((e, None));
+                continue;
+            }
+            match self.lookup(ino, &e.name) {
+                Ok(a) => out.push((e, Some(a))),
+                Err(err) => {
+                    // All or nothing: give back the references taken so far.
+                    for a in out.iter().filter_map(|(_, a)| a.as_ref()) {
+                        self.forget(a.ino, 1);
+                    }
+                    return Err(err);
+                }
+            }
+        }
+        Ok(out)
+    }
     fn statfs(&mut self) -> VfsResult<StatFs>;
     fn setxattr(&mut self, ino: Ino, name: &[u8], value: &[u8], flags: i32) -> VfsResult<()>;
     fn getxattr(&mut self, ino: Ino, name: &[u8]) -> VfsResult<Vec<u8>>;

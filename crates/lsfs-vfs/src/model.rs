@@ -1469,6 +1469,45 @@ mod tests {
         assert_eq!(fs.readdir(f, 0, 10), Err(Errno::NOTDIR));
     }
 
+    /// The default readdirplus: each entry but the dots comes with the
+    /// attributes lookup gives and holds a lookup reference, which keeps an
+    /// unlinked inode alive until it is forgotten.
+    #[test]
+    fn readdirplus_entries_count_as_lookups() {
+        let mut fs = fs();
+        let f = file(&mut fs, ROOT_INO, "f");
+        fs.write(f, 0, b"data").unwrap();
+        let d = dir(&mut fs, ROOT_INO, "d");
+        // Drop the references creating them took.
+        fs.forget(f, 1);
+        fs.forget(d, 1);
+        let plus = fs.readdirplus(ROOT_INO, 0, usize::MAX).unwrap();
+        let got: Vec<_> = plus
+            .iter()
+            .map(|(e, a)| {
+                (
+                    String::from_utf8(e.name.clone()).unwrap(),
+                    a.as_ref().map(|a| a.ino),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (".".to_string(), None),
+                ("..".to_string(), None),
+                ("f".to_string(), Some(f)),
+                ("d".to_string(), Some(d))
+            ]
+        );
+        assert_eq!(plus[2].1.as_ref().unwrap().size, 4);
+        fs.unlink(ROOT_INO, b"f").unwrap();
+        assert_eq!(fs.read(f, 0, 10).unwrap(), b"data", "held by readdirplus");
+        fs.forget(f, 1);
+        assert_eq!(fs.read(f, 0, 10), Err(Errno::NOENT));
+        assert_eq!(fs.readdirplus(f, 0, 10), Err(Errno::NOENT));
+    }
+
     #[test]
     fn xattrs() {
         let mut fs = fs();

@@ -2,8 +2,17 @@
 //! mount point (`<parent>/.<name>.lsfs.sock`, mode 0600) that only the
 //! mounting user (or root) may use. One JSON request per line, one JSON reply
 //! per line.
+//!
+//! Around the engine's own work it keeps the kernel in step: a checkpoint
+//! or snapshot first has the kernel write back the mount's dirty pages
+//! (syncfs), so it holds everything written before it was asked for; and a
+//! change to the snapshots drops what the kernel cached of
+//! `/.lsfs/snapshot`. Both happen without the engine's lock, which the FUSE
+//! requests they cause need.
 
+use lsfs_core::fs::snapview::SNAPSHOT_DIR_INO;
 use lsfs_core::fs::Lsfs;
+use lsfs_fuse::{KernelCache, RequestCounters};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -24,9 +33,17 @@ pub fn socket_path(mountpoint: &Path) -> PathBuf {
         .join(format!(".{name}.lsfs.sock"))
 }
 
+/// The FUSE side of a mount, as the control socket needs it.
+pub struct FuseSide {
+    pub mountpoint: PathBuf,
+    /// The requests the mount served, shown by "stats".
+    pub counters: Arc<RequestCounters>,
+    pub kernel_cache: Arc<KernelCache>,
+}
+
 /// Serve requests until the process ends. Returns the socket path.
-pub fn serve(fs: Arc<Mutex<Lsfs>>, mountpoint: &Path) -> std::io::Result<PathBuf> {
-    let path = socket_path(mountpoint);
+pub fn serve(fs: Arc<Mutex<Lsfs>>, fuse: FuseSide) -> std::io::Result<PathBuf> {
+    let path = socket_path(&fuse.mountpoint);
     let _ = std::fs::remove_file(&path);
     let listener = UnixListener::bind(&path)?;
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
@@ -36,7 +53,7 @@ pub fn serve(fs: Arc<Mutex<Lsfs>>, mountpoint: &Path) -> std::io::Result<PathBuf
         .spawn(move || {
             for conn in listener.incoming().flatten() {
                 if peer_uid(&conn).is_some_and(|u| u == owner || u == 0) {
-                    let _ = handle(&fs, conn);
+                    let _ = handle(&fs, &fuse, conn);
                 }
             }
         })?;
@@ -63,20 +80,74 @@ fn peer_uid(s: &UnixStream) -> Option<u32> {
     (rc == 0).then_some(cred.uid)
 }
 
-fn handle(fs: &Arc<Mutex<Lsfs>>, conn: UnixStream) -> std::io::Result<()> {
+fn handle(fs: &Arc<Mutex<Lsfs>>, fuse: &FuseSide, conn: UnixStream) -> std::io::Result<()> {
     let mut out = conn.try_clone()?;
     for line in BufReader::new(conn).lines() {
         let line = line?;
         let reply = match serde_json::from_str::<Value>(&line) {
             Ok(req) => {
-                let mut fs = fs.lock().unwrap_or_else(|p| p.into_inner());
-                execute(&mut fs, &req).unwrap_or_else(|e| json!({ "ok": false, "error": e }))
+                let cmd = req.get("cmd").and_then(Value::as_str).unwrap_or("");
+                if matches!(cmd, "checkpoint" | "snapshot") {
+                    write_back(&fuse.mountpoint);
+                }
+                let r = {
+                    let mut fs = fs.lock().unwrap_or_else(|p| p.into_inner());
+                    execute(&mut fs, &req)
+                };
+                match r {
+                    Ok(mut v) => {
+                        match cmd {
+                            "stats" => v["stats"]["fuse"] = fuse_stats(&fuse.counters),
+                            "snapshot" => forget_snapshot(&fuse.kernel_cache, v["cno"].as_u64()),
+                            "promote" | "demote" | "delete" => {
+                                forget_snapshot(&fuse.kernel_cache, req["cno"].as_u64())
+                            }
+                            _ => {}
+                        }
+                        v
+                    }
+                    Err(e) => json!({ "ok": false, "error": e }),
+                }
             }
             Err(e) => json!({ "ok": false, "error": format!("bad request: {e}") }),
         };
         writeln!(out, "{reply}")?;
     }
     Ok(())
+}
+
+/// Have the kernel send the mount's dirty pages (and the times it keeps
+/// for them) before a checkpoint is taken, so that the checkpoint holds
+/// every write() that returned before it was asked for. The FUSE thread
+/// serves those writes, so the engine's lock must not be held here.
+fn write_back(mountpoint: &Path) {
+    let r = std::fs::File::open(mountpoint).and_then(|d| {
+        // SAFETY: syncfs on a descriptor we own.
+        if unsafe { libc::syncfs(d.as_raw_fd()) } == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    });
+    if let Err(e) = r {
+        // The checkpoint still holds everything that reached lsfs.
+        tracing::warn!(
+            "syncfs of {} before a checkpoint: {e}",
+            mountpoint.display()
+        );
+    }
+}
+
+/// The kernel forgets what it cached of `/.lsfs/snapshot` (its listing and
+/// the name of snapshot `cno`, present or missing): a snapshot came or went.
+fn forget_snapshot(cache: &KernelCache, cno: Option<u64>) {
+    let mut r = cache.invalidate_inode(SNAPSHOT_DIR_INO);
+    if let Some(cno) = cno {
+        r = r.and(cache.invalidate_entry(SNAPSHOT_DIR_INO, cno.to_string().as_bytes()));
+    }
+    if let Err(e) = r {
+        tracing::warn!("cannot drop the kernel's cache of the snapshot directory: {e}");
+    }
 }
 
 /// Run one request against a file system (mounted or opened offline).
@@ -151,6 +222,22 @@ pub fn stats(fs: &Lsfs) -> Value {
         "inodes_used": st.inodes_used,
         "read_only_reason": st.failed,
         "memory": memory(fs),
+    })
+}
+
+/// The FUSE requests the mount served, by opcode (only those that came),
+/// and how many GETXATTRs were the kernel's `security.capability` probe.
+pub fn fuse_stats(counters: &RequestCounters) -> Value {
+    let by_op: serde_json::Map<String, Value> = counters
+        .snapshot()
+        .into_iter()
+        .filter(|&(_, n)| n > 0)
+        .map(|(op, n)| (op.name().to_string(), json!(n)))
+        .collect();
+    json!({
+        "requests": by_op,
+        "total": counters.total(),
+        "getxattr_security_capability": counters.capability_probes(),
     })
 }
 

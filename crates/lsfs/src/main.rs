@@ -5,6 +5,7 @@ mod config;
 mod control;
 mod gc_cmd;
 mod inspect_cmd;
+mod mount_opts;
 mod size;
 
 use clap::{Args, Parser, Subcommand};
@@ -191,10 +192,16 @@ struct MountArgs {
     #[arg(long)]
     checkpoint: Option<u64>,
     /// Mount options, comma-separated: `ro`, `rw`, `writeback_cache` (the
-    /// kernel buffers writes and sends them in batches; fsync, close and
-    /// unmount still send everything first).
+    /// default: the kernel buffers writes and sends them in batches; fsync,
+    /// close, snapshots and unmount send everything first, and write errors
+    /// come back from fsync and close) and `no_writeback_cache` (every
+    /// write() reaches lsfs before it returns).
     #[arg(short = 'o')]
-    options: Option<String>,
+    options: Option<mount_opts::MountOpts>,
+    /// Threads serving FUSE requests (1..=16). They take turns on the file
+    /// system's lock; see docs/PERFORMANCE.md for what a second one gives.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=16))]
+    threads: u16,
     /// Block cache size (1M..=64G).
     #[arg(long, value_parser = size::parse_size)]
     cache_size: Option<u64>,
@@ -442,6 +449,7 @@ fn run(a: RunArgs) -> Result<(), String> {
         mountpoint: a.mountpoint,
         checkpoint: None,
         options: None,
+        threads: 1,
         cache_size: None,
         config: None,
         background: false,
@@ -449,22 +457,11 @@ fn run(a: RunArgs) -> Result<(), String> {
 }
 
 fn mount(a: MountArgs) -> Result<(), String> {
-    // Checked before a background mount too, so the error comes from here.
-    let opts: Vec<&str> = a.options.as_deref().unwrap_or("").split(',').collect();
-    if let Some(bad) = opts
-        .iter()
-        .find(|x| !["ro", "rw", "writeback_cache", ""].contains(x))
-    {
-        return Err(format!(
-            "-o {}: unknown option '{bad}' (known: ro, rw, writeback_cache)",
-            a.options.as_deref().unwrap_or("")
-        ));
-    }
     if a.background {
         return mount_background(&a);
     }
-    let read_only = opts.contains(&"ro");
-    let writeback_cache = opts.contains(&"writeback_cache");
+    let o = a.options.clone().unwrap_or_default();
+    let (read_only, writeback_cache) = (o.read_only, o.writeback_cache);
     let file_cfg = match &a.config {
         Some(p) => FileConfig::load(p)?,
         None => FileConfig::default(),
@@ -481,8 +478,21 @@ fn mount(a: MountArgs) -> Result<(), String> {
     }
     let read_only = lsfs_vfs::Vfs::read_only(&fs);
     let fs = Arc::new(Mutex::new(fs));
-    let sock =
-        control::serve(fs.clone(), &a.mountpoint).map_err(|e| format!("control socket: {e}"))?;
+    let opts = lsfs_fuse::MountOptions {
+        fsname: a.image.display().to_string(),
+        read_only,
+        writeback_cache,
+        threads: a.threads as usize,
+        // Snapshots never change: the kernel keeps them without expiry.
+        cache_forever: Some(lsfs_core::fs::snapview::is_virtual),
+        ..Default::default()
+    };
+    let fuse = control::FuseSide {
+        mountpoint: a.mountpoint.clone(),
+        counters: opts.counters.clone(),
+        kernel_cache: opts.kernel_cache.clone(),
+    };
+    let sock = control::serve(fs.clone(), fuse).map_err(|e| format!("control socket: {e}"))?;
     let stop = Arc::new(AtomicBool::new(false));
     let ticker = {
         let (fs, stop) = (fs.clone(), stop.clone());
@@ -494,12 +504,6 @@ fn mount(a: MountArgs) -> Result<(), String> {
                 }
             }
         })
-    };
-    let opts = lsfs_fuse::MountOptions {
-        fsname: a.image.display().to_string(),
-        read_only,
-        writeback_cache,
-        ..Default::default()
     };
     eprintln!(
         "lsfs: {} mounted on {} (Ctrl-C to unmount)",
@@ -525,7 +529,10 @@ fn mount_background(a: &MountArgs) -> Result<(), String> {
         cmd.arg("--checkpoint").arg(c.to_string());
     }
     if let Some(o) = &a.options {
-        cmd.arg("-o").arg(o);
+        cmd.arg("-o").arg(o.to_string());
+    }
+    if a.threads != 1 {
+        cmd.arg("--threads").arg(a.threads.to_string());
     }
     if let Some(c) = a.cache_size {
         cmd.arg("--cache-size").arg(c.to_string());

@@ -1,0 +1,58 @@
+//! How long the kernel may keep the names and attributes it is told.
+//!
+//! lsfs is the only writer of its image and every change goes through the
+//! kernel, which updates or drops what the change makes stale; so the
+//! kernel may keep entries (negative ones too) and attributes for a long
+//! time, and never has to ask again whether they still hold. What changes
+//! behind its back (the snapshot directory, when the control socket takes or
+//! drops a snapshot) is invalidated explicitly (`KernelCache`). What cannot
+//! change at all (snapshots, a read-only mount of a checkpoint) is kept
+//! without expiry.
+
+use std::time::Duration;
+
+/// Entries and attributes of the live file system. Long, but finite: should
+/// a change ever slip past the kernel, it heals within a day.
+pub(crate) const LIVE: Duration = Duration::from_secs(24 * 3600);
+/// What never changes. The kernel caps timeouts at its largest jiffies
+/// offset; this stays clear of sign trouble in its 64-bit arithmetic.
+pub(crate) const FOREVER: Duration = Duration::from_secs(u32::MAX as u64);
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CachePolicy {
+    /// Nothing on this mount can change (mounted read-only).
+    frozen: bool,
+    /// Inodes that never change while the mount lives (snapshots).
+    forever: Option<fn(u64) -> bool>,
+}
+
+impl CachePolicy {
+    pub(crate) fn new(frozen: bool, forever: Option<fn(u64) -> bool>) -> Self {
+        CachePolicy { frozen, forever }
+    }
+
+    /// How long the kernel may keep the attributes of `ino`, or the names
+    /// in directory `ino` (found or not).
+    pub(crate) fn ttl(&self, ino: u64) -> Duration {
+        if self.frozen || self.forever.is_some_and(|f| f(ino)) {
+            FOREVER
+        } else {
+            LIVE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshots_and_frozen_mounts_are_kept_forever() {
+        let snap = |ino: u64| ino >= 1 << 48;
+        let p = CachePolicy::new(false, Some(snap));
+        assert_eq!(p.ttl(5), LIVE);
+        assert_eq!(p.ttl(1 << 48), FOREVER);
+        assert_eq!(CachePolicy::new(true, None).ttl(5), FOREVER);
+        assert_eq!(CachePolicy::new(false, None).ttl(1 << 50), LIVE);
+    }
+}

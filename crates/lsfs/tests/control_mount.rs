@@ -1,0 +1,231 @@
+//! The control socket against a real `lsfs mount`: a snapshot taken or
+//! dropped through it is visible through the mount at once, although the
+//! kernel caches the snapshot directory (its listing, and names found
+//! missing) without expiry; and a snapshot holds what was written before it
+//! was asked for, although with the writeback cache those writes were still
+//! in the kernel's page cache.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+fn lsfs() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_lsfs"))
+}
+
+fn is_mounted(p: &Path) -> bool {
+    let table = fs::read_to_string("/proc/self/mounts").unwrap();
+    table.lines().any(|l| l.split(' ').nth(1) == p.to_str())
+}
+
+/// `lsfs mount` in the foreground, as a child; dropping it unmounts and
+/// waits for the server to write its last checkpoint and exit, also when
+/// the test fails.
+struct Mounted {
+    child: Child,
+    mnt: PathBuf,
+}
+
+impl Mounted {
+    fn new(image: &Path, mnt: &Path, opts: &[&str]) -> Mounted {
+        let child = lsfs()
+            .arg("mount")
+            .arg(image)
+            .arg(mnt)
+            .args(opts)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run lsfs mount");
+        let mut m = Mounted {
+            child,
+            mnt: fs::canonicalize(mnt).unwrap(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !is_mounted(&m.mnt) {
+            if let Some(st) = m.child.try_wait().unwrap() {
+                panic!("lsfs mount exited with {st}");
+            }
+            assert!(Instant::now() < deadline, "not mounted within 10 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        m
+    }
+
+    fn unmount(mut self) {
+        self.take_down();
+        let st = self.child.wait().unwrap();
+        assert!(st.success(), "lsfs mount exited with {st}");
+    }
+
+    fn take_down(&mut self) {
+        if is_mounted(&self.mnt) {
+            let _ = Command::new("fusermount3")
+                .arg("-u")
+                .arg(&self.mnt)
+                .status();
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        self.take_down();
+        if self.child.try_wait().unwrap().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        if is_mounted(&self.mnt) {
+            let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+        }
+    }
+}
+
+/// One request on the mount's control socket, spoken directly: a `lsfs`
+/// child process would inherit the test's open files for a moment, and its
+/// exec closing them would make the kernel write them back (every close
+/// does, with the writeback cache).
+fn control(mnt: &Path, req: serde_json::Value) -> serde_json::Value {
+    use std::io::{BufRead, BufReader, Write};
+    let sock = mnt.parent().unwrap().join(format!(
+        ".{}.lsfs.sock",
+        mnt.file_name().unwrap().to_str().unwrap()
+    ));
+    let mut s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    writeln!(s, "{req}").unwrap();
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["ok"], true, "{req}: {v}");
+    v
+}
+
+fn listing(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn snapshots_through_the_control_socket_show_at_once() {
+    if !Path::new("/dev/fuse").exists() {
+        eprintln!("SKIPPED: /dev/fuse does not exist");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let image = tmp.path().join("img");
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let st = lsfs()
+        .args(["mkfs", "--size", "256M"])
+        .arg(&image)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let m = Mounted::new(&image, &mnt, &[]);
+    let snapdir = m.mnt.join(".lsfs/snapshot");
+
+    // Written, not fsynced. The kernel writes a file back when it is
+    // closed, so "open" stays open: its data is only in the page cache.
+    fs::write(m.mnt.join("a"), b"before the snapshot").unwrap();
+    let mut f = fs::File::create(m.mnt.join("open")).unwrap();
+    let writes = |m: &Mounted| {
+        control(&m.mnt, json!({"cmd": "stats"}))["stats"]["fuse"]["requests"]["WRITE"].as_u64()
+    };
+    let sent = writes(&m);
+    std::io::Write::write_all(&mut f, b"still in the page cache").unwrap();
+    assert_eq!(
+        writes(&m),
+        sent,
+        "no writeback cache: the test tests nothing"
+    );
+
+    // The kernel caches the empty listing and a few names as missing.
+    assert!(listing(&snapdir).is_empty());
+    for cno in 1..=30 {
+        assert!(fs::metadata(snapdir.join(cno.to_string())).is_err());
+    }
+
+    let cno = control(&m.mnt, json!({"cmd": "snapshot"}))["cno"]
+        .as_u64()
+        .unwrap();
+    let snap = snapdir.join(cno.to_string());
+    assert_eq!(
+        listing(&snapdir),
+        [cno.to_string()],
+        "the new snapshot is listed"
+    );
+    assert_eq!(
+        fs::read(snap.join("a")).unwrap(),
+        b"before the snapshot",
+        "the snapshot misses a write made before it was asked for"
+    );
+    assert_eq!(
+        fs::read(snap.join("open")).unwrap(),
+        b"still in the page cache",
+        "the snapshot misses what a still-open file had written"
+    );
+    drop(f);
+
+    // The snapshot keeps its contents while the live file changes.
+    fs::write(m.mnt.join("a"), b"after").unwrap();
+    assert_eq!(fs::read(snap.join("a")).unwrap(), b"before the snapshot");
+    assert_eq!(fs::read(m.mnt.join("a")).unwrap(), b"after");
+
+    // Dropped: gone from the listing and by name, at once.
+    control(&m.mnt, json!({"cmd": "demote", "cno": cno}));
+    assert!(
+        listing(&snapdir).is_empty(),
+        "a dropped snapshot is still listed"
+    );
+    assert!(
+        fs::metadata(&snap).is_err(),
+        "a dropped snapshot is still found by name"
+    );
+
+    // Promoting a plain checkpoint shows it too.
+    let cp = control(&m.mnt, json!({"cmd": "checkpoint"}))["cno"]
+        .as_u64()
+        .unwrap();
+    assert!(fs::metadata(snapdir.join(cp.to_string())).is_err());
+    control(&m.mnt, json!({"cmd": "promote", "cno": cp}));
+    assert_eq!(listing(&snapdir), [cp.to_string()]);
+    assert_eq!(
+        fs::read(snapdir.join(cp.to_string()).join("a")).unwrap(),
+        b"after"
+    );
+
+    // The requests the mount served are in `lsfs stats --json`.
+    let out = lsfs()
+        .args(["stats", "--json", "--mount"])
+        .arg(&m.mnt)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        stats["fuse"]["requests"]["LOOKUP"].as_u64().unwrap() > 0,
+        "{stats}"
+    );
+    assert!(stats["fuse"]["total"].as_u64().unwrap() > 0);
+
+    m.unmount();
+    let st = lsfs()
+        .arg("fsck")
+        .arg(&image)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success(), "fsck after unmount: {st}");
+}
