@@ -413,11 +413,11 @@ impl BlockDevice for CrashDevice {
     fn size_bytes(&self) -> u64 {
         self.dev.size_bytes()
     }
-    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<()> {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.stats.note_read(buf.len());
         self.dev.read_at(offset, buf)
     }
-    fn write_at(&mut self, offset: u64, buf: &[u8]) -> Result<()> {
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<()> {
         check_range(self.size_bytes(), offset, buf.len(), "write")?;
         {
             let mut inner = self.log.inner.lock().unwrap();
@@ -438,7 +438,7 @@ impl BlockDevice for CrashDevice {
         self.stats.note_write(buf.len());
         self.dev.write_at(offset, buf)
     }
-    fn flush(&mut self) -> Result<()> {
+    fn flush(&self) -> Result<()> {
         self.log.inner.lock().unwrap().ops.push(LoggedOp::Flush);
         self.stats.note_flush();
         Ok(())
@@ -458,7 +458,7 @@ mod tests {
     /// flush) block 1 gets 2, block 1 gets 3 (overlapping), a 3-block write of
     /// 4 at block 4, no final flush.
     fn sample() -> (CrashDevice, CrashLog) {
-        let (mut dev, log) = CrashDevice::new(MemDevice::new(16 * BLOCK as u64));
+        let (dev, log) = CrashDevice::new(MemDevice::new(16 * BLOCK as u64));
         dev.write_at(0, &[1; BLOCK]).unwrap();
         dev.flush().unwrap();
         dev.write_at(BLOCK as u64, &[2; BLOCK]).unwrap();
@@ -484,14 +484,14 @@ mod tests {
 
     #[test]
     fn prefix_images_follow_the_log() {
-        let (mut dev, log) = sample();
+        let (dev, log) = sample();
         assert!(log.image_after(0).bytes().iter().all(|&b| b == 0));
         assert_eq!(log.image_after(1).bytes()[0], 1);
         let img = log.image_after(3);
         assert_eq!((img.bytes()[BLOCK], img.bytes()[4 * BLOCK]), (2, 0));
         let mut all = vec![0; 16 * BLOCK];
         dev.read_at(0, &mut all).unwrap();
-        assert_eq!(log.image_after(log.len()).bytes(), &all[..]);
+        assert_eq!(log.image_after(log.len()).bytes()[..], all[..]);
     }
 
     #[test]

@@ -128,7 +128,7 @@ impl BlockDevice for FaultDevice {
     fn size_bytes(&self) -> u64 {
         self.inner.size_bytes()
     }
-    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<()> {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         {
             let mut r = self.plan.inner.lock().unwrap();
             let n = r.reads_seen;
@@ -149,7 +149,7 @@ impl BlockDevice for FaultDevice {
         }
         self.inner.read_at(offset, buf)
     }
-    fn write_at(&mut self, offset: u64, buf: &[u8]) -> Result<()> {
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<()> {
         let flips: Vec<u64> = {
             let mut r = self.plan.inner.lock().unwrap();
             let n = r.writes_seen;
@@ -188,7 +188,7 @@ impl BlockDevice for FaultDevice {
         }
         self.inner.write_at(offset, &bad)
     }
-    fn flush(&mut self) -> Result<()> {
+    fn flush(&self) -> Result<()> {
         self.inner.flush()
     }
     fn stats(&self) -> &DeviceStats {
@@ -209,7 +209,7 @@ mod tests {
 
     #[test]
     fn reads_fail_by_index_and_by_range() {
-        let (mut d, plan, _) = dev();
+        let (d, plan, _) = dev();
         let mut b = [0u8; 4096];
         plan.fail_read_op(1);
         plan.fail_reads_in(3 * 4096..3 * 4096 + 1);
@@ -231,7 +231,7 @@ mod tests {
 
     #[test]
     fn failed_writes_never_reach_the_medium() {
-        let (mut d, plan, log) = dev();
+        let (d, plan, log) = dev();
         plan.fail_write_op(0);
         plan.fail_writes_in(4096..8192);
         plan.fail_writes_from(5);
@@ -251,14 +251,14 @@ mod tests {
 
     #[test]
     fn a_flipped_bit_lands_silently_and_replays_from_its_seed() {
-        let (mut d, plan, log) = dev();
+        let (d, plan, log) = dev();
         plan.flip_bit_in_write(1, 8 * 4096 + 9); // wraps to bit 9: byte 1, bit 1
         d.write_at(0, &[0; 4096]).unwrap();
         d.write_at(4096, &[0; 4096]).unwrap();
         let img = log.image_after(2);
         assert_eq!(img.bytes()[4097], 2);
         assert_eq!(img.bytes().iter().filter(|&&b| b != 0).count(), 1);
-        let (mut d2, plan2, log2) = dev();
+        let (d2, plan2, log2) = dev();
         plan.flip_seeded_bit_in_write(2, 77);
         plan2.flip_seeded_bit_in_write(0, 77);
         d.write_at(0, &[0; 4096]).unwrap();

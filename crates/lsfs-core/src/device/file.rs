@@ -17,14 +17,19 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, FileTypeExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 pub struct FileDevice {
     file: File,
     /// The same file opened with `O_DIRECT`, for block-aligned writes.
     direct: Option<File>,
+    /// Cleared when the device refuses a direct write: buffered from then on.
+    direct_ok: AtomicBool,
     /// A copy of what is written direct, 4 KiB aligned as `O_DIRECT` needs
-    /// (the engine's buffers are not).
-    bounce: Vec<u8>,
+    /// (the engine's buffers are not). Writes come one at a time from the
+    /// file system's writer, so one buffer serves (a lock, not a pool).
+    bounce: Mutex<Vec<u8>>,
     path: PathBuf,
     size_bytes: u64,
     stats: DeviceStats,
@@ -73,8 +78,9 @@ impl FileDevice {
         };
         Ok(FileDevice {
             file,
+            direct_ok: AtomicBool::new(direct.is_some()),
             direct,
-            bounce: Vec::new(),
+            bounce: Mutex::new(Vec::new()),
             path: path.to_path_buf(),
             size_bytes,
             stats: DeviceStats::default(),
@@ -100,28 +106,33 @@ impl FileDevice {
 
     /// Whether block-aligned writes go direct (`O_DIRECT`).
     pub fn writes_direct(&self) -> bool {
-        self.direct.is_some()
+        self.direct.is_some() && self.direct_ok.load(Ordering::Relaxed)
     }
 
     /// Write `buf` at `offset` through the `O_DIRECT` descriptor, if there is
     /// one and the write is block-aligned; false if it was not written.
-    fn write_direct(&mut self, offset: u64, buf: &[u8]) -> std::io::Result<bool> {
+    fn write_direct(&self, offset: u64, buf: &[u8]) -> std::io::Result<bool> {
         let aligned = offset % DIRECT_ALIGN as u64 == 0 && buf.len() % DIRECT_ALIGN == 0;
-        let Some(direct) = self.direct.as_ref().filter(|_| aligned && !buf.is_empty()) else {
+        let Some(direct) = self
+            .direct
+            .as_ref()
+            .filter(|_| aligned && !buf.is_empty() && self.direct_ok.load(Ordering::Relaxed))
+        else {
             return Ok(false);
         };
+        let mut bounce = self.bounce.lock().unwrap_or_else(|p| p.into_inner());
         // An aligned window of the bounce buffer (safe code: over-allocate
         // by one alignment and start where the address is aligned).
-        if self.bounce.len() < buf.len() + DIRECT_ALIGN {
-            self.bounce = vec![0; buf.len() + DIRECT_ALIGN];
+        if bounce.len() < buf.len() + DIRECT_ALIGN {
+            *bounce = vec![0; buf.len() + DIRECT_ALIGN];
         }
-        let at = self.bounce.as_ptr().align_offset(DIRECT_ALIGN);
-        let window = &mut self.bounce[at..at + buf.len()];
+        let at = bounce.as_ptr().align_offset(DIRECT_ALIGN);
+        let window = &mut bounce[at..at + buf.len()];
         window.copy_from_slice(buf);
         direct.write_all_at(window, offset)?;
         // One large record must not pin its size in memory for the mount's life.
-        if self.bounce.len() > BOUNCE_KEEP_BYTES {
-            self.bounce = Vec::new();
+        if bounce.len() > BOUNCE_KEEP_BYTES {
+            *bounce = Vec::new();
         }
         Ok(true)
     }
@@ -172,7 +183,7 @@ impl BlockDevice for FileDevice {
         self.size_bytes
     }
 
-    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<()> {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         check_range(self.size_bytes, offset, buf.len(), "read")?;
         self.file.read_exact_at(buf, offset).map_err(|e| {
             Error::io(
@@ -189,7 +200,7 @@ impl BlockDevice for FileDevice {
         Ok(())
     }
 
-    fn write_at(&mut self, offset: u64, buf: &[u8]) -> Result<()> {
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<()> {
         check_range(self.size_bytes, offset, buf.len(), "write")?;
         let r = match self.write_direct(offset, buf) {
             Ok(true) => Ok(()),
@@ -201,7 +212,7 @@ impl BlockDevice for FileDevice {
                     "{}: direct write refused ({e}); writes are buffered",
                     self.path.display()
                 );
-                self.direct = None;
+                self.direct_ok.store(false, Ordering::Relaxed);
                 self.file.write_all_at(buf, offset)
             }
             Err(e) => Err(e),
@@ -221,7 +232,7 @@ impl BlockDevice for FileDevice {
         Ok(())
     }
 
-    fn flush(&mut self) -> Result<()> {
+    fn flush(&self) -> Result<()> {
         self.file
             .sync_data()
             .map_err(|e| Error::io(format!("flush {}", self.path.display()), e))?;
@@ -248,7 +259,7 @@ mod tests {
         let dir = tempfile::tempdir_in("/var/tmp").unwrap();
         let path = dir.path().join("img");
         FileDevice::create_image(&path, 1 << 20).unwrap();
-        let mut dev = FileDevice::open(&path, true).unwrap();
+        let dev = FileDevice::open(&path, true).unwrap();
         eprintln!("direct writes: {}", dev.writes_direct());
         let mut want = vec![0u8; 1 << 20];
         // Warm the page cache over the range first: a direct write must not
@@ -272,7 +283,7 @@ mod tests {
         }
         dev.flush().unwrap();
         drop(dev);
-        let mut again = FileDevice::open(&path, false).unwrap();
+        let again = FileDevice::open(&path, false).unwrap();
         again.read_at(0, &mut got).unwrap();
         assert!(got == want, "after reopening");
     }

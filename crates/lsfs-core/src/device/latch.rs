@@ -43,7 +43,7 @@ impl BlockDevice for ReadErrorLatch {
     fn size_bytes(&self) -> u64 {
         self.inner.size_bytes()
     }
-    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<()> {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let r = self.inner.read_at(offset, buf);
         if let Err(e) = &r {
             let mut first = self.errors.0.lock().unwrap();
@@ -56,10 +56,10 @@ impl BlockDevice for ReadErrorLatch {
         }
         r
     }
-    fn write_at(&mut self, offset: u64, buf: &[u8]) -> Result<()> {
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<()> {
         self.inner.write_at(offset, buf)
     }
-    fn flush(&mut self) -> Result<()> {
+    fn flush(&self) -> Result<()> {
         self.inner.flush()
     }
     fn stats(&self) -> &DeviceStats {

@@ -2,49 +2,50 @@
 
 use super::{check_range, BlockDevice, DeviceStats};
 use crate::error::Result;
+use std::sync::Mutex;
 
 pub struct MemDevice {
-    data: Vec<u8>,
+    data: Mutex<Vec<u8>>,
+    size_bytes: u64,
     stats: DeviceStats,
 }
 
 impl MemDevice {
     pub fn new(size_bytes: u64) -> MemDevice {
-        MemDevice {
-            data: vec![0; size_bytes as usize],
-            stats: DeviceStats::default(),
-        }
+        MemDevice::from_bytes(vec![0; size_bytes as usize])
     }
     pub fn from_bytes(data: Vec<u8>) -> MemDevice {
         MemDevice {
-            data,
+            size_bytes: data.len() as u64,
+            data: Mutex::new(data),
             stats: DeviceStats::default(),
         }
     }
-    pub fn bytes(&self) -> &[u8] {
-        &self.data
+    /// A copy of the device's contents.
+    pub fn bytes(&self) -> Vec<u8> {
+        self.data.lock().unwrap().clone()
     }
 }
 
 impl BlockDevice for MemDevice {
     fn size_bytes(&self) -> u64 {
-        self.data.len() as u64
+        self.size_bytes
     }
-    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<()> {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         check_range(self.size_bytes(), offset, buf.len(), "read")?;
         let o = offset as usize;
-        buf.copy_from_slice(&self.data[o..o + buf.len()]);
+        buf.copy_from_slice(&self.data.lock().unwrap()[o..o + buf.len()]);
         self.stats.note_read(buf.len());
         Ok(())
     }
-    fn write_at(&mut self, offset: u64, buf: &[u8]) -> Result<()> {
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<()> {
         check_range(self.size_bytes(), offset, buf.len(), "write")?;
         let o = offset as usize;
-        self.data[o..o + buf.len()].copy_from_slice(buf);
+        self.data.lock().unwrap()[o..o + buf.len()].copy_from_slice(buf);
         self.stats.note_write(buf.len());
         Ok(())
     }
-    fn flush(&mut self) -> Result<()> {
+    fn flush(&self) -> Result<()> {
         self.stats.note_flush();
         Ok(())
     }

@@ -20,13 +20,16 @@ use crate::error::Result;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A device of `size_bytes`, read and written at byte offsets that are
-/// multiples of the block size the caller uses.
-pub trait BlockDevice: Send {
+/// multiples of the block size the caller uses. Shared: reads, writes and
+/// flushes may come from several threads at once (as pread, pwrite and
+/// fdatasync may), so that device I/O can run outside the file system's
+/// lock; callers order what must be ordered.
+pub trait BlockDevice: Send + Sync {
     fn size_bytes(&self) -> u64;
-    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<()>;
-    fn write_at(&mut self, offset: u64, buf: &[u8]) -> Result<()>;
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()>;
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<()>;
     /// Make every write that returned before this call durable.
-    fn flush(&mut self) -> Result<()>;
+    fn flush(&self) -> Result<()>;
     /// Counters of this device's traffic.
     fn stats(&self) -> &DeviceStats;
 }
