@@ -592,9 +592,9 @@ fn tearing_every_superblock_write_of_an_epoch_leaves_a_mountable_image() {
     );
 }
 
-/// fsync of a file whose name is durable must keep the xattrs it set: the
-/// fsync record carries only data and the inode's attributes, so an xattr
-/// change needs a checkpoint. Found by tests/ace.rs.
+/// fsync of a file whose name is durable must keep the xattrs it set (the
+/// record carries them as operations; before operations were logged, an
+/// xattr change needed a checkpoint). Found by tests/ace.rs.
 #[test]
 fn fsync_keeps_a_files_xattrs() {
     for datasync in [false, true] {
@@ -628,6 +628,73 @@ fn fsync_keeps_a_files_xattrs() {
             "datasync {datasync}"
         );
         assert_eq!(fs.getxattr(a.ino, b"user.new").unwrap(), b"value");
+    }
+}
+
+/// A checkpoint spanning segments lost its first record but not the
+/// others. Recovery writes its own checkpoint where that first record was;
+/// the lost checkpoint's next record, at the start of the segment the log
+/// had reserved next, must not become the chain's next record (it did when
+/// recovery reused the sequence numbers the crashed run had used: the
+/// chain then ended at a super root whose blocks recovery had overwritten).
+/// Found by tests/ace.rs (crashing recoveries); checked after a complete
+/// recovery and at every flush of it.
+#[test]
+fn records_after_a_lost_one_never_join_the_recovered_chain() {
+    let opts = lsfs_core::meta::open::MkfsOptions {
+        segment_blocks: 64,
+        label: "stale".into(),
+    };
+    let mut config = cfg();
+    config.store.streams = false;
+    let dev = MemDevice::new((32 * 64 + 2) * 4096);
+    let mut fs = Lsfs::mkfs(Box::new(dev), &opts, config.clone()).unwrap();
+    let a = fs
+        .mknod(ROOT_INO, b"a", libc::S_IFREG | 0o644, 0, &ctx())
+        .unwrap();
+    fs.write(a.ino, 0, &pattern(1, 20_000)).unwrap();
+    fs.unmount().unwrap();
+    let base = image(&mut fs);
+    drop(fs);
+    let (dev, log) = CrashDevice::new(MemDevice::from_bytes(base));
+    let mut fs = Lsfs::open(Box::new(dev), config.clone()).unwrap();
+    let start = log.len();
+    fs.write(a.ino, 0, &pattern(2, 150 * 4096)).unwrap();
+    fs.sync().unwrap();
+    drop(fs);
+    // The sync's records: one write each, then its flush.
+    let ops = log.ops();
+    let writes: Vec<usize> = (start..ops.len())
+        .take_while(|&i| !matches!(ops[i], lsfs_core::device::LoggedOp::Flush))
+        .collect();
+    assert!(writes.len() >= 3, "the checkpoint spans {} records", writes.len());
+    let lost_first = lsfs_core::device::CrashState {
+        durable_ops: start,
+        writes: writes[1..]
+            .iter()
+            .map(|&op| lsfs_core::device::PartialWrite {
+                op,
+                sectors: lsfs_core::device::Sectors::All,
+            })
+            .collect(),
+        flip_bits: Vec::new(),
+    };
+    let img = log.materialize(&lost_first).unwrap();
+    let want = pattern(1, 20_000);
+    let check = |bytes: Vec<u8>, what: &str| {
+        assert_clean(&fsck_bytes(bytes.clone()), what);
+        let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(bytes)), cfg()).unwrap();
+        let a = fs.lookup(ROOT_INO, b"a").unwrap();
+        assert_eq!(fs.read(a.ino, 0, 1 << 20).unwrap(), want, "{what}");
+    };
+    let (dev, rlog) = CrashDevice::new(img);
+    let mut fs = Lsfs::open(Box::new(dev), config).unwrap();
+    let done = image(&mut fs);
+    drop(fs);
+    check(done, "after recovery");
+    for f in flush_positions(&rlog) {
+        let img = rlog.materialize(&lsfs_core::device::CrashState::at_flush(f)).unwrap();
+        check(img.bytes().to_vec(), &format!("recovery crashed at its flush {f}"));
     }
 }
 
