@@ -341,32 +341,57 @@ fn records_carry_the_operations_since_the_one_before() {
 
 /// Past its bounds the operation log makes the writer checkpoint, and an
 /// fsync whose items do not fit one record writes a checkpoint (still one
-/// flush) instead.
+/// flush) instead; many changes without an fsync cost no checkpoint.
 #[test]
 fn the_operation_log_is_bounded() {
     // A cache large enough that no checkpoint comes from dirty blocks.
     let mut fs = mkfs(DEV_BYTES, MountConfig::default());
-    for i in 0..oplog::MAX_OPS + 10 {
+    let by = |fs: &Lsfs, c| fs.store.stats.checkpoints_by_cause.get(c).copied();
+    let c = cost(&mut fs, |fs| {
+        for i in 0..2000 {
+            create(fs, ROOT_INO, &format!("n{i}"));
+        }
+    });
+    assert_eq!(c, (0, 0, 0, 0), "2,000 creates wrote something");
+    // The first fsync falls back (2,200 pending creates), then 4,096 more.
+    for i in 0..oplog::MAX_OPS + 300 {
         let f = create(&mut fs, ROOT_INO, &format!("f{i}"));
         assert!(fs.oplog.ops_since_checkpoint() <= oplog::MAX_OPS);
         if i % 200 == 199 {
             fs.fsync(f, false).unwrap();
         }
     }
-    let by = |fs: &Lsfs, c| fs.store.stats.checkpoints_by_cause.get(c).copied();
     assert_eq!(
         by(&fs, "oplog"),
         Some(1),
         "4,096 operations since the checkpoint"
     );
-    // Long xattr values: the pending bytes' bound.
+    assert_eq!(
+        by(&fs, "fsync"),
+        Some(1),
+        "2,000 creates are not one record"
+    );
+    // Bytes: 16 xattrs of 64 KiB make over 1 MiB.
     let f = lookup(&mut fs, ROOT_INO, "f0").unwrap();
-    fs.setxattr(f, b"user.big", &pattern(5, 40_000), 0).unwrap();
-    assert_eq!(by(&fs, "oplog"), Some(2), "40 KB of pending operations");
-    assert_eq!(fs.oplog.ops_since_checkpoint(), 0);
-    // Images that do not fit: 200 inline files of 384 bytes, 512-byte images.
     fs.sync().unwrap();
+    for i in 0..15u64 {
+        let name = format!("user.big{i}");
+        fs.setxattr(f, name.as_bytes(), &pattern(i, 65536), 0)
+            .unwrap();
+    }
+    assert_eq!(by(&fs, "oplog"), Some(1));
+    fs.setxattr(f, b"user.big15", &pattern(5, 65536), 0)
+        .unwrap();
+    assert_eq!(by(&fs, "oplog"), Some(2), "over 1 MiB of operations");
+    assert_eq!(fs.oplog.ops_since_checkpoint(), 0);
+    // One operation that does not fit a record.
+    fs.setxattr(f, b"user.one", &pattern(6, 65536), 0).unwrap();
+    let c = cost(&mut fs, |fs| fs.fsync(f, false).unwrap());
+    assert_eq!((c.0, c.3), (1, 1), "a checkpoint of one flush");
+    assert_eq!(by(&fs, "fsync"), Some(2));
+    // Images that do not fit: 200 inline files of 384 bytes, 512-byte images.
     let d = fs.mkdir(ROOT_INO, b"d", 0o755, &ctx()).unwrap().ino;
+    fs.sync().unwrap();
     let mut last = 0;
     for i in 0..200 {
         last = create(&mut fs, d, &format!("i{i}"));
@@ -374,15 +399,15 @@ fn the_operation_log_is_bounded() {
     }
     let c = cost(&mut fs, |fs| fs.fsync(last, false).unwrap());
     assert_eq!((c.0, c.3), (1, 1), "a checkpoint of one flush");
-    assert_eq!(by(&fs, "fsync"), Some(1));
+    assert_eq!(by(&fs, "fsync"), Some(3));
     let want = dump(&mut fs);
     assert_eq!(dump(&mut recover(image(&mut fs))), want);
 }
 
 /// Recovery time of the longest operation log the bounds allow: 4,096
 /// operations since the last checkpoint (creates in a directory that grows
-/// to a B-tree, renames, links, xattrs and unlinks), each fsync'd in turn
-/// as the pending bound allows, then a crash.
+/// to a B-tree, renames, links, xattrs and unlinks), an fsync every 256 of
+/// them, then a crash.
 #[test]
 fn the_longest_operation_log_recovers_quickly() {
     let mut fs = mkfs(DEV_BYTES, MountConfig::default());
