@@ -71,18 +71,18 @@ impl Lsfs {
         for r in recs {
             for (i, ent) in r.header.entries.iter().enumerate() {
                 let block = r.payload_block(i);
-                let at = format!("{what}: block {block}");
+                let at = || format!("{what}: block {block}");
                 match ent.kind {
                     BlockKind::Data => self
                         .replay_block(ent.ino, ent.offset, block)
-                        .map_err(|err| replay_error(err, &at))?,
+                        .map_err(|err| replay_error(err, &at()))?,
                     BlockKind::InodeLog => {
                         let mut b = vec![0; self.store.geo.block_bytes];
                         self.store
                             .dev
                             .read_at(self.store.geo.byte_offset(block), &mut b)?;
                         b.truncate(INODE_BYTES);
-                        images.push((ent.ino, b, at));
+                        images.push((ent.ino, b, at()));
                     }
                     _ => {}
                 }
