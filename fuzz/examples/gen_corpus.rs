@@ -62,6 +62,13 @@ fn main() {
             write("record", &format!("record-{nrec}"), &rec);
             nrec += 1;
         }
+        if r.header.flags & lsfs_core::log::record::FLAG_DSYNC != 0 && !r.header.inline.is_empty() {
+            // fsync records with inline items: their summary blocks, the
+            // payload left as zeros and the record resealed by the target.
+            let mut rec = vec![1u8];
+            rec.extend_from_slice(trim(&img[start..start + nsum * BLOCK_BYTES]));
+            write("record", &format!("items-{}", r.header.seq), &rec);
+        }
         if r.header.flags & lsfs_core::log::record::FLAG_SUPER_ROOT != 0 && nrec < 6 {
             // Summary block only, resealed by the target; payload as zeros
             // except the super root, so the seed stays small.

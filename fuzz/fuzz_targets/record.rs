@@ -1,15 +1,17 @@
-//! Log record decoding: header, summary entries, payload checksum, and the
-//! super root block. Input: `flags u8`, then the record's first bytes; the
-//! record is padded with zeros to the size its header claims (at most
-//! `MAX_BLOCKS`), so short inputs reach the payload checks.
+//! Log record decoding: header, summary entries, inline items, payload
+//! checksum, and the super root block. Input: `flags u8`, then the record's
+//! first bytes; the record is padded with zeros to the size its header
+//! claims (at most `MAX_BLOCKS`), so short inputs reach the payload checks.
 //! Flag 1 reseals the record checksum; flag 2 also decodes each payload block
-//! as a super root (resealed if flag 4).
+//! as a super root (resealed if flag 4). Inline items that decode re-encode
+//! to the same bytes.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use lsfs_core::codec::crc_with_hole;
 use lsfs_core::layout::BLOCK_BYTES;
-use lsfs_core::log::record::{summary_blocks, RecordHeader};
+use lsfs_core::log::items;
+use lsfs_core::log::record::{summary_blocks_with, RecordHeader};
 use lsfs_core::log::super_root::SuperRoot;
 
 const MAX_BLOCKS: usize = 16;
@@ -46,7 +48,16 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     assert_eq!(h.entries.len() + h.nsum_blocks as usize, h.nblocks as usize);
-    assert_eq!(summary_blocks(h.entries.len()), h.nsum_blocks as usize);
+    assert_eq!(
+        summary_blocks_with(h.entries.len(), h.inline.len()),
+        h.nsum_blocks as usize
+    );
+    if let Ok(its) = items::decode(&h.inline, "fuzz") {
+        assert_eq!(items::encode(&its), h.inline, "items re-encode to their bytes");
+        for it in &its {
+            let _ = items::describe(it);
+        }
+    }
     let nsum = h.nsum_blocks as usize;
     let payload: Vec<&[u8]> = buf[nsum * BLOCK_BYTES..h.nblocks as usize * BLOCK_BYTES]
         .chunks_exact(BLOCK_BYTES)

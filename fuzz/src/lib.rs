@@ -109,7 +109,8 @@ fn data_block(i: u64) -> Vec<u8> {
 /// A small image with every kind of on-disk structure: inline and B-tree
 /// directories, inline data, inline and B-tree extent maps, symlinks, hard
 /// links, small and multi-chunk xattrs, a snapshot, several checkpoints, and
-/// an fsync record after the last checkpoint (so mounting rolls forward).
+/// fsync records after the last checkpoint (so mounting rolls forward): one
+/// with every kind of inline item, then one with data and an image.
 pub fn build_image() -> Vec<u8> {
     let dev = Box::new(MemDevice::new(IMAGE_BYTES));
     let opts = MkfsOptions {
@@ -147,7 +148,27 @@ pub fn build_image() -> Vec<u8> {
     fs.unlink(d, b"entry-07").unwrap();
     fs.rename(d, b"entry-08", ROOT_INO, b"moved", 0).unwrap();
     fs.checkpoint().unwrap();
-    // Only fsync'd, not checkpointed: mounting rolls this record forward.
+    // Only fsync'd, not checkpointed: mounting rolls these records forward.
+    // First every operation an fsync record carries.
+    let nd = fs.mkdir(ROOT_INO, b"new-dir", 0o750, &c).unwrap().ino;
+    let nf = fs.mknod(nd, b"new-file", reg, 0, &c).unwrap().ino;
+    fs.write(nf, 0, &data_block(7)).unwrap();
+    fs.symlink(nd, b"new-link", b"new-file", &c).unwrap();
+    fs.link(nf, ROOT_INO, b"new-hard").unwrap();
+    fs.rename(ROOT_INO, b"moved", nd, b"moved-again", 0).unwrap();
+    fs.rename(nd, b"new-file", nd, b"new-link", lsfs_vfs::RENAME_EXCHANGE)
+        .unwrap();
+    fs.unlink(d, b"entry-09").unwrap();
+    fs.mkdir(nd, b"gone", 0o700, &c).unwrap();
+    fs.rmdir(nd, b"gone").unwrap();
+    fs.setxattr(nf, b"user.new", b"value", 0).unwrap();
+    fs.removexattr(small, b"user.a").unwrap();
+    let shrink = lsfs_vfs::SetAttr {
+        size: Some(3),
+        ..Default::default()
+    };
+    fs.setattr(small, &shrink).unwrap();
+    fs.fsync(nd, false).unwrap();
     fs.write(extents, 3 * BLOCK_BYTES as u64, &data_block(3))
         .unwrap();
     fs.fsync(extents, false).unwrap();

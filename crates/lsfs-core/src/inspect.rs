@@ -227,6 +227,10 @@ pub struct RecordDump {
     pub next_seg: u64,
     pub created_secs: u64,
     pub entries: Vec<EntryDump>,
+    /// Bytes of inline items (fsync records: operations and inode images).
+    pub inline_bytes: usize,
+    /// The items, one line each, or why they do not decode.
+    pub items: Vec<String>,
 }
 
 #[derive(Clone, Debug, serde::Serialize)]
@@ -289,6 +293,11 @@ pub fn dump_segment(dev: &mut dyn BlockDevice, segno: u64) -> Result<SegmentDump
                         kind: format!("{:?}", e.kind),
                     })
                     .collect(),
+                inline_bytes: h.inline.len(),
+                items: match crate::log::items::decode(&h.inline, "inline items") {
+                    Ok(items) => items.iter().map(crate::log::items::describe).collect(),
+                    Err(e) => vec![format!("damaged: {e}")],
+                },
             }
         })
         .collect();

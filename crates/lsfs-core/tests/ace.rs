@@ -11,13 +11,21 @@
 //! pass fsck, mount, and keep exactly what `docs/CRASH.md` promises:
 //!
 //! - namespace: the names are those of the model after some operation
-//!   between the last completed sync / directory fsync / snapshot and the
-//!   crash (no partial rename, no name both lost and kept);
-//! - fsync'd files: content, size, xattrs, names and attributes as at their
-//!   fsync (or fdatasync) or later;
+//!   between the last completed sync / fsync or fdatasync of anything /
+//!   snapshot and the crash (no partial rename, no name both lost and
+//!   kept; an fsync makes every earlier namespace change durable);
+//! - fsync'd files, symlinks and directories: content, size, xattrs, names
+//!   and attributes as at their fsync (or fdatasync) or later;
 //! - every file, directory and symlink: a content and attributes it really
-//!   had, together, since that sync (no garbage, no half-old inode);
+//!   had, together, since the last sync or snapshot (no garbage, no
+//!   half-old inode);
 //! - completed snapshots: exactly the model at the time they were taken.
+//!
+//! Every 16th crash state (every one with `LSFS_ACE_DEEP=1`) is also
+//! recovered read-write on a recording device and crashed in turn (at each
+//! flush, its unmount included; if it rolled fsync records forward, also
+//! at a random state per epoch), and each of those images must recover to
+//! the same tree.
 //!
 //! The attributes are file type and permission bits, uid, gid, size, link
 //! count, and atime, mtime and ctime to the nanosecond (`Meta`); the core
@@ -44,6 +52,11 @@
 //! three times the random states; the test fails if under 4 % of all crash
 //! states lie in such epochs, a stream is never written, or the hot
 //! triples write under 50 hot-stream blocks.
+//!
+//! After seq-1, every namespace or metadata change (creat, mkdir, symlink,
+//! link, unlink, rmdir, rename, setxattr, shrinking truncate) is followed
+//! by an fsync of an untouched file and of an untouched directory: the
+//! fsync must make the change durable.
 //!
 //! Default: a CI sample (seq-1 exhaustive, seq-2 and seq-3 sampled).
 //! `LSFS_ACE_STATES=100000` runs seq-1, the hot pairs and triples, then
@@ -675,10 +688,11 @@ fn build_base(variant: Variant) -> Base {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Promise {
     Nothing,
-    /// Everything as it was: sync, fsync of a directory, snapshot.
+    /// Everything as it was: sync, snapshot.
     All,
-    /// This inode's content, xattrs, attributes and names (fsync or
-    /// fdatasync of a file or symlink).
+    /// The whole namespace as it was, and this inode's content, xattrs,
+    /// attributes and names (fsync or fdatasync of a file, symlink or
+    /// directory).
     Inode(Ino),
 }
 
@@ -803,12 +817,7 @@ fn record(base: &Base, ops: &[Op]) -> Result<Recorded, String> {
         let promise = match op {
             Op::Sync | Op::Snapshot => Promise::All,
             Op::Fsync(p) | Op::Fdatasync(p) if want.is_ok() => {
-                let ino = resolve(&mut model, p).unwrap();
-                if model.getattr(ino).unwrap().kind == FileKind::Dir {
-                    Promise::All
-                } else {
-                    Promise::Inode(ino)
-                }
+                Promise::Inode(resolve(&mut model, p).unwrap())
             }
             _ => Promise::Nothing,
         };
@@ -871,9 +880,16 @@ fn check_state(
         .rev()
         .find(|&i| rec.spans[i].0 < epoch_end.max(st.horizon()))
         .unwrap_or(0);
+    // Every inode as it was at some moment since the last sync or snapshot;
+    // the namespace as after some operation since the last sync, snapshot
+    // or fsync of anything (an fsync makes every namespace change durable).
     let lower = (0..=upper)
         .rev()
         .find(|&i| rec.promises[i] == Promise::All && done(i))
+        .unwrap_or(0);
+    let names_lower = (0..=upper)
+        .rev()
+        .find(|&i| rec.promises[i] != Promise::Nothing && done(i))
         .unwrap_or(0);
     let mut ro = ace_cfg();
     ro.store.read_only = true;
@@ -882,9 +898,9 @@ fn check_state(
     let got = walk(&mut fs, &rec.to_model)?;
     drop(fs);
     let window = |from: usize| &rec.trees[from..=upper.max(from)];
-    if !window(lower).iter().any(|t| t.entries == got.entries) {
+    if !window(names_lower).iter().any(|t| t.entries == got.entries) {
         return Err(format!(
-            "names match the model after no operation in {lower}..={upper}: got {:?}",
+            "names match the model after no operation in {names_lower}..={upper}: got {:?}",
             got.entries
         ));
     }
@@ -940,8 +956,10 @@ fn check_state(
     }
     if deep {
         // Recovery for real: it writes a checkpoint; that image is clean too.
-        let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(img)), ace_cfg())
-            .map_err(|e| format!("read-write mount: {e}"))?;
+        let (dev, log) = CrashDevice::new(MemDevice::from_bytes(img));
+        let mut fs =
+            Lsfs::open(Box::new(dev), ace_cfg()).map_err(|e| format!("read-write mount: {e}"))?;
+        let replayed = fs.replayed_records;
         let again = walk(&mut fs, &rec.to_model)?;
         if again != got {
             return Err("read-write recovery differs from read-only recovery".into());
@@ -951,6 +969,49 @@ fn check_state(
         let r = fsck_bytes(image(&mut fs));
         if !r.errors.is_empty() {
             return Err(format!("fsck after recovery: {}", r.errors.join("; ")));
+        }
+        drop(fs);
+        crash_recovery(&log, &got, &rec.to_model, st, replayed > 0)?;
+    }
+    Ok(())
+}
+
+/// Crash a recovery (and the unmount after it), recorded in `log`: at every
+/// flush, and at a random state of each epoch if it rolled records forward
+/// (`rolled`). Each image must be clean and recover to `want`, what the
+/// uninterrupted recovery gave: replay is idempotent.
+fn crash_recovery(
+    log: &CrashLog,
+    want: &Tree,
+    to_model: &HashMap<Ino, Ino>,
+    st: &CrashState,
+    rolled: bool,
+) -> Result<(), String> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(st.horizon() as u64 ^ 0x5eed);
+    let mut img = log.base();
+    let mut at = 0;
+    for (k, epoch) in log.epochs().into_iter().enumerate() {
+        log.advance(&mut img, at, epoch.durable_ops);
+        at = epoch.durable_ops;
+        let mut states = vec![CrashState::at_flush(epoch.durable_ops)];
+        if rolled && !epoch.writes.is_empty() {
+            states.push(log.random_state(&epoch, CrashChoice::default(), &mut rng));
+        }
+        for cs in states {
+            let mut bytes = img.clone();
+            log.apply_crash(&mut bytes, &cs).unwrap();
+            let what = format!("crash during recovery, epoch {k}, state {cs}");
+            let report = fsck_bytes(bytes.clone());
+            if !report.errors.is_empty() {
+                return Err(format!("{what}: fsck: {}", report.errors.join("; ")));
+            }
+            let mut ro = ace_cfg();
+            ro.store.read_only = true;
+            let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(bytes)), ro)
+                .map_err(|e| format!("{what}: mount: {e}"))?;
+            if walk(&mut fs, to_model)? != *want {
+                return Err(format!("{what}: recovers to another state"));
+            }
         }
     }
     Ok(())
@@ -1089,7 +1150,7 @@ fn explore(base: &Base, steps: &[Step], variant: Variant, random: usize, tally: 
             }
             let mut bytes = img.clone();
             rec.log.apply_crash(&mut bytes, &st).unwrap();
-            let deep = tally.states % 16 == 0;
+            let deep = tally.states % 16 == 0 || deep_all();
             tally.states += 1;
             tally.relocation_states += (relocating && variant == Variant::Cleaner) as u64;
             tally.stream_states += streaming as u64;
@@ -1108,6 +1169,12 @@ fn explore(base: &Base, steps: &[Step], variant: Variant, random: usize, tally: 
 }
 
 // ---- drivers ----
+
+/// `LSFS_ACE_DEEP=1`: every crash state, not every 16th, is also recovered
+/// read-write and its recovery crashed (about three times slower).
+fn deep_all() -> bool {
+    std::env::var("LSFS_ACE_DEEP").is_ok_and(|v| v != "0")
+}
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|s| s.parse().ok())
@@ -1218,6 +1285,42 @@ fn ace_workloads_keep_what_crash_md_promises() {
             break;
         }
     }
+    // Namespace and metadata changes, then an fsync of something else: the
+    // fsync must make the change durable (its record carries every logged
+    // operation). Two fsync targets, a file and a directory the change does
+    // not touch; seq-2 samples such pairs only sparsely.
+    let changes: Vec<Op> = core_ops()
+        .into_iter()
+        .filter(|o| {
+            matches!(
+                o,
+                Op::Creat(_)
+                    | Op::Mkdir(_)
+                    | Op::Symlink(_)
+                    | Op::Link(..)
+                    | Op::Unlink(_)
+                    | Op::Rmdir(_)
+                    | Op::Rename(..)
+                    | Op::SetXattr(_)
+                    | Op::Truncate(_, 0 | 2500)
+            )
+        })
+        .collect();
+    let mut k = 0;
+    for &c in &changes {
+        for t in ["foo", "A/C"] {
+            if !run.full() {
+                let w = [(c, Persist::None), (Op::Fsync(t), Persist::None)];
+                let variant = if k % 4 == 3 {
+                    Variant::Cleaner
+                } else {
+                    Variant::Plain
+                };
+                run.one(&w, variant, random);
+                k += 1;
+            }
+        }
+    }
     let seq1 = run.tally.states;
     // Hot-stream pairs, on the streams variant: two writes to one file, the
     // second followed by sync. Write history is kept in memory only, so the
@@ -1317,7 +1420,7 @@ fn ace_workloads_keep_what_crash_md_promises() {
     }
     let t = &run.tally;
     eprintln!(
-        "ace: {} workloads checked ({} invalid skipped), crash states: {} (seq-1 {seq1}, hot pairs and triples {hot}, seq-2 {seq2}, seq-3 {}), cleaner copied {} blocks ({} live; {} of {} passes moved live blocks, {} crash states in their epochs), streams variant: {} passes, {} live blocks copied; data-stream writes (hot {}, cold {}, cleaner {} blocks) in the epochs of {} crash states ({} with some landed), {} s, violations {}",
+        "ace: {} workloads checked ({} invalid skipped), crash states: {} (seq-1 and changes then an fsync {seq1}, hot pairs and triples {hot}, seq-2 {seq2}, seq-3 {}), cleaner copied {} blocks ({} live; {} of {} passes moved live blocks, {} crash states in their epochs), streams variant: {} passes, {} live blocks copied; data-stream writes (hot {}, cold {}, cleaner {} blocks) in the epochs of {} crash states ({} with some landed), {} s, violations {}",
         t.workloads,
         t.skipped,
         t.states,

@@ -2,7 +2,12 @@
 //! and flush; then, for many crash points (every flush boundary, and random
 //! points in between with unflushed writes kept or lost at random), the image
 //! a crash would leave must open, pass fsck, and hold every fsync'd file with
-//! exactly a content it had at or after its last completed fsync.
+//! exactly a content (and xattr) it had at or after its last completed
+//! fsync. The workload also creates, links, renames and unlinks files and
+//! makes and removes directories, fsyncing new and renamed files and the
+//! directory: the directory's names must be those after some operation
+//! since the last completed fsync, sync or checkpoint, and every file
+//! fsync'd before the crash holds its contents under each name it has.
 //! Also: a failing device turns the mount read-only without losing what was
 //! durable.
 
@@ -12,6 +17,7 @@ use lsfs_core::device::{CrashDevice, CrashLog, MemDevice};
 use lsfs_core::fs::{Lsfs, MountConfig};
 use lsfs_vfs::{Errno, SetAttr, Vfs, ROOT_INO};
 use rand::{Rng, SeedableRng};
+use std::collections::{BTreeSet, HashMap};
 
 const DEV_BYTES: u64 = 24 * MIB;
 
@@ -25,21 +31,43 @@ fn crash_cfg() -> MountConfig {
     c
 }
 
+/// What a durable file holds: its contents and its xattr `user.v`.
+type Version = (Vec<u8>, Option<Vec<u8>>);
+
 /// The contents one durable file went through.
 struct Tracked {
     name: Vec<u8>,
     ino: u64,
-    /// (log length before the operation that produced it, full contents)
-    versions: Vec<(usize, Vec<u8>)>,
+    /// (log length before the operation that produced it, contents and xattr)
+    versions: Vec<(usize, Version)>,
     /// (log length after fsync returned, index into `versions`)
     fsyncs: Vec<(usize, usize)>,
 }
+
+/// The root directory's names after one operation: (log length before and
+/// after the operation, the names).
+type Listing = (usize, usize, BTreeSet<Vec<u8>>);
 
 struct Recorded {
     log: CrashLog,
     files: Vec<Tracked>,
     /// User blocks written into holes (threaded logging) while recording.
     plugged: u64,
+    /// The root's names after each namespace operation, oldest first.
+    listings: Vec<Listing>,
+    /// Log lengths after each fsync, sync, checkpoint or snapshot returned,
+    /// with the number of listings then: every namespace change before is
+    /// durable from there.
+    durable: Vec<(usize, usize)>,
+    /// Scratch files by name (names are never reused): contents, and the
+    /// log length after the first fsync of the file, if any.
+    scratch: HashMap<
+        Vec<u8>,
+        (
+            std::rc::Rc<Vec<u8>>,
+            std::rc::Rc<std::cell::Cell<Option<usize>>>,
+        ),
+    >,
 }
 
 /// A nearly full image for threaded logging to plug: ballast files fill
@@ -79,39 +107,66 @@ fn run_workload_on(base: Vec<u8>, config: MountConfig, seed: u64, steps: usize) 
     let clock0 = lsfs_core::meta::store::wall_secs();
     let c = ctx();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    // The names the base image holds.
+    let mut names: BTreeSet<Vec<u8>> = fs
+        .readdir(ROOT_INO, 0, usize::MAX)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .filter(|n| n != b"." && n != b"..")
+        .collect();
+    let base_names = names.clone();
+    let mut listings: Vec<Listing> = vec![(0, 0, names.clone())];
     let mut files: Vec<Tracked> = (0..4)
         .map(|i| {
             let name = format!("durable{i}").into_bytes();
             let a = fs
                 .mknod(ROOT_INO, &name, libc::S_IFREG | 0o644, 0, &c)
                 .unwrap();
+            names.insert(name.clone());
             Tracked {
                 name,
                 ino: a.ino,
-                versions: vec![(log.len(), Vec::new())],
+                versions: vec![(log.len(), (Vec::new(), None))],
                 fsyncs: Vec::new(),
             }
         })
         .collect();
+    listings.push((0, log.len(), names.clone()));
+    let mut durable = Vec::new();
+    type Scratch = (
+        std::rc::Rc<Vec<u8>>,
+        std::rc::Rc<std::cell::Cell<Option<usize>>>,
+    );
+    let mut scratch_files: HashMap<Vec<u8>, Scratch> = HashMap::new();
+    // Names of scratch files (several may name one inode) and of empty directories.
     let mut scratch: Vec<Vec<u8>> = Vec::new();
+    let mut dirs: Vec<Vec<u8>> = Vec::new();
     let mut next_scratch = 0;
+    let mut fresh = |prefix: &str| {
+        next_scratch += 1;
+        format!("{prefix}{next_scratch}").into_bytes()
+    };
     for step in 0..steps {
         fs.store.now_override = Some(clock0 + step as u64);
         let before = log.len();
+        let mut changed_names = false;
+        // fsync of a scratch file by name, or of the root (after the change).
+        let mut fsync_after: Option<Option<Vec<u8>>> = None;
         match rng.gen_range(0..100) {
-            0..=34 => {
+            0..=29 => {
                 let f = &mut files[rng.gen_range(0..4)];
-                let mut content = f.versions.last().unwrap().1.clone();
+                let (mut content, x) = f.versions.last().unwrap().1.clone();
                 let off = rng.gen_range(0..200_000usize);
                 let len = rng.gen_range(1..40_000usize);
                 let data = pattern(rng.gen(), len);
                 fs.write(f.ino, off as u64, &data).unwrap();
                 apply_write(&mut content, off, &data);
-                f.versions.push((before, content));
+                f.versions.push((before, (content, x)));
             }
-            35..=39 => {
+            30..=34 => {
                 let f = &mut files[rng.gen_range(0..4)];
-                let mut content = f.versions.last().unwrap().1.clone();
+                let (mut content, x) = f.versions.last().unwrap().1.clone();
                 let size = rng.gen_range(0..150_000usize);
                 fs.setattr(
                     f.ino,
@@ -122,45 +177,100 @@ fn run_workload_on(base: Vec<u8>, config: MountConfig, seed: u64, steps: usize) 
                 )
                 .unwrap();
                 content.resize(size, 0);
-                f.versions.push((before, content));
+                f.versions.push((before, (content, x)));
             }
-            40..=59 => {
+            35..=37 => {
+                let f = &mut files[rng.gen_range(0..4)];
+                let (content, _) = f.versions.last().unwrap().1.clone();
+                let v = pattern(rng.gen(), rng.gen_range(1..3000));
+                fs.setxattr(f.ino, b"user.v", &v, 0).unwrap();
+                f.versions.push((before, (content, Some(v))));
+            }
+            38..=54 => {
                 let i = rng.gen_range(0..4);
                 fs.fsync(files[i].ino, false).unwrap();
                 let v = files[i].versions.len() - 1;
                 files[i].fsyncs.push((log.len(), v));
+                durable.push((log.len(), listings.len()));
             }
-            60..=74 => {
-                let name = format!("s{next_scratch}").into_bytes();
-                next_scratch += 1;
+            55..=66 => {
+                let name = fresh("s");
                 let a = fs
                     .mknod(ROOT_INO, &name, libc::S_IFREG | 0o644, 0, &c)
                     .unwrap();
-                fs.write(a.ino, 0, &pattern(rng.gen(), rng.gen_range(1..30_000)))
-                    .unwrap();
+                let data = pattern(rng.gen(), rng.gen_range(1..30_000));
+                fs.write(a.ino, 0, &data).unwrap();
                 fs.forget(a.ino, 1);
-                scratch.push(name);
+                let synced = std::rc::Rc::new(std::cell::Cell::new(None));
+                scratch_files.insert(name.clone(), (std::rc::Rc::new(data), synced));
+                scratch.push(name.clone());
+                changed_names = true;
+                if rng.gen_bool(0.5) {
+                    fsync_after = Some(Some(name));
+                }
             }
-            75..=82 if !scratch.is_empty() => {
+            67..=72 if !scratch.is_empty() => {
                 let i = rng.gen_range(0..scratch.len());
                 let name = scratch.swap_remove(i);
                 fs.unlink(ROOT_INO, &name).unwrap();
+                changed_names = true;
+                if rng.gen_bool(0.3) {
+                    fsync_after = Some(None);
+                }
             }
-            83..=89 if !scratch.is_empty() => {
+            73..=79 if !scratch.is_empty() => {
                 let i = rng.gen_range(0..scratch.len());
-                let new = format!("s{next_scratch}").into_bytes();
-                next_scratch += 1;
+                let new = fresh("s");
                 fs.rename(ROOT_INO, &scratch[i], ROOT_INO, &new, 0).unwrap();
-                scratch[i] = new;
+                let moved = scratch_files[&scratch[i]].clone();
+                scratch_files.insert(new.clone(), moved);
+                scratch[i] = new.clone();
+                changed_names = true;
+                match rng.gen_range(0..3) {
+                    0 => fsync_after = Some(Some(new)),
+                    1 => fsync_after = Some(None),
+                    _ => {}
+                }
             }
-            90..=93 => {
+            80..=82 if !scratch.is_empty() => {
+                let old = scratch[rng.gen_range(0..scratch.len())].clone();
+                let new = fresh("s");
+                let a = fs.lookup(ROOT_INO, &old).unwrap();
+                fs.link(a.ino, ROOT_INO, &new).unwrap();
+                fs.forget(a.ino, 2);
+                let same = scratch_files[&old].clone();
+                scratch_files.insert(new.clone(), same);
+                scratch.push(new.clone());
+                changed_names = true;
+                if rng.gen_bool(0.5) {
+                    fsync_after = Some(Some(new));
+                }
+            }
+            83..=85 => {
+                if dirs.is_empty() || rng.gen_bool(0.5) {
+                    let d = fresh("d");
+                    let a = fs.mkdir(ROOT_INO, &d, 0o755, &c).unwrap();
+                    fs.forget(a.ino, 1);
+                    dirs.push(d);
+                } else {
+                    let d = dirs.swap_remove(rng.gen_range(0..dirs.len()));
+                    fs.rmdir(ROOT_INO, &d).unwrap();
+                }
+                changed_names = true;
+                if rng.gen_bool(0.5) {
+                    fsync_after = Some(None);
+                }
+            }
+            86..=89 => {
                 fs.checkpoint().unwrap();
+                durable.push((log.len(), listings.len()));
             }
-            94 => {
+            90 => {
                 // Snapshots pin dead blocks: crashes meet nsnapshot accounting.
                 fs.snapshot_create().unwrap();
+                durable.push((log.len(), listings.len()));
             }
-            95 => {
+            91 => {
                 let snaps: Vec<u64> = fs
                     .checkpoints()
                     .iter()
@@ -170,9 +280,10 @@ fn run_workload_on(base: Vec<u8>, config: MountConfig, seed: u64, steps: usize) 
                 if !snaps.is_empty() {
                     let cno = snaps[rng.gen_range(0..snaps.len())];
                     fs.snapshot_set(cno, false).unwrap();
+                    durable.push((log.len(), listings.len()));
                 }
             }
-            96..=97 => {
+            92..=93 => {
                 // The cleaner moves live blocks: crashes meet relocation.
                 fs.clean(
                     3,
@@ -186,7 +297,33 @@ fn run_workload_on(base: Vec<u8>, config: MountConfig, seed: u64, steps: usize) 
             }
             _ => {
                 fs.sync().unwrap();
+                durable.push((log.len(), listings.len()));
             }
+        }
+        if changed_names {
+            names = scratch
+                .iter()
+                .chain(&dirs)
+                .chain(files.iter().map(|f| &f.name))
+                .chain(&base_names)
+                .cloned()
+                .collect();
+            listings.push((before, log.len(), names.clone()));
+        }
+        if let Some(target) = fsync_after {
+            let ino = match &target {
+                Some(name) => fs.lookup(ROOT_INO, name).unwrap().ino,
+                None => ROOT_INO,
+            };
+            fs.fsync(ino, false).unwrap();
+            if let Some(name) = target {
+                fs.forget(ino, 1);
+                let synced = &scratch_files[&name].1;
+                if synced.get().is_none() {
+                    synced.set(Some(log.len()));
+                }
+            }
+            durable.push((log.len(), listings.len()));
         }
     }
     let plugged = fs.store.plugs.stats.blocks_plugged;
@@ -195,6 +332,9 @@ fn run_workload_on(base: Vec<u8>, config: MountConfig, seed: u64, steps: usize) 
         log,
         files,
         plugged,
+        listings,
+        durable,
+        scratch: scratch_files,
     }
 }
 
@@ -227,23 +367,78 @@ fn check_image(rec: &Recorded, bytes: Vec<u8>, nops: usize, seed: u64, reopen_fs
             )
         });
         let got = fs.read(a.ino, 0, 1 << 20).unwrap();
+        let xattr = fs.getxattr(a.ino, b"user.v").ok();
         // Allowed: the fsync'd version or any later one the crash may have caught.
         let ok = f.versions[k..]
             .iter()
             .filter(|(start, _)| *start <= nops)
-            .any(|(_, v)| *v == got);
+            .any(|(_, (v, x))| *v == got && *x == xattr);
         if !ok {
-            let any = f.versions.iter().position(|(_, v)| *v == got);
-            let diff = got.iter().zip(&f.versions[k].1).position(|(a, b)| a != b);
+            let any = f.versions.iter().position(|(_, (v, _))| *v == got);
+            let diff = got
+                .iter()
+                .zip(&f.versions[k].1 .0)
+                .position(|(a, b)| a != b);
             panic!(
-                "op {nops} seed {seed}: {:?} has {} bytes matching none of versions {k}.. \
-                 (fsync'd version has {} bytes, first difference at {diff:?}; matches version {any:?}; \
+                "op {nops} seed {seed}: {:?} has {} bytes (xattr {} bytes) matching none of versions {k}.. \
+                 (fsync'd version has {} bytes, first difference at {diff:?}; contents match version {any:?}; \
                  versions start at {:?}; fsyncs {:?})",
                 String::from_utf8_lossy(&f.name),
                 got.len(),
-                f.versions[k].1.len(),
+                xattr.map_or(0, |x| x.len()),
+                f.versions[k].1 .0.len(),
                 f.versions.iter().map(|v| v.0).collect::<Vec<_>>(),
                 f.fsyncs
+            );
+        }
+    }
+    // The root's names: as after some operation since the last completed
+    // fsync, sync or checkpoint, up to the last one begun before the crash.
+    let (last_durable, listed) = rec
+        .durable
+        .iter()
+        .rev()
+        .find(|d| d.0 <= nops)
+        .copied()
+        .unwrap_or((0, 1));
+    let lower = listed - 1;
+    let upper = rec
+        .listings
+        .iter()
+        .rposition(|l| l.0 < nops)
+        .unwrap_or(0)
+        .max(lower);
+    let got: BTreeSet<Vec<u8>> = fs
+        .readdir(ROOT_INO, 0, usize::MAX)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .filter(|n| n != b"." && n != b"..")
+        .collect();
+    if !rec.listings[lower..=upper].iter().any(|l| l.2 == got) {
+        let show = |n: &BTreeSet<Vec<u8>>| {
+            n.iter()
+                .map(|x| String::from_utf8_lossy(x).into_owned())
+                .collect::<Vec<_>>()
+        };
+        panic!(
+            "op {nops} seed {seed}: the root holds {:?}, the names after no operation in {lower}..={upper} (last durable at {last_durable}): {:?}",
+            show(&got),
+            rec.listings[lower..=upper].iter().map(|l| show(&l.2)).collect::<Vec<_>>()
+        );
+    }
+    // Scratch files fsync'd before the crash hold their contents under each name.
+    for name in &got {
+        let Some((data, synced)) = rec.scratch.get(name) else {
+            continue;
+        };
+        if synced.get().is_some_and(|at| at <= nops) {
+            let a = fs.lookup(ROOT_INO, name).unwrap();
+            assert_eq!(
+                fs.read(a.ino, 0, 1 << 20).unwrap(),
+                **data,
+                "op {nops} seed {seed}: fsync'd file {:?}",
+                String::from_utf8_lossy(name)
             );
         }
     }
@@ -479,7 +674,10 @@ fn flat_dump(fs: &mut Lsfs) -> Vec<(Vec<u8>, u64, Vec<u8>)> {
             continue;
         }
         let a = fs.lookup(ROOT_INO, &e.name).unwrap();
-        let data = fs.read(a.ino, 0, 1 << 21).unwrap();
+        let data = match a.kind {
+            lsfs_vfs::FileKind::File => fs.read(a.ino, 0, 1 << 21).unwrap(),
+            _ => Vec::new(),
+        };
         out.push((e.name, a.size, data));
     }
     out.sort();
@@ -592,9 +790,9 @@ fn tearing_every_superblock_write_of_an_epoch_leaves_a_mountable_image() {
     );
 }
 
-/// fsync of a file whose name is durable must keep the xattrs it set: the
-/// fsync record carries only data and the inode's attributes, so an xattr
-/// change needs a checkpoint. Found by tests/ace.rs.
+/// fsync of a file whose name is durable must keep the xattrs it set (the
+/// record carries them as operations; before operations were logged, an
+/// xattr change needed a checkpoint). Found by tests/ace.rs.
 #[test]
 fn fsync_keeps_a_files_xattrs() {
     for datasync in [false, true] {
@@ -628,6 +826,82 @@ fn fsync_keeps_a_files_xattrs() {
             "datasync {datasync}"
         );
         assert_eq!(fs.getxattr(a.ino, b"user.new").unwrap(), b"value");
+    }
+}
+
+/// A checkpoint spanning segments lost its first record but not the
+/// others. Recovery writes its own checkpoint where that first record was;
+/// the lost checkpoint's next record, at the start of the segment the log
+/// had reserved next, must not become the chain's next record (it did when
+/// recovery reused the sequence numbers the crashed run had used: the
+/// chain then ended at a super root whose blocks recovery had overwritten).
+/// Found by tests/ace.rs (crashing recoveries); checked after a complete
+/// recovery and at every flush of it.
+#[test]
+fn records_after_a_lost_one_never_join_the_recovered_chain() {
+    let opts = lsfs_core::meta::open::MkfsOptions {
+        segment_blocks: 64,
+        label: "stale".into(),
+    };
+    let mut config = cfg();
+    config.store.streams = false;
+    let dev = MemDevice::new((32 * 64 + 2) * 4096);
+    let mut fs = Lsfs::mkfs(Box::new(dev), &opts, config.clone()).unwrap();
+    let a = fs
+        .mknod(ROOT_INO, b"a", libc::S_IFREG | 0o644, 0, &ctx())
+        .unwrap();
+    fs.write(a.ino, 0, &pattern(1, 20_000)).unwrap();
+    fs.unmount().unwrap();
+    let base = image(&mut fs);
+    drop(fs);
+    let (dev, log) = CrashDevice::new(MemDevice::from_bytes(base));
+    let mut fs = Lsfs::open(Box::new(dev), config.clone()).unwrap();
+    let start = log.len();
+    fs.write(a.ino, 0, &pattern(2, 150 * 4096)).unwrap();
+    fs.sync().unwrap();
+    drop(fs);
+    // The sync's records: one write each, then its flush.
+    let ops = log.ops();
+    let writes: Vec<usize> = (start..ops.len())
+        .take_while(|&i| !matches!(ops[i], lsfs_core::device::LoggedOp::Flush))
+        .collect();
+    assert!(
+        writes.len() >= 3,
+        "the checkpoint spans {} records",
+        writes.len()
+    );
+    let lost_first = lsfs_core::device::CrashState {
+        durable_ops: start,
+        writes: writes[1..]
+            .iter()
+            .map(|&op| lsfs_core::device::PartialWrite {
+                op,
+                sectors: lsfs_core::device::Sectors::All,
+            })
+            .collect(),
+        flip_bits: Vec::new(),
+    };
+    let img = log.materialize(&lost_first).unwrap();
+    let want = pattern(1, 20_000);
+    let check = |bytes: Vec<u8>, what: &str| {
+        assert_clean(&fsck_bytes(bytes.clone()), what);
+        let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(bytes)), cfg()).unwrap();
+        let a = fs.lookup(ROOT_INO, b"a").unwrap();
+        assert_eq!(fs.read(a.ino, 0, 1 << 20).unwrap(), want, "{what}");
+    };
+    let (dev, rlog) = CrashDevice::new(img);
+    let mut fs = Lsfs::open(Box::new(dev), config).unwrap();
+    let done = image(&mut fs);
+    drop(fs);
+    check(done, "after recovery");
+    for f in flush_positions(&rlog) {
+        let img = rlog
+            .materialize(&lsfs_core::device::CrashState::at_flush(f))
+            .unwrap();
+        check(
+            img.bytes().to_vec(),
+            &format!("recovery crashed at its flush {f}"),
+        );
     }
 }
 

@@ -133,16 +133,16 @@ fn image_with_unreplayed_fsync_records_is_clean() {
     let f = fs
         .mknod(ROOT_INO, b"synced", libc::S_IFREG | 0o644, 0, &c)
         .unwrap();
-    fs.fsync(f.ino, false).unwrap(); // name durable: checkpoint
+    fs.fsync(f.ino, false).unwrap(); // a record with the create
     fs.write(f.ino, 0, &pattern(5, 30_000)).unwrap();
-    fs.fsync(f.ino, false).unwrap(); // dsync record only
+    fs.fsync(f.ino, false).unwrap(); // a record with data
     fs.write(f.ino, 8192, &pattern(6, 100)).unwrap();
     fs.fsync(f.ino, false).unwrap();
     let bytes = image(&mut fs);
     drop(fs);
     let r = fsck_bytes(bytes.clone());
     assert_clean(&r, "an image needing roll-forward");
-    assert_eq!(r.stats.replayed_records, 2);
+    assert_eq!(r.stats.replayed_records, 3);
     // And the image fsck checked is what a mount gives.
     let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(bytes)), cfg()).unwrap();
     let a = fs.lookup(ROOT_INO, b"synced").unwrap();

@@ -3,7 +3,10 @@
 //! (errno values, kinds, sizes, link counts, names, contents, xattrs).
 //! Along the way lsfs is checkpointed, unmounted and reopened (fsck must be
 //! clean each time), and older checkpoints are opened read-only and compared
-//! with what the model looked like when they were taken.
+//! with what the model looked like when they were taken. After each fsync
+//! (of any file or directory, also right after creating or renaming it), a
+//! copy of the image is recovered: its whole namespace (every path, kind
+//! and link count) and the fsync'd inode must be the model's.
 //!
 //! Cases default to 24 (under a minute); `PROPTEST_CASES=500` runs more.
 
@@ -75,8 +78,20 @@ enum Op {
     /// sync, then a power cut: the recovered file system is the model.
     SyncCrash,
     /// fsync one file, then look at a recovered copy of the image: that
-    /// file is what the model says, whatever else happened.
+    /// file and every name are what the model says, whatever else happened.
     FsyncPeek(Path),
+    /// Create a file, write it, then as `FsyncPeek`.
+    CreateFsync {
+        path: Path,
+        len: usize,
+        seed: u64,
+    },
+    /// Rename, then as `FsyncPeek` of the new name (or of its directory).
+    RenameFsync {
+        from: Path,
+        to: Path,
+        dir: bool,
+    },
     OpenOld(usize),
 }
 
@@ -127,6 +142,9 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Remount),
         1 => Just(Op::SyncCrash),
         2 => path().prop_map(Op::FsyncPeek),
+        2 => (path(), prop_oneof![1usize..300, 3000usize..20_000], any::<u64>())
+            .prop_map(|(path, len, seed)| Op::CreateFsync { path, len, seed }),
+        2 => (path(), path(), any::<bool>()).prop_map(|(from, to, dir)| Op::RenameFsync { from, to, dir }),
         1 => (0usize..8).prop_map(Op::OpenOld),
     ]
 }
@@ -402,6 +420,70 @@ fn compare_dumps(what: &str, got: &BTreeMap<String, Seen>, want: &BTreeMap<Strin
     }
 }
 
+/// Every path with its kind and link count: what an fsync makes durable
+/// of the namespace.
+fn names(fs: &mut dyn Vfs) -> BTreeMap<String, String> {
+    dump(fs)
+        .into_iter()
+        .map(|(p, s)| {
+            let kind_nlink = s.attr.split(" size ").next().unwrap().to_string();
+            let nlink = s
+                .attr
+                .split(" nlink ")
+                .nth(1)
+                .unwrap()
+                .split(' ')
+                .next()
+                .unwrap();
+            (p, format!("{kind_nlink} nlink {nlink}"))
+        })
+        .collect()
+}
+
+/// fsync `p` (the root if empty) on both, then recover a copy of lsfs's
+/// image in memory (read-only: replay is not written): the fsync'd inode
+/// and the whole namespace must be the model's.
+fn fsync_peek(fs: &mut Lsfs, model: &mut MemFs, config: &MountConfig, p: &Path, what: &str) {
+    let find = |v: &mut dyn Vfs| {
+        if p.is_empty() {
+            Ok(ROOT_INO)
+        } else {
+            resolve(v, p)
+        }
+    };
+    let got = find(fs).and_then(|i| fs.fsync(i, false));
+    let want = find(model).and_then(|i| model.fsync(i, false));
+    assert!(got == want, "{what}: lsfs {got:?} model {want:?}");
+    if got.is_err() {
+        return;
+    }
+    let mut c = config.clone();
+    c.store.read_only = true;
+    let mut copy = Lsfs::open(Box::new(MemDevice::from_bytes(image(fs))), c)
+        .unwrap_or_else(|e| panic!("{what}: recover a copy: {e}"));
+    let seen = |v: &mut dyn Vfs| -> VfsResult<(String, u64)> {
+        let ino = find(v)?;
+        let a = v.getattr(ino)?;
+        let data = match a.kind {
+            FileKind::File => v.read(ino, 0, 1 << 20)?,
+            FileKind::Symlink => v.readlink(ino)?,
+            _ => Vec::new(),
+        };
+        Ok((attr_summary(&a), hash(&data)))
+    };
+    let got = seen(&mut copy);
+    let want = seen(model);
+    assert!(
+        got == want,
+        "{what}: after a crash lsfs {got:?} model {want:?}"
+    );
+    let (got, want) = (names(&mut copy), names(model));
+    assert!(
+        got == want,
+        "{what}: names after a crash:\n lsfs  {got:?}\n model {want:?}"
+    );
+}
+
 fn model_cfg() -> MountConfig {
     cfg()
 }
@@ -560,34 +642,32 @@ fn run(ops: &[Op], expire: bool) {
                 assert_clean(&r, &format!("{what}, after recovery"));
                 assert_eq!(r.stats.orphans, 0, "{what}: orphans left after recovery");
             }
-            Op::FsyncPeek(p) => {
-                let got = resolve(&mut fs, p).and_then(|i| fs.fsync(i, false));
-                let want = resolve(&mut model, p).and_then(|i| model.fsync(i, false));
-                assert!(got == want, "{what}: lsfs {got:?} model {want:?}");
-                if got.is_err() {
-                    continue;
-                }
-                // Recover a copy in memory only (read-only: replay is not written).
-                let mut c = config.clone();
-                c.store.read_only = true;
-                let mut copy = Lsfs::open(Box::new(MemDevice::from_bytes(image(&mut fs))), c)
-                    .unwrap_or_else(|e| panic!("{what}: recover a copy: {e}"));
-                let seen = |v: &mut dyn Vfs| -> VfsResult<(String, u64)> {
-                    let ino = resolve(v, p)?;
-                    let a = v.getattr(ino)?;
-                    let data = match a.kind {
-                        FileKind::File => v.read(ino, 0, 1 << 20)?,
-                        FileKind::Symlink => v.readlink(ino)?,
-                        _ => Vec::new(),
-                    };
-                    Ok((attr_summary(&a), hash(&data)))
+            Op::FsyncPeek(p) => fsync_peek(&mut fs, &mut model, &config, p, &what),
+            Op::CreateFsync { path, len, seed } => {
+                let write = Op::Write {
+                    path: path.clone(),
+                    off: 0,
+                    len: *len,
+                    seed: *seed,
                 };
-                let got = seen(&mut copy);
-                let want = seen(&mut model);
-                assert!(
-                    got == want,
-                    "{what}: after a crash lsfs {got:?} model {want:?}"
-                );
+                for op in [Op::Create(path.clone()), write] {
+                    let got = apply(&mut fs, &op);
+                    let want = apply(&mut model, &op);
+                    assert!(got == want, "{what}: {op:?}: lsfs {got:?} model {want:?}");
+                }
+                fsync_peek(&mut fs, &mut model, &config, path, &what);
+            }
+            Op::RenameFsync { from, to, dir } => {
+                let op = Op::Rename(from.clone(), to.clone(), 0);
+                let got = apply(&mut fs, &op);
+                let want = apply(&mut model, &op);
+                assert!(got == want, "{what}: lsfs {got:?} model {want:?}");
+                let target = if *dir {
+                    to[..to.len() - 1].to_vec()
+                } else {
+                    to.clone()
+                };
+                fsync_peek(&mut fs, &mut model, &config, &target, &what);
             }
             Op::OpenOld(i) => {
                 if history.is_empty() {

@@ -145,6 +145,12 @@ pub fn inspect(image: &Path, what: What, json: bool) -> Result<(), String> {
                         en.block, en.kind, en.ino, en.offset, en.vblock, en.cno
                     );
                 }
+                if r.inline_bytes > 0 {
+                    println!("    {} bytes of inline items:", r.inline_bytes);
+                    for it in r.items {
+                        println!("      {it}");
+                    }
+                }
             }
         }
     }

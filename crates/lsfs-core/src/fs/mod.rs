@@ -1,6 +1,11 @@
 //! Layer 4: the file system users see. [`Lsfs`] implements [`Vfs`] on top of
 //! the store: inodes, regular files, directories, symlinks, hard links,
 //! xattrs, checkpoints, snapshots, fsync and recovery's roll-forward.
+//!
+//! Each namespace or metadata change is split in two: the operation checks
+//! its arguments, then an `*_apply` function makes the change, and the
+//! change is logged (`oplog.rs`). Recovery replays logged changes through
+//! the same `*_apply` functions (`replay.rs`).
 
 pub mod clean;
 pub mod dir;
@@ -8,6 +13,9 @@ pub mod file;
 pub mod inode;
 pub mod map;
 pub mod memory;
+mod namespace;
+pub mod oplog;
+mod replay;
 pub mod snapview;
 pub mod write_amp;
 pub mod xattr;
@@ -15,14 +23,14 @@ pub mod xattr;
 use crate::device::BlockDevice;
 use crate::error::{Error, Result};
 use crate::layout::{MAX_INO, ORPHAN_INO, ROOT_INO};
-use crate::log::chain::FoundRecord;
-use crate::log::record::BlockKind;
+use crate::log::items::{self, Item};
+use crate::log::record::MAX_INLINE_BYTES;
 use crate::meta::open::MkfsOptions;
 use crate::meta::store::{Store, StoreConfig};
 use inode::{Format, Inode};
 use lsfs_vfs::*;
 use snapview::{is_virtual, Views, CTL_INO, CTL_NAME};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 /// An inode in memory, with the references the kernel and open files hold.
 struct Cached {
@@ -30,9 +38,6 @@ struct Cached {
     dirty: bool,
     lookups: u64,
     opens: u64,
-    /// Its names, xattrs or size (shrunk) changed since the last checkpoint: fsync must write a
-    /// checkpoint, because a roll-forward record cannot express it.
-    needs_checkpoint: bool,
 }
 
 /// Inodes kept in memory beyond those referenced or dirty.
@@ -81,6 +86,9 @@ pub struct Lsfs {
     read_errors: crate::device::ReadErrors,
     /// Device bytes against application bytes (`write_amplification`).
     write_amp: write_amp::WriteAmpMeter,
+    /// Namespace and metadata changes since the last checkpoint, for
+    /// fsync records.
+    pub oplog: oplog::OpLog,
 }
 
 fn e(err: Error) -> Errno {
@@ -116,7 +124,7 @@ impl Lsfs {
         let orphans = Inode::new(ORPHAN_INO, libc::S_IFDIR | 0o700, 0, 0, now);
         for i in [root, orphans] {
             fs.store.inodes_used += 1;
-            fs.put(i, false);
+            fs.put(i);
         }
         fs.checkpoint_for("mount")?;
         fs.store.settle_superblocks()?;
@@ -149,6 +157,10 @@ impl Lsfs {
             fs.replayed_records = opened.replay.len();
         }
         if fs.view.is_none() && !fs.store.config.read_only {
+            // An older image gets the inline-items feature now: the mount's
+            // checkpoint and both superblocks carry it before any fsync
+            // record with items is written.
+            fs.store.sb.features_incompat |= crate::log::superblock::FEATURE_INCOMPAT_INLINE_ITEMS;
             fs.delete_orphans()?;
             fs.checkpoint_for("mount")?;
             fs.store.settle_superblocks()?;
@@ -169,6 +181,7 @@ impl Lsfs {
             views: Views::new(Timespec::now()),
             read_errors: Default::default(),
             write_amp: Default::default(),
+            oplog: Default::default(),
         }
     }
 
@@ -239,7 +252,6 @@ impl Lsfs {
                     dirty: false,
                     lookups: 0,
                     opens: 0,
-                    needs_checkpoint: false,
                 },
             );
         }
@@ -251,20 +263,15 @@ impl Lsfs {
     }
 
     /// Store a changed inode (written to the IFILE at the next checkpoint).
-    fn put(&mut self, inode: Inode, namespace_change: bool) {
+    fn put(&mut self, inode: Inode) {
         let c = self.inodes.entry(inode.ino).or_insert(Cached {
             inode: inode.clone(),
             dirty: true,
             lookups: 0,
             opens: 0,
-            needs_checkpoint: true,
         });
-        if inode.size < c.inode.size {
-            c.needs_checkpoint = true;
-        }
         c.inode = inode;
         c.dirty = true;
-        c.needs_checkpoint |= namespace_change;
     }
 
     fn evict_inodes(&mut self) {
@@ -302,7 +309,12 @@ impl Lsfs {
     /// `StoreStats::checkpoints_by_cause` (what makes checkpoints frequent
     /// is what makes metadata expensive).
     pub(crate) fn checkpoint_for(&mut self, cause: &'static str) -> Result<u64> {
-        *self.store.stats.checkpoints_by_cause.entry(cause).or_default() += 1;
+        *self
+            .store
+            .stats
+            .checkpoints_by_cause
+            .entry(cause)
+            .or_default() += 1;
         self.checkpoint_inner()
     }
 
@@ -314,9 +326,7 @@ impl Lsfs {
         self.store.writable()?;
         self.flush_inodes()?;
         let cno = self.store.checkpoint()?;
-        for c in self.inodes.values_mut() {
-            c.needs_checkpoint = false;
-        }
+        self.oplog.clear();
         self.last_checkpoint = std::time::Instant::now();
         Ok(cno)
     }
@@ -351,11 +361,14 @@ impl Lsfs {
         self.clean_in_background()
     }
 
-    /// After a change: keep dirty blocks under half the cache.
+    /// After a change: keep dirty blocks under half the cache, and the
+    /// operation log within its bounds (`oplog.rs`).
     fn after_change(&mut self) -> VfsResult<()> {
         self.cleaner.last_activity = std::time::Instant::now();
         if self.store.cache.dirty_count() * 2 > self.store.cache.capacity_blocks() {
             self.checkpoint_for("cache").map_err(e)?;
+        } else if self.oplog.over_bound() {
+            self.checkpoint_for("oplog").map_err(e)?;
         }
         Ok(())
     }
@@ -456,69 +469,7 @@ impl Lsfs {
         Ok(())
     }
 
-    // ---- recovery ----
-
-    /// Roll forward fsync records written after the last checkpoint.
-    fn replay(&mut self, records: &[FoundRecord]) -> Result<()> {
-        // One fsync may span several records (at a segment end); it ends with
-        // the inode image. Blocks after the last inode image belong to an
-        // fsync the crash interrupted: applying them would leave a state that
-        // never existed (new blocks, old size), so they are skipped.
-        let last_inode_log = records
-            .iter()
-            .enumerate()
-            .flat_map(|(ri, r)| {
-                r.header
-                    .entries
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, e)| e.kind == BlockKind::InodeLog)
-                    .map(move |(i, _)| (ri, i))
-            })
-            .last();
-        for (ri, r) in records.iter().enumerate() {
-            for (i, ent) in r.header.entries.iter().enumerate() {
-                if last_inode_log.is_none_or(|last| (ri, i) > last) {
-                    break;
-                }
-                let mut b = vec![0; self.store.geo.block_bytes];
-                let at = self.store.geo.byte_offset(r.payload_block(i));
-                self.store.dev.read_at(at, &mut b)?;
-                let mut ino = match self.get(ent.ino) {
-                    Ok(i) => i,
-                    Err(Error::Errno(_)) => continue, // deleted before the checkpoint: nothing to restore
-                    Err(err) => return Err(err),
-                };
-                match ent.kind {
-                    BlockKind::Data => {
-                        let off = ent
-                            .offset
-                            .checked_mul(file::BLOCK)
-                            .ok_or_else(|| Error::corrupt("fsync record offset overflows"))?;
-                        // The inode image that follows sets the real size.
-                        file::write(&mut self.store, &mut ino, off, &b)?;
-                    }
-                    BlockKind::InodeLog => {
-                        let img = Inode::decode(&b[..crate::meta::ifile::INODE_BYTES], ent.ino)?;
-                        if img.format == Format::InlineData {
-                            file::truncate(&mut self.store, &mut ino, 0)?;
-                            file::write(&mut self.store, &mut ino, 0, &img.area)?;
-                        }
-                        file::truncate(&mut self.store, &mut ino, img.size)?;
-                        ino.mode = img.mode;
-                        ino.uid = img.uid;
-                        ino.gid = img.gid;
-                        ino.atime = img.atime;
-                        ino.mtime = img.mtime;
-                        ino.ctime = img.ctime;
-                    }
-                    _ => {}
-                }
-                self.put(ino, false);
-            }
-        }
-        Ok(())
-    }
+    // ---- recovery (roll-forward: replay.rs) ----
 
     /// Delete inodes that were unlinked while open when the system stopped.
     fn delete_orphans(&mut self) -> Result<()> {
@@ -551,7 +502,7 @@ impl Lsfs {
         }
         let mut orphans = self.get(ORPHAN_INO)?;
         if dir::remove(&mut self.store, &mut orphans, &ino.to_le_bytes())?.is_some() {
-            self.put(orphans, false);
+            self.put(orphans);
         }
         self.inodes.remove(&ino);
         self.store.inode_write(ino, None)?;
@@ -573,7 +524,7 @@ impl Lsfs {
         let name = ino.to_le_bytes();
         if dir::lookup(&mut self.store, &orphans, &name)?.is_none() {
             dir::insert(&mut self.store, &mut orphans, &name, ino, FileKind::File)?;
-            self.put(orphans, false);
+            self.put(orphans);
         }
         Ok(())
     }
@@ -619,12 +570,21 @@ impl Lsfs {
         dir::lookup(&mut self.store, &d, name).map_err(e)
     }
 
-    fn new_inode(&mut self, parent: u64, name: &[u8], mode: u32, ctx: &Ctx) -> VfsResult<Inode> {
+    /// mknod, mkdir and symlink (with `target`): a new inode named `name`.
+    fn new_inode(
+        &mut self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+        target: &[u8],
+        ctx: &Ctx,
+    ) -> VfsResult<Inode> {
         self.mutable()?;
         check_name(name)?;
         self.check_reserved(parent, name)?;
         self.reserve(8)?;
-        let mut d = self.live_dir(parent)?;
+        let d = self.live_dir(parent)?;
         if dir::lookup(&mut self.store, &d, name).map_err(e)?.is_some() {
             return Err(Errno::EXIST);
         }
@@ -633,8 +593,6 @@ impl Lsfs {
             return Err(Errno::NOSPC);
         }
         self.store.next_ino += 1;
-        self.store.inodes_used += 1;
-        let now = Timespec::now();
         // BSD group semantics when the parent is setgid, as Linux does.
         let (gid, mode) = if d.mode & libc::S_ISGID != 0 {
             let m = if mode & libc::S_IFMT == libc::S_IFDIR {
@@ -646,18 +604,23 @@ impl Lsfs {
         } else {
             (ctx.gid, mode)
         };
-        let inode = Inode::new(ino, mode, ctx.uid, gid, now);
-        dir::insert(&mut self.store, &mut d, name, ino, inode.kind()).map_err(e)?;
-        self.write_amp.note_app(name.len() as u64);
-        if inode.kind() == FileKind::Dir {
-            d.nlink += 1;
-        }
-        d.mtime = now;
-        d.ctime = now;
-        self.put(d, true);
-        self.put(inode.clone(), true);
-        let c = self.inodes.get_mut(&ino).expect("just put");
-        c.lookups += 1;
+        let ids = (ctx.uid, gid, rdev);
+        let inode = self.create_apply(parent, name, ino, mode, ids, target, Timespec::now())?;
+        self.write_amp.note_app((name.len() + target.len()) as u64);
+        self.oplog.push(
+            Item::Create {
+                parent,
+                ino,
+                mode,
+                uid: ctx.uid,
+                gid,
+                rdev,
+                name: name.to_vec(),
+                target: target.to_vec(),
+            },
+            &[parent, ino],
+        );
+        self.inodes.get_mut(&ino).expect("just put").lookups += 1;
         Ok(inode)
     }
 
@@ -672,29 +635,43 @@ impl Lsfs {
         Ok(())
     }
 
-    fn touch_ctime(&mut self, ino: u64) -> Result<()> {
-        let mut i = self.get(ino)?;
-        i.ctime = Timespec::now();
-        self.put(i, true);
-        Ok(())
-    }
-
-    /// Whether `anc` is `ino` or one of its ancestors.
-    fn is_ancestor(&mut self, anc: u64, mut ino: u64) -> VfsResult<bool> {
-        for _ in 0..4096 {
-            if ino == anc {
-                return Ok(true);
-            }
-            if ino == ROOT_INO {
-                return Ok(false);
-            }
-            let d = self.dir_inode(ino)?;
-            ino = match dir::lookup(&mut self.store, &d, b"..").map_err(e)? {
-                Some(p) => p.ino,
-                None => return Ok(false),
-            };
+    /// Write fsync's record for `ino` (see `fsync`); `false` if its items
+    /// do not fit one record, or the image cannot take items.
+    fn fsync_record(&mut self, ino: u64) -> Result<bool> {
+        if !self.store.sb.inline_items() {
+            return Ok(false);
         }
-        Err(Errno::LOOP)
+        let mut inos: BTreeSet<u64> = self.oplog.touched().collect();
+        inos.insert(ino);
+        let mut items = self.oplog.pending().to_vec();
+        let nops = items.len() as u64;
+        let mut files = Vec::new();
+        for i in inos {
+            let node = match self.get(i) {
+                Ok(n) => n,
+                // Deleted since: replaying the operations deletes it too.
+                Err(Error::Errno(_)) => continue,
+                Err(err) => return Err(err),
+            };
+            // Unlinked but open: deleted at the next mount whatever happens.
+            if node.nlink == 0 && i != ino {
+                continue;
+            }
+            if node.kind() == FileKind::File {
+                files.push(i);
+            }
+            let mut image = node.encode();
+            image.truncate(items::INODE_HEAD_BYTES + node.area.len());
+            items.push(Item::Inode { ino: i, image });
+        }
+        let bytes = items::encode(&items);
+        if bytes.len() > MAX_INLINE_BYTES {
+            return Ok(false);
+        }
+        self.store.dsync(&files, &bytes)?;
+        self.store.stats.dsync_ops_written += nops;
+        self.oplog.written();
+        Ok(true)
     }
 }
 
@@ -710,7 +687,7 @@ impl Lsfs {
         let _ = dir::remove(&mut self.store, &mut d, b"..").map_err(e)?;
         dir::insert(&mut self.store, &mut d, b"..", parent, FileKind::Dir).map_err(e)?;
         d.size = size;
-        self.put(d, true);
+        self.put(d);
         Ok(())
     }
 
@@ -781,9 +758,15 @@ impl Vfs for Lsfs {
             if size > i.size {
                 self.reserve(1)?;
             }
+            let shrinks = size < i.size;
             file::truncate(&mut self.store, &mut i, size).map_err(e)?;
             i.mtime = now;
             i.ctime = now;
+            if shrinks {
+                // Growing needs no operation: the size in the inode image
+                // says it. Shrinking drops blocks, which replay must do.
+                self.oplog.push(Item::Truncate { ino, size }, &[ino]);
+            }
         }
         if let Some(mode) = set.mode {
             i.mode = (i.mode & libc::S_IFMT) | (mode & 0o7777);
@@ -814,7 +797,7 @@ impl Vfs for Lsfs {
             i.ctime = c;
         }
         let attr = i.attr();
-        self.put(i, false);
+        self.put(i);
         self.after_change()?;
         Ok(attr)
     }
@@ -843,42 +826,29 @@ impl Vfs for Lsfs {
         if kind == FileKind::Dir || kind == FileKind::Symlink {
             return Err(Errno::INVAL);
         }
-        let mut i = self.new_inode(parent, name, mode, ctx)?;
-        i.rdev = rdev;
-        let attr = i.attr();
-        self.put(i, true);
+        let i = self.new_inode(parent, name, mode, rdev, &[], ctx)?;
         self.after_change()?;
-        Ok(attr)
+        Ok(i.attr())
     }
 
     fn mkdir(&mut self, parent: Ino, name: &[u8], mode: u32, ctx: &Ctx) -> VfsResult<Attr> {
-        let i = self.new_inode(parent, name, libc::S_IFDIR | (mode & 0o7777), ctx)?;
-        self.set_dotdot(i.ino, parent)?;
-        let attr = self.get(i.ino).map_err(e)?.attr();
+        let i = self.new_inode(parent, name, libc::S_IFDIR | (mode & 0o7777), 0, &[], ctx)?;
         self.after_change()?;
-        Ok(attr)
+        Ok(i.attr())
     }
 
     fn unlink(&mut self, parent: Ino, name: &[u8]) -> VfsResult<()> {
         self.mutable()?;
         check_name(name).map_err(|x| if x == Errno::EXIST { Errno::ISDIR } else { x })?;
-        let mut d = self.dir_inode(parent)?;
-        let ent = dir::lookup(&mut self.store, &d, name)
-            .map_err(e)?
-            .ok_or(Errno::NOENT)?;
-        if ent.kind == FileKind::Dir {
-            return Err(Errno::ISDIR);
-        }
-        dir::remove(&mut self.store, &mut d, name).map_err(e)?;
-        let now = Timespec::now();
-        d.mtime = now;
-        d.ctime = now;
-        self.put(d, true);
-        let mut i = self.get(ent.ino).map_err(e)?;
-        i.nlink = i.nlink.saturating_sub(1);
-        i.ctime = now;
-        self.put(i, true);
-        self.drop_link(ent.ino).map_err(e)?;
+        let ent = self.unlink_checks(parent, name)?;
+        self.unlink_apply(parent, name, &ent, Timespec::now())?;
+        self.oplog.push(
+            Item::Unlink {
+                parent,
+                name: name.to_vec(),
+            },
+            &[parent, ent.ino],
+        );
         self.after_change()
     }
 
@@ -891,29 +861,15 @@ impl Vfs for Lsfs {
             return Err(Errno::NOTEMPTY);
         }
         check_name(name)?;
-        let mut d = self.dir_inode(parent)?;
-        let ent = dir::lookup(&mut self.store, &d, name)
-            .map_err(e)?
-            .ok_or(Errno::NOENT)?;
-        if ent.kind != FileKind::Dir {
-            return Err(Errno::NOTDIR);
-        }
-        let mut victim = self.get(ent.ino).map_err(e)?;
-        if victim.size > 0 {
-            return Err(Errno::NOTEMPTY);
-        }
-        let _ = dir::remove(&mut self.store, &mut victim, b"..").map_err(e)?;
-        dir::remove(&mut self.store, &mut d, name).map_err(e)?;
-        let now = Timespec::now();
-        d.nlink = d.nlink.saturating_sub(1);
-        d.mtime = now;
-        d.ctime = now;
-        self.put(d, true);
-        victim.nlink = 0;
-        victim.ctime = now;
-        victim.size = 0;
-        self.put(victim, true);
-        self.drop_link(ent.ino).map_err(e)?;
+        let ent = self.rmdir_checks(parent, name)?;
+        self.rmdir_apply(parent, name, &ent, Timespec::now())?;
+        self.oplog.push(
+            Item::Rmdir {
+                parent,
+                name: name.to_vec(),
+            },
+            &[parent, ent.ino],
+        );
         self.after_change()
     }
 
@@ -924,13 +880,9 @@ impl Vfs for Lsfs {
         if target.is_empty() {
             return Err(Errno::NOENT);
         }
-        let mut i = self.new_inode(parent, name, libc::S_IFLNK | 0o777, ctx)?;
-        file::write(&mut self.store, &mut i, 0, target).map_err(e)?;
-        self.write_amp.note_app(target.len() as u64);
-        let attr = i.attr();
-        self.put(i, true);
+        let i = self.new_inode(parent, name, libc::S_IFLNK | 0o777, 0, target, ctx)?;
         self.after_change()?;
-        Ok(attr)
+        Ok(i.attr())
     }
 
     fn rename(
@@ -942,145 +894,30 @@ impl Vfs for Lsfs {
         flags: u32,
     ) -> VfsResult<()> {
         self.mutable()?;
-        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0
-            || flags == RENAME_NOREPLACE | RENAME_EXCHANGE
-        {
-            return Err(Errno::INVAL);
-        }
-        if name == b"." || name == b".." || newname == b"." || newname == b".." {
-            return Err(if name == b"." || newname == b"." {
-                Errno::INVAL
-            } else {
-                Errno::BUSY
-            });
-        }
-        check_name(name)?;
-        check_name(newname)?;
-        self.check_reserved(newparent, newname)?;
-        self.check_reserved(parent, name)?;
-        let src = self.lookup_entry(parent, name)?.ok_or(Errno::NOENT)?;
-        let dst = self.lookup_entry(newparent, newname)?;
-        self.live_dir(newparent)?;
-        if flags & RENAME_NOREPLACE != 0 && dst.is_some() {
-            return Err(Errno::EXIST);
-        }
-        if flags & RENAME_EXCHANGE != 0 && dst.is_none() {
-            return Err(Errno::NOENT);
-        }
-        if let Some(d) = &dst {
-            if d.ino == src.ino {
-                return Ok(()); // same inode: POSIX says do nothing
-            }
-        }
-        // No directory may move into its own subtree.
-        if src.kind == FileKind::Dir && self.is_ancestor(src.ino, newparent)? {
-            return Err(Errno::INVAL);
-        }
-        // Nor may a directory be replaced by something inside it (Linux: ENOTEMPTY).
-        if let Some(d) = dst.as_ref().filter(|_| flags & RENAME_EXCHANGE == 0) {
-            if d.kind == FileKind::Dir && self.is_ancestor(d.ino, parent)? {
-                return Err(Errno::NOTEMPTY);
-            }
-        }
-        if flags & RENAME_EXCHANGE != 0 {
-            let d = dst.as_ref().expect("checked");
-            if d.kind == FileKind::Dir && self.is_ancestor(d.ino, parent)? {
-                return Err(Errno::INVAL);
-            }
-        }
+        let Some(plan) = self.rename_checks(parent, name, newparent, newname, flags)? else {
+            return Ok(());
+        };
         self.reserve(8)?;
-        let now = Timespec::now();
-        if flags & RENAME_EXCHANGE != 0 {
-            let d = dst.expect("checked");
-            let mut pd = self.dir_inode(parent)?;
-            dir::replace(&mut self.store, &mut pd, &src, d.ino, d.kind).map_err(e)?;
-            pd.mtime = now;
-            pd.ctime = now;
-            if parent != newparent && src.kind != d.kind {
-                if src.kind == FileKind::Dir {
-                    pd.nlink = pd.nlink.saturating_sub(1);
-                } else if d.kind == FileKind::Dir {
-                    pd.nlink += 1;
-                }
-            }
-            self.put(pd, true);
-            let mut nd = self.dir_inode(newparent)?;
-            dir::replace(&mut self.store, &mut nd, &d, src.ino, src.kind).map_err(e)?;
-            nd.mtime = now;
-            nd.ctime = now;
-            if parent != newparent && src.kind != d.kind {
-                if src.kind == FileKind::Dir {
-                    nd.nlink += 1;
-                } else if d.kind == FileKind::Dir {
-                    nd.nlink = nd.nlink.saturating_sub(1);
-                }
-            }
-            self.put(nd, true);
-            if src.kind == FileKind::Dir {
-                self.set_dotdot(src.ino, newparent)?;
-            }
-            if d.kind == FileKind::Dir {
-                self.set_dotdot(d.ino, parent)?;
-            }
-            self.touch_ctime(src.ino).map_err(e)?;
-            self.touch_ctime(d.ino).map_err(e)?;
-            self.write_amp.note_app((name.len() + newname.len()) as u64);
-            return self.after_change();
-        }
-        if let Some(d) = &dst {
-            match (src.kind == FileKind::Dir, d.kind == FileKind::Dir) {
-                (true, false) => return Err(Errno::NOTDIR),
-                (false, true) => return Err(Errno::ISDIR),
-                (true, true) if self.get(d.ino).map_err(e)?.size > 0 => {
-                    return Err(Errno::NOTEMPTY);
-                }
-                _ => {}
-            }
-        }
-        // Remove the source entry.
-        let mut pd = self.dir_inode(parent)?;
-        dir::remove(&mut self.store, &mut pd, name).map_err(e)?;
-        pd.mtime = now;
-        pd.ctime = now;
-        if src.kind == FileKind::Dir {
-            pd.nlink = pd.nlink.saturating_sub(1);
-        }
-        self.put(pd, true);
-        // Point the target name at the source inode.
-        let mut nd = self.dir_inode(newparent)?;
-        match &dst {
-            Some(d) => {
-                dir::replace(&mut self.store, &mut nd, d, src.ino, src.kind).map_err(e)?;
-                if d.kind == FileKind::Dir {
-                    nd.nlink = nd.nlink.saturating_sub(1);
-                }
-            }
-            None => dir::insert(&mut self.store, &mut nd, newname, src.ino, src.kind).map_err(e)?,
-        }
-        if src.kind == FileKind::Dir {
-            nd.nlink += 1;
-        }
-        nd.mtime = now;
-        nd.ctime = now;
-        self.put(nd, true);
-        if src.kind == FileKind::Dir && parent != newparent {
-            self.set_dotdot(src.ino, newparent)?;
-        }
-        self.touch_ctime(src.ino).map_err(e)?;
-        if let Some(d) = dst {
-            let mut v = self.get(d.ino).map_err(e)?;
-            if v.kind() == FileKind::Dir {
-                let _ = dir::remove(&mut self.store, &mut v, b"..").map_err(e)?;
-                v.nlink = 0;
-                v.size = 0;
-            } else {
-                v.nlink = v.nlink.saturating_sub(1);
-            }
-            v.ctime = now;
-            self.put(v, true);
-            self.drop_link(d.ino).map_err(e)?;
-        }
-        self.write_amp.note_app(newname.len() as u64);
+        let touched = self.rename_apply(
+            (parent, name),
+            (newparent, newname),
+            flags,
+            plan,
+            Timespec::now(),
+        )?;
+        self.oplog.push(
+            Item::Rename {
+                parent,
+                name: name.to_vec(),
+                newparent,
+                newname: newname.to_vec(),
+                flags,
+            },
+            &touched,
+        );
+        let exchange = flags & RENAME_EXCHANGE != 0;
+        let app = newname.len() + if exchange { name.len() } else { 0 };
+        self.write_amp.note_app(app as u64);
         self.after_change()
     }
 
@@ -1088,39 +925,21 @@ impl Vfs for Lsfs {
         self.mutable()?;
         check_name(newname)?;
         self.check_reserved(newparent, newname)?;
-        let mut i = self.get(ino).map_err(e)?;
-        if i.kind() == FileKind::Dir {
-            return Err(Errno::PERM);
-        }
-        if i.nlink == 0 {
-            // Unlinked but still open: it sits in the orphan directory and is
-            // deleted at the next mount, so it must not get a name (Linux: ENOENT).
-            return Err(Errno::NOENT);
-        }
-        if i.nlink >= 65000 {
-            return Err(Errno::MLINK);
-        }
-        let mut d = self.live_dir(newparent)?;
-        if dir::lookup(&mut self.store, &d, newname)
-            .map_err(e)?
-            .is_some()
-        {
-            return Err(Errno::EXIST);
-        }
+        self.link_checks(ino, newparent, newname)?;
         self.reserve(4)?;
-        dir::insert(&mut self.store, &mut d, newname, ino, i.kind()).map_err(e)?;
+        let i = self.link_apply(ino, newparent, newname, Timespec::now())?;
         self.write_amp.note_app(newname.len() as u64);
-        let now = Timespec::now();
-        d.mtime = now;
-        d.ctime = now;
-        self.put(d, true);
-        i.nlink += 1;
-        i.ctime = now;
-        let attr = i.attr();
-        self.put(i, true);
+        self.oplog.push(
+            Item::Link {
+                ino,
+                parent: newparent,
+                name: newname.to_vec(),
+            },
+            &[newparent, ino],
+        );
         self.inodes.get_mut(&ino).expect("put").lookups += 1;
         self.after_change()?;
-        Ok(attr)
+        Ok(i.attr())
     }
 
     fn open(&mut self, ino: Ino, _flags: i32) -> VfsResult<()> {
@@ -1207,7 +1026,7 @@ impl Vfs for Lsfs {
             let now = Timespec::now();
             i.mtime = now;
             i.ctime = now;
-            self.put(i, false);
+            self.put(i);
             self.after_change()?;
             done += n;
             if done >= data.len() {
@@ -1218,21 +1037,22 @@ impl Vfs for Lsfs {
         Ok(data.len() as u32)
     }
 
+    /// fsync and fdatasync of any inode: one record with every operation
+    /// not yet in one, the images of the inodes they changed and of `ino`,
+    /// and the dirty data of those that are regular files; then one flush.
+    /// A checkpoint instead if that does not fit a record.
     fn fsync(&mut self, ino: Ino, _datasync: bool) -> VfsResult<()> {
         if self.view.is_some() || is_virtual(ino) {
             return Ok(());
         }
         self.mutable()?;
-        let c = self.load(ino).map_err(e)?;
-        let (needs_cp, kind) = (c.needs_checkpoint, c.inode.kind());
-        if needs_cp || kind != FileKind::File {
+        self.load(ino).map_err(e)?;
+        if !self.fsync_record(ino).map_err(e)? {
             // One flush: no data-stream records (see Store::checkpoint).
             self.store.streams.one_flush_next = true;
             self.checkpoint_for("fsync").map_err(e)?;
-            return Ok(());
         }
-        let img = self.get(ino).map_err(e)?.encode();
-        self.store.dsync(ino, &img).map_err(e)
+        Ok(())
     }
 
     fn readdir(&mut self, ino: Ino, offset: u64, max_entries: usize) -> VfsResult<Vec<DirEntry>> {
@@ -1315,12 +1135,16 @@ impl Vfs for Lsfs {
     fn setxattr(&mut self, ino: Ino, name: &[u8], value: &[u8], flags: i32) -> VfsResult<()> {
         self.mutable()?;
         self.reserve(4)?;
-        let mut i = self.get(ino).map_err(e)?;
-        xattr::set(&mut self.store, &mut i, name, value, flags).map_err(e)?;
+        self.setxattr_apply(ino, name, value, flags, Timespec::now())?;
         self.write_amp.note_app((name.len() + value.len()) as u64);
-        i.ctime = Timespec::now();
-        // fsync records carry no xattrs: fsync must write a checkpoint.
-        self.put(i, true);
+        self.oplog.push(
+            Item::SetXattr {
+                ino,
+                name: name.to_vec(),
+                value: value.to_vec(),
+            },
+            &[ino],
+        );
         self.after_change()
     }
 
@@ -1344,11 +1168,14 @@ impl Vfs for Lsfs {
 
     fn removexattr(&mut self, ino: Ino, name: &[u8]) -> VfsResult<()> {
         self.mutable()?;
-        let mut i = self.get(ino).map_err(e)?;
-        xattr::remove(&mut self.store, &mut i, name).map_err(e)?;
-        i.ctime = Timespec::now();
-        // fsync records carry no xattrs: fsync must write a checkpoint.
-        self.put(i, true);
+        self.removexattr_apply(ino, name, Timespec::now())?;
+        self.oplog.push(
+            Item::RemoveXattr {
+                ino,
+                name: name.to_vec(),
+            },
+            &[ino],
+        );
         self.after_change()
     }
 
@@ -1382,7 +1209,7 @@ impl Vfs for Lsfs {
             file::allocate(&mut self.store, &mut i, pos, n).map_err(e)?;
             self.write_amp.note_app(n);
             i.ctime = Timespec::now();
-            self.put(i, false);
+            self.put(i);
             self.after_change()?;
             done += n;
             if done >= length {

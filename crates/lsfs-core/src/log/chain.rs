@@ -4,7 +4,7 @@
 use crate::device::BlockDevice;
 use crate::error::{Error, Result};
 use crate::layout::Geometry;
-use crate::log::record::{RecordHeader, FLAG_DATA_STREAM, MAX_RECORD_PAYLOAD};
+use crate::log::record::{RecordHeader, FLAG_DATA_STREAM, MAX_RECORD_BLOCKS};
 
 /// A record found on the device.
 #[derive(Clone, Debug)]
@@ -66,7 +66,7 @@ pub fn read_record(
         return Ok(None);
     };
     let seg_end = geo.segment_start(seg) + geo.segment_blocks as u64;
-    if block + 2 > seg_end {
+    if block >= seg_end {
         return Ok(None);
     }
     let mut first = vec![0; geo.block_bytes];
@@ -74,10 +74,11 @@ pub fn read_record(
     let Some((_, found_seq, nblocks, nsum)) = RecordHeader::peek(&first, fs_id) else {
         return Ok(None);
     };
+    // A record of inline items alone has no payload: nsum = nblocks.
     if seq.is_some_and(|s| s != found_seq)
-        || nblocks < 2
-        || nsum >= nblocks
-        || nblocks as usize > MAX_RECORD_PAYLOAD + 16
+        || nsum == 0
+        || nsum > nblocks
+        || nblocks as usize > MAX_RECORD_BLOCKS
         || block + nblocks as u64 > seg_end
     {
         return Ok(None);
@@ -104,7 +105,7 @@ pub fn segment_records(
     let end = start + geo.segment_blocks as u64;
     let mut out: Vec<FoundRecord> = Vec::new();
     let mut block = start;
-    while block + 2 <= end {
+    while block < end {
         let Some(r) = read_record(dev, geo, fs_id, block, None)? else {
             break;
         };
@@ -177,14 +178,15 @@ pub fn segment_summaries(
     let mut out: Vec<FoundRecord> = Vec::new();
     let mut block = start;
     let mut first = vec![0; geo.block_bytes];
-    while block + 2 <= end {
+    while block < end {
         dev.read_at(geo.byte_offset(block), &mut first)?;
         let Some((_, seq, nblocks, nsum)) = RecordHeader::peek(&first, fs_id) else {
             break;
         };
         if out.last().is_some_and(|p| p.header.seq >= seq)
             || nsum == 0
-            || nsum >= nblocks
+            || nsum > nblocks
+            || nblocks as usize > MAX_RECORD_BLOCKS
             || block + nblocks as u64 > end
         {
             break;

@@ -1,7 +1,9 @@
-//! Layer 2: the log. Record and superblock formats, the super root, and
-//! reading records back (segment walks and the recovery chain).
+//! Layer 2: the log. Record and superblock formats, the inline items of
+//! fsync records, the super root, and reading records back (segment walks
+//! and the recovery chain).
 
 pub mod chain;
+pub mod items;
 pub mod record;
 pub mod super_root;
 pub mod superblock;

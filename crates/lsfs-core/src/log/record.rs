@@ -1,6 +1,7 @@
 //! Log records (partial segments). A record is a header block, more summary
 //! blocks if needed, and payload blocks, written with one device write. The
-//! summary has one entry per payload block; a CRC32C covers the header,
+//! summary has one entry per payload block, then the record's inline items
+//! (`log/items.rs`; fsync records only); a CRC32C covers the header,
 //! summary and payload, so a torn or stale record is recognised and never
 //! replayed. See docs/FORMAT.md for every byte.
 
@@ -15,6 +16,16 @@ pub const ENTRY_BYTES: usize = 32;
 const CRC_AT: usize = 8;
 /// Largest payload of one record: keeps the write buffer bounded (4 MiB).
 pub const MAX_RECORD_PAYLOAD: usize = 1024;
+/// Most inline item bytes one record carries (in its summary blocks).
+pub const MAX_INLINE_BYTES: usize = 64 * 1024;
+/// Most header and summary blocks of a record: a full payload's entries and
+/// a full inline part.
+pub const MAX_SUMMARY_BLOCKS: usize =
+    (HEADER_BYTES + MAX_RECORD_PAYLOAD * ENTRY_BYTES + MAX_INLINE_BYTES).div_ceil(BLOCK_BYTES);
+/// Most blocks of one record.
+pub const MAX_RECORD_BLOCKS: usize = MAX_RECORD_PAYLOAD + MAX_SUMMARY_BLOCKS;
+/// Where the header's inline byte count is; the header's bytes after it are zero.
+const INLINE_AT: usize = 80;
 
 /// Record flags.
 pub const FLAG_SUPER_ROOT: u32 = 1; // the last payload block is a super root: the record ends a checkpoint
@@ -36,7 +47,8 @@ pub enum BlockKind {
     DatNode = 3,
     /// The super root of a checkpoint.
     SuperRoot = 4,
-    /// An inode image written by fsync, to roll forward.
+    /// An inode image written by fsync, to roll forward: images written
+    /// before inline items only (read, never written now).
     InodeLog = 5,
 }
 
@@ -145,18 +157,30 @@ pub struct RecordHeader {
     /// took the sequence numbers between the two (0 in data-stream records).
     pub seq_gap: u32,
     pub entries: Vec<SummaryEntry>,
+    /// Inline items (`log/items.rs`), stored after the summary entries.
+    pub inline: Vec<u8>,
 }
 
 /// Blocks of header and summary for `n` payload blocks.
 pub fn summary_blocks(n: usize) -> usize {
-    (HEADER_BYTES + n * ENTRY_BYTES).div_ceil(BLOCK_BYTES)
+    summary_blocks_with(n, 0)
+}
+
+/// Blocks of header and summary for `n` payload blocks and `inline` bytes of items.
+pub fn summary_blocks_with(n: usize, inline: usize) -> usize {
+    (HEADER_BYTES + n * ENTRY_BYTES + inline).div_ceil(BLOCK_BYTES)
 }
 
 impl RecordHeader {
     /// Encode header + summary + payload into one buffer with its CRC.
     pub fn encode(&self, payload: &[&[u8]]) -> Vec<u8> {
         assert_eq!(payload.len(), self.entries.len());
-        let nsum = summary_blocks(self.entries.len());
+        assert!(self.inline.len() <= MAX_INLINE_BYTES);
+        assert!(
+            !self.entries.is_empty() || !self.inline.is_empty(),
+            "a record holds payload or items"
+        );
+        let nsum = summary_blocks_with(self.entries.len(), self.inline.len());
         assert_eq!(nsum as u32, self.nsum_blocks);
         assert_eq!((nsum + payload.len()) as u32, self.nblocks);
         let mut w = Writer::with_capacity(self.nblocks as usize * BLOCK_BYTES);
@@ -175,10 +199,12 @@ impl RecordHeader {
             .u32(self.seq_gap)
             .u64(self.next_seg)
             .u64(self.created_secs)
+            .u32(self.inline.len() as u32)
             .pad_to(HEADER_BYTES);
         for e in &self.entries {
             e.encode(&mut w);
         }
+        w.bytes(&self.inline);
         w.pad_to(nsum * BLOCK_BYTES);
         for p in payload {
             assert_eq!(p.len(), BLOCK_BYTES);
@@ -250,6 +276,16 @@ impl RecordHeader {
         let seq_gap = r.u32()?;
         let next_seg = r.u64()?;
         let created_secs = r.u64()?;
+        let ninline = r.u32()? as usize;
+        if r.bytes(HEADER_BYTES - INLINE_AT - 4)?
+            .iter()
+            .any(|&b| b != 0)
+        {
+            return Err(Error::corrupt(format!(
+                "{what}: header bytes {}..{HEADER_BYTES} are not zero",
+                INLINE_AT + 4
+            )));
+        }
         if seq >= crate::layout::COUNTER_LIMIT || cno >= crate::layout::COUNTER_LIMIT {
             return Err(Error::corrupt(format!(
                 "{what}: sequence number {seq:#x} or checkpoint {cno:#x} past the limit {:#x}",
@@ -257,11 +293,13 @@ impl RecordHeader {
             )));
         }
         if nentries > MAX_RECORD_PAYLOAD
-            || summary_blocks(nentries) as u32 != nsum_blocks
+            || ninline > MAX_INLINE_BYTES
+            || (nentries == 0 && ninline == 0)
+            || summary_blocks_with(nentries, ninline) as u32 != nsum_blocks
             || nsum_blocks as usize + nentries != nblocks as usize
         {
             return Err(Error::corrupt(format!(
-                "{what}: inconsistent sizes ({nblocks} blocks, {nsum_blocks} summary blocks, {nentries} entries)"
+                "{what}: inconsistent sizes ({nblocks} blocks, {nsum_blocks} summary blocks, {nentries} entries, {ninline} inline bytes)"
             )));
         }
         let need = if with_payload {
@@ -289,6 +327,7 @@ impl RecordHeader {
         for i in 0..nentries {
             entries.push(SummaryEntry::decode(&mut r, &what, i)?);
         }
+        let inline = r.bytes(ninline)?.to_vec();
         Ok(RecordHeader {
             flags,
             fs_id,
@@ -301,6 +340,7 @@ impl RecordHeader {
             created_secs,
             seq_gap,
             entries,
+            inline,
         })
     }
 }
@@ -333,6 +373,7 @@ mod tests {
             created_secs: 1,
             seq_gap: 0,
             entries,
+            inline: Vec::new(),
         };
         (h, payload)
     }
@@ -353,6 +394,48 @@ mod tests {
             None,
             "a foreign fs_id is not our record"
         );
+    }
+
+    /// Items after the entries take more summary blocks; a record of items
+    /// alone has no payload; the CRC covers them.
+    #[test]
+    fn inline_items_round_trip_and_are_covered_by_the_crc() {
+        for (n, ninline, nsum) in [
+            (1usize, 600usize, 1u32),
+            (0, 100, 1),
+            (127, 100, 2),
+            (300, 9000, 5),
+        ] {
+            let (mut h, payload) = sample(n);
+            h.inline = (0..ninline).map(|i| i as u8 | 1).collect();
+            h.nsum_blocks = nsum;
+            h.nblocks = nsum + n as u32;
+            let refs: Vec<&[u8]> = payload.iter().map(|p| &p[..]).collect();
+            let buf = h.encode(&refs);
+            assert_eq!(buf.len(), h.nblocks as usize * BLOCK_BYTES);
+            assert_eq!(RecordHeader::decode(&buf, "test").unwrap(), h);
+            assert_eq!(RecordHeader::decode_summary(&buf).unwrap(), h);
+            let at = HEADER_BYTES + n * ENTRY_BYTES + ninline / 2;
+            let mut bad = buf.clone();
+            bad[at] ^= 4;
+            assert!(
+                RecordHeader::decode(&bad, "test").is_err(),
+                "flip in the items"
+            );
+            // A count past the summary blocks it has is refused, CRC or not.
+            let mut bad = buf.clone();
+            bad[INLINE_AT..INLINE_AT + 4].copy_from_slice(&(nsum * 4096).to_le_bytes());
+            let e = RecordHeader::decode_summary(&bad).unwrap_err().to_string();
+            assert!(e.contains("inconsistent sizes"), "{e}");
+        }
+        // Reserved header bytes must stay zero.
+        let (h, payload) = sample(1);
+        let refs: Vec<&[u8]> = payload.iter().map(|p| &p[..]).collect();
+        let mut bad = h.encode(&refs);
+        bad[100] = 1;
+        let e = RecordHeader::decode_summary(&bad).unwrap_err().to_string();
+        assert!(e.contains("not zero"), "{e}");
+        assert_eq!(MAX_SUMMARY_BLOCKS, 25);
     }
 
     /// Sequence and checkpoint numbers are added to as records are

@@ -11,8 +11,15 @@ use crate::layout::{Geometry, BLOCK_BYTES};
 pub const SB_MAGIC: &[u8; 8] = b"LSFS\0SB1";
 /// Format version this build writes and reads.
 pub const FORMAT_VERSION: u32 = 1;
-/// Incompatible feature bits this build understands (none yet).
-pub const FEATURES_INCOMPAT_KNOWN: u32 = 0;
+/// Incompatible feature: fsync records carry inline items (namespace
+/// operations and inode images in their summary blocks, docs/FORMAT.md
+/// §3.1). Builds that do not know it would end the log at the first such
+/// record and silently drop what it made durable, so they must refuse the
+/// image. Set at mkfs, and by a read-write mount of an older image before
+/// it writes anything.
+pub const FEATURE_INCOMPAT_INLINE_ITEMS: u32 = 1;
+/// Incompatible feature bits this build understands.
+pub const FEATURES_INCOMPAT_KNOWN: u32 = FEATURE_INCOMPAT_INLINE_ITEMS;
 /// Read-only-compatible feature bits this build understands (none yet).
 pub const FEATURES_RO_COMPAT_KNOWN: u32 = 0;
 const CRC_AT: usize = BLOCK_BYTES - 4;
@@ -52,7 +59,7 @@ impl Superblock {
         Superblock {
             version: FORMAT_VERSION,
             features_compat: 0,
-            features_incompat: 0,
+            features_incompat: FEATURE_INCOMPAT_INLINE_ITEMS,
             features_ro_compat: 0,
             block_bytes: BLOCK_BYTES as u32,
             segment_blocks: geo.segment_blocks,
@@ -68,6 +75,11 @@ impl Superblock {
             cp_record_seq: 0,
             written_secs: now,
         }
+    }
+
+    /// Whether fsync records may carry inline items.
+    pub fn inline_items(&self) -> bool {
+        self.features_incompat & FEATURE_INCOMPAT_INLINE_ITEMS != 0
     }
 
     pub fn geometry(&self) -> Geometry {
@@ -260,5 +272,30 @@ mod tests {
                 .to_string();
             assert!(e.contains("past the limit"), "{e}");
         }
+    }
+
+    /// mkfs sets the inline-items feature; an image without it still
+    /// opens; an unknown incompatible bit is refused, naming the bit.
+    #[test]
+    fn inline_items_feature_is_known_and_others_refused() {
+        let bytes = 64u64 << 20;
+        let geo = Geometry::for_device(bytes, 256).unwrap();
+        let s = sb(geo);
+        assert!(s.inline_items());
+        let old = Superblock {
+            features_incompat: 0,
+            ..s.clone()
+        };
+        assert!(!Superblock::decode(&old.encode(), "t", bytes)
+            .unwrap()
+            .inline_items());
+        let future = Superblock {
+            features_incompat: FEATURE_INCOMPAT_INLINE_ITEMS | 4,
+            ..s
+        };
+        let e = Superblock::decode(&future.encode(), "block 0", bytes)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown incompatible feature flags 0x4"), "{e}");
     }
 }

@@ -13,17 +13,18 @@
 //!    the contents of blocks that are already dirty, never the set.
 //! 3. *Write* the records (one device write each), then one flush.
 //!
-//! An fsync of a file whose name is already durable writes one record with
-//! the file's dirty data blocks and an image of its inode, then one flush;
-//! recovery rolls it forward.
+//! An fsync writes one record: the dirty data blocks of the files it makes
+//! durable, and inline items (the namespace operations since the last
+//! checkpoint and inode images) in its summary blocks; then one flush.
+//! Recovery rolls it forward (`fs/replay.rs`).
 
 use crate::btree::Node;
 use crate::cache::{key_addr, key_is_virtual, pkey, vkey, CacheKey, Owner};
 use crate::error::{Error, Result};
 use crate::layout::{CPFILE_INO, DAT_INO, IFILE_INO, SUFILE_INO};
 use crate::log::record::{
-    summary_blocks, BlockKind, RecordHeader, SummaryEntry, FLAG_CP_BEGIN, FLAG_DATA_STREAM,
-    FLAG_DSYNC, FLAG_SUPER_ROOT, MAX_RECORD_PAYLOAD,
+    summary_blocks, summary_blocks_with, BlockKind, RecordHeader, SummaryEntry, FLAG_CP_BEGIN,
+    FLAG_DATA_STREAM, FLAG_DSYNC, FLAG_SUPER_ROOT, MAX_INLINE_BYTES, MAX_RECORD_PAYLOAD,
 };
 use crate::log::super_root::SuperRoot;
 use crate::meta::cpfile::{CpEntry, CP_VALID};
@@ -33,14 +34,26 @@ use crate::meta::stream::{DataHead, Stream, STREAM_MASK};
 use crate::meta::sufile::SU_PER_BLOCK;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-/// One record to write: where, and how many payload blocks.
+/// One record to write: where, how many payload blocks, and how many
+/// bytes of inline items its summary blocks carry.
 #[derive(Clone, Debug)]
 struct PlannedRecord {
     seg: u64,
     off: u32,
     npayload: usize,
+    inline_bytes: usize,
     /// The segment the log continues in when this one is full.
     next_seg: u64,
+}
+
+impl PlannedRecord {
+    /// Header and summary blocks.
+    fn nsum(&self) -> usize {
+        summary_blocks_with(self.npayload, self.inline_bytes)
+    }
+    fn nblocks(&self) -> usize {
+        self.nsum() + self.npayload
+    }
 }
 
 /// A payload block to place.
@@ -49,7 +62,6 @@ enum Item {
     Virtual(u64),
     Dat(u64),
     SuperRoot,
-    InodeLog,
 }
 
 /// Where the records of a construction go, and the segments it newly opens.
@@ -60,27 +72,40 @@ struct Plan {
 
 impl Store {
     /// Split `npayload` blocks into records from the current write position,
-    /// moving to new segments as needed. Does not change anything.
-    fn plan(&self, npayload: usize) -> Result<Plan> {
-        self.plan_log(npayload, &mut HashSet::new())
+    /// moving to new segments as needed, the last record carrying `inline`
+    /// bytes of items (so at least one record if there are any). Does not
+    /// change anything.
+    fn plan(&self, npayload: usize, inline: usize) -> Result<Plan> {
+        self.plan_log(npayload, inline, &mut HashSet::new())
     }
 
     /// [`Store::plan`] for the log, not taking the segments in `taken`
     /// (and adding those it takes).
-    fn plan_log(&self, mut npayload: usize, taken: &mut HashSet<u64>) -> Result<Plan> {
+    fn plan_log(
+        &self,
+        mut npayload: usize,
+        inline: usize,
+        taken: &mut HashSet<u64>,
+    ) -> Result<Plan> {
+        assert!(inline <= MAX_INLINE_BYTES, "{inline} inline bytes");
         let seg_blocks = self.geo.segment_blocks;
         let (mut seg, mut off, mut next) = (self.cur_seg, self.cur_off, self.next_seg);
         let mut records = Vec::new();
         let mut new_segments = Vec::new();
-        while npayload > 0 {
+        let mut inline_left = inline;
+        while npayload > 0 || inline_left > 0 {
             let avail = (seg_blocks - off) as usize;
-            let mut p = npayload
-                .min(MAX_RECORD_PAYLOAD)
-                .min(avail.saturating_sub(1));
-            while p > 0 && summary_blocks(p) + p > avail {
+            // The record that takes the last payload block also takes the
+            // items; a record with neither is never written.
+            let size = |p: usize| {
+                let ninline = if p == npayload { inline_left } else { 0 };
+                (p > 0 || ninline > 0).then(|| summary_blocks_with(p, ninline) + p)
+            };
+            let mut p = npayload.min(MAX_RECORD_PAYLOAD).min(avail);
+            while p > 0 && size(p).is_none_or(|n| n > avail) {
                 p -= 1;
             }
-            if p == 0 {
+            if size(p).is_none_or(|n| n > avail) {
                 // Move on: the next segment is already reserved; reserve its successor.
                 seg = next;
                 off = 0;
@@ -91,14 +116,17 @@ impl Store {
                 new_segments.push(next);
                 continue;
             }
+            let ninline = if p == npayload { inline_left } else { 0 };
             records.push(PlannedRecord {
                 seg,
                 off,
                 npayload: p,
+                inline_bytes: ninline,
                 next_seg: next,
             });
-            off += (summary_blocks(p) + p) as u32;
+            off += (summary_blocks_with(p, ninline) + p) as u32;
             npayload -= p;
+            inline_left -= ninline;
         }
         Ok(Plan {
             records,
@@ -150,6 +178,7 @@ impl Store {
                 seg: at,
                 off,
                 npayload: p,
+                inline_bytes: 0,
                 next_seg: at,
             });
             off += (summary_blocks(p) + p) as u32;
@@ -169,7 +198,7 @@ impl Store {
         for s in Stream::DATA {
             data.push(self.plan_data(s, counts[s as usize], &mut taken)?);
         }
-        let log = self.plan_log(counts[Stream::Meta as usize], &mut taken)?;
+        let log = self.plan_log(counts[Stream::Meta as usize], 0, &mut taken)?;
         let mut it = data.into_iter();
         Ok([
             log,
@@ -241,7 +270,7 @@ impl Store {
                 }
             }
             self.cur_seg = last.seg;
-            self.cur_off = last.off + (summary_blocks(last.npayload) + last.npayload) as u32;
+            self.cur_off = last.off + last.nblocks() as u32;
             self.next_seg = last.next_seg;
         }
         self.segs.reserved.insert(self.cur_seg);
@@ -406,7 +435,7 @@ impl Store {
                     dat_addr.insert(t, pos);
                     self.add_live(seg, now)?;
                 }
-                Item::SuperRoot | Item::InodeLog => {}
+                Item::SuperRoot => {}
             }
         }
         self.rewrite_dat_pointers(&dat_order, &dat_addr)?;
@@ -503,7 +532,7 @@ impl Store {
             for st in Stream::DATA {
                 let i = st as usize;
                 let part = &items[bounds[i]..bounds[i + 1]];
-                self.write_records(&plans[i], part, cno, FLAG_DATA_STREAM, None, None)?;
+                self.write_records(&plans[i], part, cno, FLAG_DATA_STREAM, None, &[])?;
             }
             self.write_plugged(&plugged, &places[bounds[4]..])?;
             self.dev.flush()?;
@@ -514,7 +543,7 @@ impl Store {
             cno,
             FLAG_CP_BEGIN,
             Some(&sr),
-            None,
+            &[],
         )?;
         self.dev.flush()?;
         self.commit_plan(&plans[0]);
@@ -678,8 +707,7 @@ impl Store {
     fn place(&self, plan: &Plan, n: usize) -> Vec<u64> {
         let mut out = Vec::with_capacity(n);
         for r in &plan.records {
-            let first =
-                self.geo.segment_start(r.seg) + r.off as u64 + summary_blocks(r.npayload) as u64;
+            let first = self.geo.segment_start(r.seg) + r.off as u64 + r.nsum() as u64;
             out.extend((0..r.npayload as u64).map(|i| first + i));
         }
         assert_eq!(
@@ -692,7 +720,9 @@ impl Store {
         out
     }
 
-    /// Encode and write the planned records. Returns (first block, seq) of the last record.
+    /// Encode and write the planned records, the last one carrying
+    /// `inline` (items, `log/items.rs`). Returns (first block, seq) of the
+    /// last record.
     fn write_records(
         &mut self,
         plan: &Plan,
@@ -700,7 +730,7 @@ impl Store {
         cno: u64,
         first_flags: u32,
         super_root: Option<&[u8]>,
-        inode_log: Option<(u64, &[u8])>,
+        inline: &[u8],
     ) -> Result<(u64, u64)> {
         let now = self.now();
         let mut it = items.iter();
@@ -711,10 +741,16 @@ impl Store {
             let mut payload: Vec<Vec<u8>> = Vec::with_capacity(r.npayload);
             for _ in 0..r.npayload {
                 let item = *it.next().expect("plan and items agree");
-                let (e, data) = self.payload_of(item, cno, super_root, inode_log)?;
+                let (e, data) = self.payload_of(item, cno, super_root)?;
                 entries.push(e);
                 payload.push(data);
             }
+            let last_record = ri + 1 == nrec;
+            assert_eq!(
+                r.inline_bytes,
+                if last_record { inline.len() } else { 0 },
+                "items go in the plan's last record"
+            );
             let mut flags = if ri == 0 {
                 first_flags
             } else {
@@ -734,7 +770,7 @@ impl Store {
             for e in &entries {
                 *self.stats.blocks_by_class.entry(e.class()).or_default() += 1;
             }
-            let nsum = summary_blocks(r.npayload) as u32;
+            let nsum = r.nsum() as u32;
             let h = RecordHeader {
                 flags,
                 fs_id: self.sb.fs_id,
@@ -747,6 +783,11 @@ impl Store {
                 created_secs: now,
                 seq_gap,
                 entries,
+                inline: if last_record {
+                    inline.to_vec()
+                } else {
+                    Vec::new()
+                },
             };
             let refs: Vec<&[u8]> = payload.iter().map(|p| &p[..]).collect();
             let buf = h.encode(&refs);
@@ -766,7 +807,6 @@ impl Store {
         item: Item,
         cno: u64,
         sr: Option<&[u8]>,
-        inode_log: Option<(u64, &[u8])>,
     ) -> Result<(SummaryEntry, Vec<u8>)> {
         Ok(match item {
             Item::Virtual(v) => {
@@ -811,21 +851,6 @@ impl Store {
                 },
                 sr.expect("super root given").to_vec(),
             ),
-            Item::InodeLog => {
-                let (ino, img) = inode_log.expect("inode image given");
-                let mut b = img.to_vec();
-                b.resize(self.geo.block_bytes, 0);
-                (
-                    SummaryEntry {
-                        ino,
-                        offset: 0,
-                        vblock: 0,
-                        cno,
-                        kind: BlockKind::InodeLog,
-                    },
-                    b,
-                )
-            }
         })
     }
 
@@ -868,20 +893,32 @@ impl Store {
         self.dev.flush()
     }
 
-    /// fsync of `ino` whose name is durable: one record with its dirty data
-    /// blocks and its inode image, then one flush.
-    pub fn dsync(&mut self, ino: u64, inode_image: &[u8]) -> Result<()> {
+    /// fsync: one record with the dirty data blocks of the files `inos`
+    /// and the inline items `inline` (namespace operations and inode
+    /// images, `log/items.rs`), then one flush. Needs the image's
+    /// inline-items feature (a read-write mount sets it).
+    pub fn dsync(&mut self, inos: &[u64], inline: &[u8]) -> Result<()> {
         self.writable()?;
-        let r = self.dsync_inner(ino, inode_image);
+        let r = self.dsync_inner(inos, inline);
         if let Err(e @ Error::Io { .. }) = &r {
             self.fail(e);
         }
         r
     }
 
-    fn dsync_inner(&mut self, ino: u64, inode_image: &[u8]) -> Result<()> {
+    fn dsync_inner(&mut self, inos: &[u64], inline: &[u8]) -> Result<()> {
+        assert!(
+            self.sb.inline_items(),
+            "an fsync record with items on an image without the inline-items feature"
+        );
+        assert!(
+            !inline.is_empty() && inline.len() <= MAX_INLINE_BYTES,
+            "fsync record with {} inline bytes",
+            inline.len()
+        );
         let now = self.now();
-        let mut blocks: Vec<(u64, u64)> = self
+        let inos: HashSet<u64> = inos.iter().copied().collect();
+        let mut blocks: Vec<(u64, u64, u64)> = self
             .cache
             .dirty_keys()
             .into_iter()
@@ -893,13 +930,16 @@ impl Store {
             .filter(|&k| !self.plugs.cleaner_moved.contains(&key_addr(k)))
             .filter_map(|k| {
                 let o = self.cache.owner(k)?;
-                (o.ino == ino && o.kind == BlockKind::Data).then_some((o.offset, key_addr(k)))
+                (inos.contains(&o.ino) && o.kind == BlockKind::Data).then_some((
+                    o.ino,
+                    o.offset,
+                    key_addr(k),
+                ))
             })
             .collect();
         blocks.sort_unstable();
-        let mut items: Vec<Item> = blocks.iter().map(|&(_, v)| Item::Virtual(v)).collect();
-        items.push(Item::InodeLog);
-        let plan = self.plan(items.len())?;
+        let items: Vec<Item> = blocks.iter().map(|&(_, _, v)| Item::Virtual(v)).collect();
+        let plan = self.plan(items.len(), inline.len())?;
         let places = self.place(&plan, items.len());
         for (item, &pos) in items.iter().zip(&places) {
             if let Item::Virtual(v) = *item {
@@ -913,20 +953,13 @@ impl Store {
             }
         }
         for r in &plan.records {
-            self.add_written(r.seg, (summary_blocks(r.npayload) + r.npayload) as u32, now)?;
+            self.add_written(r.seg, r.nblocks() as u32, now)?;
         }
         let cno = self.cur_cno;
-        self.write_records(
-            &plan,
-            &items,
-            cno,
-            FLAG_DSYNC,
-            None,
-            Some((ino, inode_image)),
-        )?;
+        self.write_records(&plan, &items, cno, FLAG_DSYNC, None, inline)?;
         self.dev.flush()?;
         self.commit_plan(&plan);
-        for &(_, v) in &blocks {
+        for &(_, _, v) in &blocks {
             self.cache.mark_clean(vkey(v));
         }
         self.stats.dsync_records_written += 1;

@@ -42,6 +42,27 @@ pub struct Opened {
     pub replay: Vec<FoundRecord>,
 }
 
+/// How far the sequence number jumps when an image is opened, so that no
+/// record written afterwards can take a record already on the device as its
+/// successor in the chain. Two kinds of stale record lie beyond the chain's
+/// end with higher sequence numbers: those of the crashed run's last epoch
+/// that landed while an earlier one was lost (at most one per block of the
+/// log: one epoch never writes a block twice), and those of an earlier
+/// recovery from the same checkpoint that crashed in turn, whose own jump
+/// was drawn at random. Found at a successor position with the right
+/// number, either would splice a checkpoint that never completed into the
+/// chain. So: past the first kind for sure, then a random distance, so that
+/// two recoveries collide with a chance of about one in 2^32 (that of a
+/// torn record passing its CRC32C). Sequence numbers stay far below their
+/// limit: 2^62 allows a billion opens.
+fn sequence_jump(geo: &Geometry) -> u64 {
+    let lost = geo.total_segment_blocks().min(1 << 31);
+    // seq_gap is a u32: leave room for the data-stream records written
+    // before the first log record.
+    let room = u32::MAX as u64 - (1 << 24) - lost;
+    lost + 1 + rand::random::<u64>() % room
+}
+
 impl Store {
     /// A new, empty store on `dev` (nothing is written until the first checkpoint).
     pub fn create(
@@ -233,7 +254,12 @@ impl Store {
         for r in std::iter::once(&start).chain(chain.iter()) {
             store.segs.last_seq[r.header.segno as usize] = r.header.seq;
         }
-        store.seq = last.header.seq;
+        // The next record's sequence number jumps past every record that
+        // may lie on the device beyond the chain's end (see
+        // `sequence_jump`); its `seq_gap` says by how much.
+        let jump = sequence_jump(&geo);
+        store.seq = last.header.seq + jump;
+        store.data_records_since_log = jump as u32;
         store.cur_seg = last.header.segno;
         store.cur_off = (last.end_block() - geo.segment_start(last.header.segno)) as u32;
         store.next_seg = last.header.next_seg;

@@ -60,11 +60,15 @@ pub struct StoreStats {
     pub checkpoints_written: u64,
     /// Checkpoints by what asked for them: "interval" (the periodic one),
     /// "cache" (dirty blocks reached half the cache), "space" (the writer
-    /// needed freed segments, or ENOSPC was near), "fsync" (an fsync a
-    /// record cannot express), "sync", "snapshot", "cleaner", "mount",
+    /// needed freed segments, or ENOSPC was near), "fsync" (an fsync whose
+    /// items do not fit one record), "oplog" (the operation log reached its
+    /// bound, `fs/oplog.rs`), "sync", "snapshot", "cleaner", "mount",
     /// "unmount", "requested".
     pub checkpoints_by_cause: std::collections::BTreeMap<&'static str, u64>,
+    /// fsyncs written as one record (not as a checkpoint).
     pub dsync_records_written: u64,
+    /// Namespace and metadata operations those records carried.
+    pub dsync_ops_written: u64,
     pub records_written: u64,
     pub blocks_written: u64,
     pub payload_blocks_written: u64,
