@@ -120,10 +120,14 @@ fn run_workload_on(base: Vec<u8>, config: MountConfig, seed: u64, steps: usize) 
     let mut files: Vec<Tracked> = (0..4)
         .map(|i| {
             let name = format!("durable{i}").into_bytes();
+            let before = log.len();
             let a = fs
                 .mknod(ROOT_INO, &name, libc::S_IFREG | 0o644, 0, &c)
                 .unwrap();
             names.insert(name.clone());
+            // Each create on its own: a checkpoint may come between them
+            // (the writer takes one when it needs segments the cleaner freed).
+            listings.push((before, log.len(), names.clone()));
             Tracked {
                 name,
                 ino: a.ino,
@@ -132,7 +136,6 @@ fn run_workload_on(base: Vec<u8>, config: MountConfig, seed: u64, steps: usize) 
             }
         })
         .collect();
-    listings.push((0, log.len(), names.clone()));
     let mut durable = Vec::new();
     type Scratch = (
         std::rc::Rc<Vec<u8>>,

@@ -1034,7 +1034,7 @@ impl Store {
                 self.streams.blocks_written[st as usize] += r.npayload as u64;
             }
             let items: Vec<Item> = blocks.iter().map(|&(_, _, v)| Item::Virtual(v)).collect();
-            self.write_records(&plan, &items, cno, FLAG_DATA_STREAM, None, None)?;
+            self.write_records(&plan, &items, cno, FLAG_DATA_STREAM, None, &[])?;
             self.commit_data(st, &plan);
             for &(_, _, v) in &blocks {
                 self.cache.mark_clean(vkey(v));
