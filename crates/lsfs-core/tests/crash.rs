@@ -53,6 +53,8 @@ struct Recorded {
     files: Vec<Tracked>,
     /// User blocks written into holes (threaded logging) while recording.
     plugged: u64,
+    /// fsync'd blocks written to data streams (named by the fsync record).
+    stream_fsynced: u64,
     /// The root's names after each namespace operation, oldest first.
     listings: Vec<Listing>,
     /// Log lengths after each fsync, sync, checkpoint or snapshot returned,
@@ -330,11 +332,13 @@ fn run_workload_on(base: Vec<u8>, config: MountConfig, seed: u64, steps: usize) 
         }
     }
     let plugged = fs.store.plugs.stats.blocks_plugged;
+    let stream_fsynced = fs.store.stats.dsync_stream_blocks;
     drop(fs); // no unmount: the tail stays unflushed, like a power cut
     Recorded {
         log,
         files,
         plugged,
+        stream_fsynced,
         listings,
         durable,
         scratch: scratch_files,
@@ -474,6 +478,10 @@ fn every_crash_point_recovers_to_a_clean_image_with_fsyncs_kept() {
         .unwrap_or(1);
     for wseed in 1..=workloads {
         let rec = run_workload(wseed, 260);
+        assert!(
+            rec.stream_fsynced > 0,
+            "no fsync wrote to a data stream: the workload did not exercise them"
+        );
         checked += check_recording(&rec, wseed, 1);
     }
     eprintln!("crash states checked: {checked}");

@@ -183,7 +183,9 @@ impl Lsfs {
                     self.removexattr_apply(*ino, name, now)?;
                 }
             }
-            Item::Inode { .. } => unreachable!("images are not operations"),
+            Item::Inode { .. } | Item::StreamRecord { .. } => {
+                unreachable!("images and stream records are not operations")
+            }
         }
         Ok(())
     }

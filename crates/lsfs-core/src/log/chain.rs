@@ -4,6 +4,7 @@
 use crate::device::BlockDevice;
 use crate::error::{Error, Result};
 use crate::layout::Geometry;
+use crate::log::items::{self, Item};
 use crate::log::record::{RecordHeader, FLAG_DATA_STREAM, MAX_RECORD_BLOCKS};
 
 /// A record found on the device.
@@ -123,7 +124,8 @@ pub fn segment_records(
 /// records, written elsewhere, took in between), is not a data-stream
 /// record, and starts right after the previous one, or at the start of the
 /// segment the previous record named as next. Returns the records after
-/// `from`, in order, up to the first gap.
+/// `from`, in order, up to the first gap; the data-stream records an fsync
+/// record names come right before it (flagged `FLAG_DATA_STREAM`).
 pub fn follow_chain(
     dev: &mut dyn BlockDevice,
     geo: &Geometry,
@@ -153,15 +155,58 @@ pub fn follow_chain(
             )?),
             None => None,
         };
-        match next {
-            Some(r) => {
-                out.push(r.clone());
-                prev = r;
-            }
-            None => break,
-        }
+        let Some(r) = next else { break };
+        // An fsync record that put its data in stream records counts only
+        // if they are there too: one flush covered them all.
+        let Some(refs) = stream_records_of(dev, geo, fs_id, &r)? else {
+            break;
+        };
+        out.extend(refs);
+        out.push(r.clone());
+        prev = r;
     }
     Ok(out)
+}
+
+/// The data-stream records chain record `r` names (`Item::StreamRecord`),
+/// read and verified, in order: `Ok(None)` if one is not there whole (the
+/// crash came before their flush), an error if `r`'s items do not decode.
+fn stream_records_of(
+    dev: &mut dyn BlockDevice,
+    geo: &Geometry,
+    fs_id: u64,
+    r: &FoundRecord,
+) -> Result<Option<Vec<FoundRecord>>> {
+    if r.header.inline.is_empty() {
+        return Ok(Some(Vec::new()));
+    }
+    let what = format!("record at block {} (sequence {})", r.block, r.header.seq);
+    let mut out = Vec::new();
+    for it in items::decode(&r.header.inline, &what)? {
+        let Item::StreamRecord {
+            block,
+            seq,
+            nblocks,
+        } = it
+        else {
+            continue;
+        };
+        // Written before `r` (the sequence numbers `r`'s gap skips).
+        if seq >= r.header.seq || seq + r.header.seq_gap as u64 + 1 < r.header.seq {
+            return Err(Error::corrupt(format!(
+                "{what} names a stream record of sequence {seq}, outside its gap"
+            )));
+        }
+        match read_record(dev, geo, fs_id, block, Some(seq))? {
+            Some(s)
+                if s.header.flags & FLAG_DATA_STREAM != 0 && s.header.nblocks == nblocks =>
+            {
+                out.push(s)
+            }
+            _ => return Ok(None),
+        }
+    }
+    Ok(Some(out))
 }
 
 /// Like [`segment_records`], but reads only each record's header and summary

@@ -82,6 +82,17 @@ pub enum Item {
         ino: u64,
         name: Vec<u8>,
     },
+    /// A data-stream record this fsync wrote its hot or cold data blocks
+    /// to (in a segment of their temperature, not in the log): it starts
+    /// at physical block `block` and has sequence number `seq` and
+    /// `nblocks` blocks. Recovery reads and verifies it (CRC, sequence
+    /// number) and replays its blocks with this record's; if it does not
+    /// verify, this record does not either (one flush covered both).
+    StreamRecord {
+        block: u64,
+        seq: u64,
+        nblocks: u32,
+    },
 }
 
 const T_INODE: u8 = 1;
@@ -93,6 +104,7 @@ const T_RENAME: u8 = 6;
 const T_TRUNCATE: u8 = 7;
 const T_SETXATTR: u8 = 8;
 const T_REMOVEXATTR: u8 = 9;
+const T_STREAM_RECORD: u8 = 10;
 
 impl Item {
     fn type_code(&self) -> u8 {
@@ -106,6 +118,7 @@ impl Item {
             Item::Truncate { .. } => T_TRUNCATE,
             Item::SetXattr { .. } => T_SETXATTR,
             Item::RemoveXattr { .. } => T_REMOVEXATTR,
+            Item::StreamRecord { .. } => T_STREAM_RECORD,
         }
     }
 
@@ -117,7 +130,7 @@ impl Item {
     /// Whether the item is a namespace or metadata operation (replayed in
     /// order), as opposed to an inode image.
     pub fn is_operation(&self) -> bool {
-        !matches!(self, Item::Inode { .. })
+        !matches!(self, Item::Inode { .. } | Item::StreamRecord { .. })
     }
 
     fn body(&self, w: &mut Writer) {
@@ -175,6 +188,13 @@ impl Item {
                 w.u64(*ino);
                 name_field(w, name);
             }
+            Item::StreamRecord {
+                block,
+                seq,
+                nblocks,
+            } => {
+                w.u64(*block).u64(*seq).u32(*nblocks);
+            }
         }
     }
 
@@ -215,6 +235,7 @@ fn type_name(t: u8) -> &'static str {
         T_TRUNCATE => "truncate",
         T_SETXATTR => "setxattr",
         T_REMOVEXATTR => "removexattr",
+        T_STREAM_RECORD => "stream record",
         _ => "unknown",
     }
 }
@@ -342,6 +363,20 @@ fn decode_body(t: u8, body: &[u8], ctx: &str) -> Result<Item> {
             ino: r.u64()?,
             name: xattr_name(&mut r, ctx)?,
         },
+        T_STREAM_RECORD => {
+            let (block, seq, nblocks) = (r.u64()?, r.u64()?, r.u32()?);
+            // A header block and at least one data block.
+            if nblocks < 2 || nblocks as usize > crate::log::record::MAX_RECORD_BLOCKS {
+                return Err(Error::corrupt(format!(
+                    "{ctx}: a stream record of {nblocks} blocks"
+                )));
+            }
+            Item::StreamRecord {
+                block,
+                seq,
+                nblocks,
+            }
+        }
         _ => return Err(Error::corrupt(format!("{ctx}: unknown item type {t}"))),
     };
     if r.pos() != body.len() {
@@ -420,6 +455,11 @@ pub fn describe(it: &Item) -> String {
             format!("setxattr {ino} {:?} ({} bytes)", s(name), value.len())
         }
         Item::RemoveXattr { ino, name } => format!("removexattr {ino} {:?}", s(name)),
+        Item::StreamRecord {
+            block,
+            seq,
+            nblocks,
+        } => format!("stream record at block {block}, sequence {seq}, {nblocks} blocks"),
     }
 }
 

@@ -34,6 +34,11 @@ use crate::meta::stream::{DataHead, Stream, STREAM_MASK};
 use crate::meta::sufile::SU_PER_BLOCK;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+/// An fsync of at least this many data blocks writes those that belong in
+/// a data stream there (`Store::dsync_to_streams`); smaller ones stay in
+/// the log's record, which a separate record's header block would double.
+pub const DSYNC_STREAM_MIN_BLOCKS: usize = 8;
+
 /// One record to write: where, how many payload blocks, and how many
 /// bytes of inline items its summary blocks carry.
 #[derive(Clone, Debug)]
@@ -73,14 +78,9 @@ struct Plan {
 impl Store {
     /// Split `npayload` blocks into records from the current write position,
     /// moving to new segments as needed, the last record carrying `inline`
-    /// bytes of items (so at least one record if there are any). Does not
+    /// bytes of items (so at least one record if there are any), not
+    /// taking the segments in `taken` (and adding those it takes). Does not
     /// change anything.
-    fn plan(&self, npayload: usize, inline: usize) -> Result<Plan> {
-        self.plan_log(npayload, inline, &mut HashSet::new())
-    }
-
-    /// [`Store::plan`] for the log, not taking the segments in `taken`
-    /// (and adding those it takes).
     fn plan_log(
         &self,
         mut npayload: usize,
@@ -938,8 +938,11 @@ impl Store {
             })
             .collect();
         blocks.sort_unstable();
-        let items: Vec<Item> = blocks.iter().map(|&(_, _, v)| Item::Virtual(v)).collect();
-        let plan = self.plan(items.len(), inline.len())?;
+        let mut taken = HashSet::new();
+        let (blocks_in_log, extra_items) = self.dsync_to_streams(&blocks, &mut taken, now)?;
+        let inline: Vec<u8> = [inline, &extra_items[..]].concat();
+        let items: Vec<Item> = blocks_in_log.iter().map(|&v| Item::Virtual(v)).collect();
+        let plan = self.plan_log(items.len(), inline.len(), &mut taken)?;
         let places = self.place(&plan, items.len());
         for (item, &pos) in items.iter().zip(&places) {
             if let Item::Virtual(v) = *item {
@@ -956,7 +959,7 @@ impl Store {
             self.add_written(r.seg, r.nblocks() as u32, now)?;
         }
         let cno = self.cur_cno;
-        self.write_records(&plan, &items, cno, FLAG_DSYNC, None, inline)?;
+        self.write_records(&plan, &items, cno, FLAG_DSYNC, None, &inline)?;
         self.dev.flush()?;
         self.commit_plan(&plan);
         for &(_, _, v) in &blocks {
@@ -964,6 +967,95 @@ impl Store {
         }
         self.stats.dsync_records_written += 1;
         Ok(())
+    }
+
+    /// Write the data blocks of an fsync (`blocks`: (ino, offset, vblock))
+    /// that belong in a data stream as data-stream records there, so that
+    /// hot and cold data stop sharing segments with each other and with
+    /// metadata (fsync'd data used to go to the log, and the cleaner found
+    /// the cold blocks among dead hot ones). The fsync's record in the log
+    /// names them (`StreamRecord` items, returned encoded) and the one flush
+    /// that follows covers both. Returns the blocks left for the log's
+    /// record. A small fsync keeps everything in its one record (a separate
+    /// record costs a header block).
+    fn dsync_to_streams(
+        &mut self,
+        blocks: &[(u64, u64, u64)],
+        taken: &mut HashSet<u64>,
+        now: u64,
+    ) -> Result<(Vec<u64>, Vec<u8>)> {
+        let all = || blocks.iter().map(|&(_, _, v)| v).collect();
+        if blocks.len() < DSYNC_STREAM_MIN_BLOCKS || !self.streams_can_run() {
+            return Ok((all(), Vec::new()));
+        }
+        let was_active = std::mem::replace(&mut self.streams.active, true);
+        let mut per: [Vec<u64>; 4] = Default::default();
+        for &(ino, offset, v) in blocks {
+            let o = Owner {
+                ino,
+                offset,
+                kind: BlockKind::Data,
+            };
+            let st = self.stream_of(v, &o);
+            per[st as usize].push(v);
+        }
+        self.streams.active = was_active;
+        let nrecords: usize = Stream::DATA
+            .iter()
+            .filter(|&&st| !per[st as usize].is_empty())
+            .count()
+            * 2; // a segment boundary may split one
+        let item_bytes = crate::log::items::Item::StreamRecord {
+            block: 0,
+            seq: 0,
+            nblocks: 0,
+        }
+        .encoded_len();
+        if nrecords * item_bytes > MAX_INLINE_BYTES / 4 {
+            return Ok((all(), Vec::new()));
+        }
+        let cno = self.cur_cno;
+        let mut refs = crate::codec::Writer::default();
+        for st in Stream::DATA {
+            let vs = std::mem::take(&mut per[st as usize]);
+            if vs.is_empty() {
+                continue;
+            }
+            let plan = self.plan_data(st, vs.len(), taken)?;
+            let places = self.place(&plan, vs.len());
+            for (&v, &pos) in vs.iter().zip(&places) {
+                let seg = self.geo.segment_of(pos).expect("planned inside the log");
+                let mut e = self.dat_get(v)?;
+                e.pblock = pos;
+                self.dat_set(v, e)?;
+                self.add_live(seg, now)?;
+                let o = self.cache.owner(vkey(v)).expect("dirty block has an owner");
+                self.note_stream_write(v, &o, st);
+            }
+            for r in &plan.records {
+                self.add_written(r.seg, r.nblocks() as u32, now)?;
+                let u = &mut self.segs.usage[r.seg as usize];
+                u.flags = (u.flags & !STREAM_MASK) | st.flags();
+                self.streams.blocks_written[st as usize] += r.npayload as u64;
+            }
+            let items: Vec<Item> = vs.iter().map(|&v| Item::Virtual(v)).collect();
+            let first_seq = self.seq + 1;
+            self.write_records(&plan, &items, cno, FLAG_DATA_STREAM | FLAG_DSYNC, None, &[])?;
+            for (i, r) in plan.records.iter().enumerate() {
+                crate::log::items::Item::StreamRecord {
+                    block: self.geo.segment_start(r.seg) + r.off as u64,
+                    seq: first_seq + i as u64,
+                    nblocks: r.nblocks() as u32,
+                }
+                .encode(&mut refs);
+            }
+            self.commit_data(st, &plan);
+            for &v in &vs {
+                self.cache.mark_clean(vkey(v));
+            }
+            self.stats.dsync_stream_blocks += vs.len() as u64;
+        }
+        Ok((per[Stream::Meta as usize].clone(), refs.finish()))
     }
 
     /// Write the blocks the cleaner has moved to their data streams now,

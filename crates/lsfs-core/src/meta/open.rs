@@ -9,7 +9,7 @@ use crate::device::BlockDevice;
 use crate::error::{Error, Result};
 use crate::layout::{Geometry, BLOCK_BYTES, FIRST_USER_INO};
 use crate::log::chain::{check_counted, follow_chain, read_record, FoundRecord};
-use crate::log::record::{BlockKind, FLAG_DSYNC, FLAG_SUPER_ROOT};
+use crate::log::record::{BlockKind, FLAG_DATA_STREAM, FLAG_DSYNC, FLAG_SUPER_ROOT};
 use crate::log::super_root::SuperRoot;
 use crate::log::superblock::Superblock;
 use crate::meta::cpfile::CpTable;
@@ -245,11 +245,21 @@ impl Store {
         }
         let now = store.now();
         for r in after {
-            let written = store.segs.usage[r.header.segno as usize].nblocks;
+            let seg = r.header.segno;
+            let written = store.segs.usage[seg as usize].nblocks;
+            if r.header.flags & FLAG_DATA_STREAM != 0 {
+                // An fsync's stream record, in its stream's segment: count
+                // the segment written up to its end (a record the cleaner
+                // wrote ahead may lie before it, dead), so nothing reuses
+                // that space before the recovery checkpoint replays it.
+                let end = (r.end_block() - geo.segment_start(seg)) as u32;
+                if end > written {
+                    store.segs.add_written(seg, end - written, now)?;
+                }
+                continue;
+            }
             check_counted(&geo, r, written, true)?;
-            store
-                .segs
-                .add_written(r.header.segno, r.header.nblocks, now)?;
+            store.segs.add_written(seg, r.header.nblocks, now)?;
         }
         for r in std::iter::once(&start).chain(chain.iter()) {
             store.segs.last_seq[r.header.segno as usize] = r.header.seq;

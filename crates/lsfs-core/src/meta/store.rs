@@ -90,6 +90,9 @@ pub struct StoreStats {
     /// chose their stream (`Store::note_stream_write`); fsync records'
     /// blocks are not among them (they go to the log).
     pub stream_writes: std::collections::BTreeMap<&'static str, u64>,
+    /// fsync'd data blocks written to data streams, in records the fsync's
+    /// log record names (`Store::dsync_to_streams`).
+    pub dsync_stream_blocks: u64,
     /// Blocks the cleaner moved that were written to their streams at the
     /// end of its pass, not by the next checkpoint (`write_moved_ahead`).
     pub blocks_written_ahead: u64,
