@@ -200,6 +200,24 @@ fn main() {
         }
     }
 
+    // meta_entries: a DAT journal block of a few entries.
+    let entries: Vec<(u64, lsfs_core::meta::dat_entry::DatEntry)> = (1..6u64)
+        .map(|v| {
+            let e = lsfs_core::meta::dat_entry::DatEntry {
+                pblock: 100 + v,
+                start: v,
+                end: u64::MAX,
+                prev_start: 0,
+            };
+            (v * 7, e)
+        })
+        .collect();
+    let mut seed = vec![3u8];
+    seed.extend_from_slice(&0u64.to_le_bytes());
+    seed.extend_from_slice(&((geo.nsegments - 1) as u16).to_le_bytes());
+    seed.extend_from_slice(trim(&lsfs_core::meta::dat_journal::encode_blocks(&entries)[0]));
+    write("meta_entries", "dat-journal", &seed);
+
     // image: no patch, resealed no-op patches in a few structures, a checkpoint mount.
     let none = ImageInput { reseal: true, checkpoint: None, writable: false, patches: vec![] };
     write("image", "unchanged", &none.encode());

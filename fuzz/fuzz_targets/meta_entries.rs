@@ -1,15 +1,17 @@
-//! DAT, SUFILE and CPFILE blocks. Input: `which u8, idx u64, nsegments u16`,
-//! then the block (zero-padded to 4096 bytes).
-//! which % 3 = 0: every DAT entry slot (and a few past the block's end);
+//! DAT, SUFILE, CPFILE and DAT journal blocks. Input: `which u8, idx u64,
+//! nsegments u16`, then the block (zero-padded to 4096 bytes).
+//! which % 4 = 0: every DAT entry slot (and a few past the block's end);
 //! 1: SUFILE block `idx` of a table of `nsegments` segments (idx is kept
 //! below the table's block count, as the engine does); 2: CPFILE block `idx`
-//! (any value: the engine takes it from a B-tree key on disk).
+//! (any value: the engine takes it from a B-tree key on disk); 3: a DAT
+//! journal block (what decodes re-encodes to the same bytes).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use lsfs_core::layout::BLOCK_BYTES;
 use lsfs_core::meta::cpfile::{CpTable, CP_PER_BLOCK};
 use lsfs_core::meta::dat_entry::{DatEntry, DAT_PER_BLOCK};
+use lsfs_core::meta::dat_journal;
 use lsfs_core::meta::sufile::SegTable;
 
 lsfs_fuzz::limit_allocations!();
@@ -18,7 +20,7 @@ fuzz_target!(|data: &[u8]| {
     if data.len() < 11 {
         return;
     }
-    let which = data[0] % 3;
+    let which = data[0] % 4;
     let idx = u64::from_le_bytes(data[1..9].try_into().unwrap());
     let nsegments = u16::from_le_bytes([data[9], data[10]]) as u64 + 1;
     let mut block = data[11..].to_vec();
@@ -47,6 +49,11 @@ fuzz_target!(|data: &[u8]| {
                 t2.decode_block(idx, &again).unwrap();
                 assert_eq!(t.usage, t2.usage);
                 let _ = (t.free_count(), t.find_free(idx));
+            }
+        }
+        3 => {
+            if let Ok(entries) = dat_journal::decode_block(&block, "fuzz") {
+                assert_eq!(dat_journal::encode_blocks(&entries), vec![block.clone()]);
             }
         }
         _ => {

@@ -365,6 +365,39 @@ impl Checker {
         for &n in &nodes {
             self.claim_phys(s, &mut owner_of, &mut dat, n, true, "DAT tree node".into());
         }
+        // The DAT journal the checkpoint names (applied to the DAT's blocks
+        // in memory when the image was opened, so the entries below are
+        // the journaled ones).
+        let journal = s.dat_journal.written.clone();
+        for (i, &a) in journal.iter().enumerate() {
+            self.claim_phys(
+                s,
+                &mut owner_of,
+                &mut dat,
+                a,
+                true,
+                format!("DAT journal block {i}"),
+            );
+        }
+        // A DAT block the roll-forward copied on write keeps its base live
+        // until the next checkpoint writes it or journals the change.
+        let bases: Vec<(u64, u64)> = s
+            .dat_journal
+            .tracked
+            .iter()
+            .filter(|(_, t)| !t.at_base)
+            .map(|(&idx, t)| (idx, t.base))
+            .collect();
+        for (idx, a) in bases {
+            self.claim_phys(
+                s,
+                &mut owner_of,
+                &mut dat,
+                a,
+                true,
+                format!("base of DAT block {idx}"),
+            );
+        }
         let max_idx = s.next_vblock / DAT_PER_BLOCK;
         for &(idx, addr) in &blocks {
             self.claim_phys(
@@ -581,7 +614,13 @@ impl Checker {
                 match (summary.get(&p), v) {
                     (Some(&(sv, k)), Some(v))
                         if sv == v && matches!(k, BlockKind::Data | BlockKind::Node) => {}
-                    (Some(&(_, BlockKind::DatBlock | BlockKind::DatNode)), None) => {}
+                    (
+                        Some(&(
+                            _,
+                            BlockKind::DatBlock | BlockKind::DatNode | BlockKind::DatJournal,
+                        )),
+                        None,
+                    ) => {}
                     (found, _) => self.err(format!(
                         "block {p} holds {} per the DAT, but its summary entry says {}",
                         v.map(|v| format!("virtual block {v}"))

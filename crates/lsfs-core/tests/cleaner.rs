@@ -121,16 +121,21 @@ fn hot_cold_overwrites_keep_running_near_full() {
         fs.store.stats.blocks_by_class
     );
     assert!(fs.store.stats.blocks_by_class[lsfs_core::log::record::FILE_DATA] >= rounds as u64);
-    // Every DAT block made dirty is either written by a checkpoint or
-    // punched out; overwrites and the cleaner both change the DAT.
+    // Every DAT block made dirty is written by a checkpoint, punched out,
+    // or kept with its changes in the DAT journal (a block the journal lets
+    // go is written); overwrites and the cleaner both change the DAT.
     fs.checkpoint().unwrap();
     let stats = &fs.store.stats;
     let dirtied: u64 = stats.dat_blocks_dirtied.values().sum();
     assert_eq!(
-        dirtied,
-        stats.blocks_by_class["dat"] + stats.dat_blocks_punched,
+        dirtied + stats.dat_blocks_unjournaled,
+        stats.blocks_by_class["dat"] + stats.dat_blocks_punched + stats.dat_blocks_journaled,
         "{:?}",
         stats.dat_blocks_dirtied
+    );
+    assert!(
+        stats.dat_blocks_journaled > 0,
+        "the DAT journal kept nothing"
     );
     for cause in ["allocate", "overwrite", "cleaner move"] {
         assert!(
@@ -273,7 +278,9 @@ fn protection_gives_way_to_space_and_never_costs_copies() {
     assert_eq!(pressed.held_by_latest, 0, "{pressed:?}");
     assert!(fs.checkpoints().len() < kept_before);
     assert!(
-        fs.checkpoints().iter().any(|e| e.cno == snap && e.is_snapshot()),
+        fs.checkpoints()
+            .iter()
+            .any(|e| e.cno == snap && e.is_snapshot()),
         "the snapshot was given up"
     );
     assert_eq!(
@@ -433,7 +440,8 @@ fn overwrites_are_routed_by_their_own_blocks_lifetime() {
     for round in 1..=60u32 {
         fs.store.now_override = Some(t0 + round as u64);
         for k in 0..HOT {
-            fs.write(a.ino, k * 4096, &block(k as usize, round)).unwrap();
+            fs.write(a.ino, k * 4096, &block(k as usize, round))
+                .unwrap();
         }
         fs.checkpoint().unwrap();
     }

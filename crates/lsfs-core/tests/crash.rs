@@ -55,6 +55,8 @@ struct Recorded {
     plugged: u64,
     /// fsync'd blocks written to data streams (named by the fsync record).
     stream_fsynced: u64,
+    /// DAT blocks checkpoints kept journaled instead of writing them.
+    dat_journaled: u64,
     /// The root's names after each namespace operation, oldest first.
     listings: Vec<Listing>,
     /// Log lengths after each fsync, sync, checkpoint or snapshot returned,
@@ -333,12 +335,14 @@ fn run_workload_on(base: Vec<u8>, config: MountConfig, seed: u64, steps: usize) 
     }
     let plugged = fs.store.plugs.stats.blocks_plugged;
     let stream_fsynced = fs.store.stats.dsync_stream_blocks;
+    let dat_journaled = fs.store.stats.dat_blocks_journaled;
     drop(fs); // no unmount: the tail stays unflushed, like a power cut
     Recorded {
         log,
         files,
         plugged,
         stream_fsynced,
+        dat_journaled,
         listings,
         durable,
         scratch: scratch_files,
@@ -481,6 +485,10 @@ fn every_crash_point_recovers_to_a_clean_image_with_fsyncs_kept() {
         assert!(
             rec.stream_fsynced > 0,
             "no fsync wrote to a data stream: the workload did not exercise them"
+        );
+        assert!(
+            rec.dat_journaled > 0,
+            "no checkpoint journaled a DAT block: the workload did not exercise the journal"
         );
         checked += check_recording(&rec, wseed, 1);
     }

@@ -124,10 +124,7 @@ pub fn stats(mnt: &Path, json_out: bool) -> Result<Value, String> {
 /// bytes the device wrote over bytes applications asked to store.
 pub fn write_amplification_line(w: &Value) -> String {
     let mib = |k: &str| w[k].as_u64().unwrap_or(0) as f64 / (1 << 20) as f64;
-    let r = |k: &str| {
-        w[k].as_f64()
-            .map_or("-".to_string(), |x| format!("{x:.2}"))
-    };
+    let r = |k: &str| w[k].as_f64().map_or("-".to_string(), |x| format!("{x:.2}"));
     format!(
         "device writes / application writes: {} since mount ({:.1} MiB for {:.1} MiB), {} over the last {} s",
         r("ratio"),

@@ -438,8 +438,8 @@ fn run(a: RunArgs) -> Result<(), String> {
             a.image.display(),
             a.size >> 20
         );
-        let segment_bytes =
-            lsfs_core::layout::DEFAULT_SEGMENT_BLOCKS as u64 * lsfs_core::layout::BLOCK_BYTES as u64;
+        let segment_bytes = lsfs_core::layout::DEFAULT_SEGMENT_BLOCKS as u64
+            * lsfs_core::layout::BLOCK_BYTES as u64;
         make_image(&a.image, Some(a.size), segment_bytes, "lsfs")?;
     }
     std::fs::create_dir_all(&a.mountpoint)

@@ -96,9 +96,9 @@ impl Cleaner {
     /// Say in the log how far back plain checkpoints are kept after space
     /// pressure gave some up: at most once a minute, or when it has halved.
     fn note_window(&mut self, secs: u64) {
-        let due = self.window_said.is_none_or(|(at, said)| {
-            at.elapsed().as_secs() >= WINDOW_LOG_SECS || secs < said / 2
-        });
+        let due = self
+            .window_said
+            .is_none_or(|(at, said)| at.elapsed().as_secs() >= WINDOW_LOG_SECS || secs < said / 2);
         if due {
             tracing::info!(
                 "space is short: plain checkpoints are now kept for the last {secs} s \
@@ -326,7 +326,7 @@ impl Lsfs {
         // cache bound. A pass someone asked for ends with one, as it always did.
         if moved
             && (reason == "manual"
-                || self.store.cache.dirty_count() * 2 > self.store.cache.capacity_blocks())
+                || self.store.pending_blocks() * 2 > self.store.cache.capacity_blocks())
         {
             self.checkpoint_for("cleaner")?;
         }
@@ -374,10 +374,10 @@ impl Lsfs {
             .saturating_sub(checkpoint_blocks)
             // The same checkpoint also places what is dirty already, with
             // its metadata (as free_blocks counts it).
-            .saturating_sub(self.store.cache.dirty_count() as u64 * 2);
+            .saturating_sub(self.store.pending_blocks() as u64 * 2);
         // Copies of earlier passes may still be waiting for their checkpoint.
         (self.store.cache.capacity_blocks() as u64 / 2)
-            .saturating_sub(self.store.cache.dirty_count() as u64)
+            .saturating_sub(self.store.pending_blocks() as u64)
             .max(seg_blocks)
             .min(room)
     }

@@ -261,7 +261,8 @@ fn remap_run(
         },
     };
     if let Some(next) = after {
-        if next.vstart == vs + n && s.is_fresh(next.vstart) && new.len + next.len <= u32::MAX as u64 {
+        if next.vstart == vs + n && s.is_fresh(next.vstart) && new.len + next.len <= u32::MAX as u64
+        {
             map::remove(s, ino, next.file_block)?;
             new.len += next.len;
         }

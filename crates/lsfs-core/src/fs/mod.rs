@@ -365,7 +365,7 @@ impl Lsfs {
     /// operation log within its bounds (`oplog.rs`).
     fn after_change(&mut self) -> VfsResult<()> {
         self.cleaner.last_activity = std::time::Instant::now();
-        if self.store.cache.dirty_count() * 2 > self.store.cache.capacity_blocks() {
+        if self.store.pending_blocks() * 2 > self.store.cache.capacity_blocks() {
             self.checkpoint_for("cache").map_err(e)?;
         } else if self.oplog.over_bound() {
             self.checkpoint_for("oplog").map_err(e)?;
@@ -421,8 +421,7 @@ impl Lsfs {
     /// The virtual block file block `block` of `ino` maps to (tests, tools).
     pub fn file_vblock_for_test(&mut self, ino: u64, block: u64) -> Result<Option<u64>> {
         let i = self.get(ino)?;
-        Ok(file::extent_at(&mut self.store, &i, block)?
-            .map(|e| e.vstart + (block - e.file_block)))
+        Ok(file::extent_at(&mut self.store, &i, block)?.map(|e| e.vstart + (block - e.file_block)))
     }
 
     pub fn checkpoints(&self) -> Vec<crate::meta::cpfile::CpEntry> {

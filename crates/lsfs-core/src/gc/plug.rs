@@ -50,7 +50,13 @@ impl Store {
                     (d.pblock == pos, d.pblock == pos && d.end == CNO_MAX)
                 }
                 BlockKind::DatBlock => {
-                    let k = self.dat_block_addr_pub(ent.offset)? == Some(pos);
+                    // The DAT's copy, or a base the DAT journal keeps live.
+                    let k = self.dat_block_addr_pub(ent.offset)? == Some(pos)
+                        || self.dat_journal.base_of(ent.offset) == Some(pos);
+                    (k, k)
+                }
+                BlockKind::DatJournal => {
+                    let k = self.dat_journal.written.contains(&pos);
                     (k, k)
                 }
                 BlockKind::DatNode => {

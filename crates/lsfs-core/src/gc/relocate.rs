@@ -51,6 +51,10 @@ enum Action {
     CowDat(u64),
     /// A DAT tree node, rewritten with the block below it.
     DatNode(u64),
+    /// A block of the last checkpoint's DAT journal: the next checkpoint
+    /// writes the journal whole again (before the victim can be reused),
+    /// so it dies now.
+    DropJournal(u64),
 }
 
 /// Which plain checkpoints a plan keeps the dead blocks of (snapshots are
@@ -176,16 +180,21 @@ impl Store {
 
     /// Make DAT block `idx` and the tree path above it writable (moves them).
     fn dat_block_cow(&mut self, idx: u64) -> Result<()> {
-        let v = idx * crate::meta::dat_entry::DAT_PER_BLOCK;
-        // Any entry of the block will do: dat_set of an unchanged non-free
-        // entry rewrites the block; find one.
-        for slot in 0..crate::meta::dat_entry::DAT_PER_BLOCK {
-            let e = self.dat_get(v + slot)?;
-            if !e.is_free() {
-                return self.dat_set(v + slot, e);
+        if self.dat_journal.base_of(idx).is_none() {
+            let v = idx * crate::meta::dat_entry::DAT_PER_BLOCK;
+            // Any entry of the block will do: dat_set of an unchanged
+            // non-free entry copies the block on write; find one.
+            for slot in 0..crate::meta::dat_entry::DAT_PER_BLOCK {
+                let e = self.dat_get(v + slot)?;
+                if !e.is_free() {
+                    self.dat_set(v + slot, e)?;
+                    break;
+                }
             }
         }
-        Ok(())
+        // Written whole by the next checkpoint, not journaled: the base,
+        // which may be in the victim, dies now.
+        self.dat_unjournal(idx)
     }
 
     /// What relocating `seg` would do, block by block, without changing
@@ -244,12 +253,19 @@ impl Store {
                     }
                 }
                 BlockKind::DatBlock => {
-                    if self.dat_block_addr_pub(ent.offset)? != Some(pos) {
+                    // The DAT's current copy, or the base a journaled or
+                    // copied block still keeps live (meta/dat_journal.rs).
+                    if self.dat_block_addr_pub(ent.offset)? != Some(pos)
+                        && self.dat_journal.base_of(ent.offset) != Some(pos)
+                    {
                         continue;
                     }
                     Action::CowDat(ent.offset)
                 }
                 BlockKind::DatNode => Action::DatNode(pos),
+                BlockKind::DatJournal if self.dat_journal.written.contains(&pos) => {
+                    Action::DropJournal(pos)
+                }
                 _ => continue,
             };
             plan.actions.push(action);
@@ -308,6 +324,11 @@ impl Store {
                     rep.dat_copied += 1;
                 }
                 Action::DatNode(pos) => dat_nodes_here.push(pos),
+                Action::DropJournal(pos) => {
+                    self.dat_journal.written.retain(|&a| a != pos);
+                    self.kill_live(seg, false, now)?;
+                    rep.dat_copied += 1;
+                }
             }
         }
         if !dat_nodes_here.is_empty() {

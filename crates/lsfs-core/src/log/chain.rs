@@ -198,9 +198,7 @@ fn stream_records_of(
             )));
         }
         match read_record(dev, geo, fs_id, block, Some(seq))? {
-            Some(s)
-                if s.header.flags & FLAG_DATA_STREAM != 0 && s.header.nblocks == nblocks =>
-            {
+            Some(s) if s.header.flags & FLAG_DATA_STREAM != 0 && s.header.nblocks == nblocks => {
                 out.push(s)
             }
             _ => return Ok(None),

@@ -50,6 +50,9 @@ pub enum BlockKind {
     /// An inode image written by fsync, to roll forward: images written
     /// before inline items only (read, never written now).
     InodeLog = 5,
+    /// A block of the DAT journal (physically addressed, named by the
+    /// super root): DAT entries changed since their DAT block was written.
+    DatJournal = 6,
 }
 
 impl BlockKind {
@@ -61,6 +64,7 @@ impl BlockKind {
             3 => BlockKind::DatNode,
             4 => BlockKind::SuperRoot,
             5 => BlockKind::InodeLog,
+            6 => BlockKind::DatJournal,
             _ => return None,
         })
     }
@@ -126,6 +130,7 @@ impl SummaryEntry {
         match (self.kind, self.ino) {
             (BlockKind::DatBlock, _) => "dat",
             (BlockKind::DatNode, _) => "dat node",
+            (BlockKind::DatJournal, _) => "dat journal",
             (BlockKind::SuperRoot, _) => "super root",
             (BlockKind::InodeLog, _) => "inode log",
             (k, i) if holds_file_data(k, i) => FILE_DATA,

@@ -11,9 +11,15 @@ pub const SR_MAGIC: u32 = 0x5452_534C; // "LSRT"
 const CRC_AT: usize = BLOCK_BYTES - 4;
 /// Where version 3 keeps the SSA root: a fixed place after the longest queue.
 const SSA_ROOT_AT: usize = BLOCK_BYTES - 16;
-const _: () = assert!(108 + 9 * SR_QUEUE_MAX <= SSA_ROOT_AT);
+/// Where version 4 keeps the DAT journal's block count (u16), then its
+/// blocks' physical addresses: after the longest queue, before the SSA root.
+const DAT_JOURNAL_AT: usize = 2560;
+/// Journal blocks a super root can name.
+pub const SR_DAT_JOURNAL_MAX: usize = (SSA_ROOT_AT - DAT_JOURNAL_AT - 8) / 8;
+const _: () = assert!(108 + 9 * SR_QUEUE_MAX <= DAT_JOURNAL_AT);
+const _: () = assert!(DAT_JOURNAL_AT + 8 + 8 * SR_DAT_JOURNAL_MAX <= SSA_ROOT_AT);
 /// The version this build writes.
-pub const SR_VERSION: u32 = 3;
+pub const SR_VERSION: u32 = 4;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SuperRoot {
@@ -43,6 +49,10 @@ pub struct SuperRoot {
     /// Root of the SSA's block map (virtual; 0 = no segment plugged).
     /// Version 3; earlier versions read as 0.
     pub ssa_root: u64,
+    /// Physical blocks of the DAT journal: DAT entries changed since their
+    /// DAT block was last written (meta/dat_journal.rs). Version 4; earlier
+    /// versions read as none.
+    pub dat_journal: Vec<u64>,
 }
 
 /// Queue entries a super root can hold (see FORMAT.md).
@@ -69,6 +79,13 @@ impl SuperRoot {
         assert!(self.reconcile_queue.len() <= SR_QUEUE_MAX);
         for c in &self.reconcile_queue {
             w.u64(c.cno).u8(c.on as u8);
+        }
+        w.pad_to(DAT_JOURNAL_AT);
+        assert!(self.dat_journal.len() <= SR_DAT_JOURNAL_MAX);
+        w.u16(self.dat_journal.len() as u16)
+            .pad_to(DAT_JOURNAL_AT + 8);
+        for &a in &self.dat_journal {
+            w.u64(a);
         }
         w.pad_to(BLOCK_BYTES);
         let mut b = w.finish();
@@ -156,6 +173,19 @@ impl SuperRoot {
         if v >= 3 {
             sr.ssa_root = u64::from_le_bytes(b[SSA_ROOT_AT..SSA_ROOT_AT + 8].try_into().unwrap());
         }
+        if v >= 4 {
+            let mut r = Reader::at(b, DAT_JOURNAL_AT, &what);
+            let n = r.u16()? as usize;
+            if n > SR_DAT_JOURNAL_MAX {
+                return Err(Error::corrupt(format!(
+                    "{what}: {n} DAT journal blocks, at most {SR_DAT_JOURNAL_MAX}"
+                )));
+            }
+            r.skip(6)?;
+            for _ in 0..n {
+                sr.dat_journal.push(r.u64()?);
+            }
+        }
         Ok(sr)
     }
 }
@@ -187,9 +217,17 @@ mod tests {
             next_vblock: 99,
             ssa_root: 12,
             reconcile_queue: vec![SnapChange { cno: 3, on: true }],
+            dat_journal: vec![40, 41, 77],
             ..valid()
         };
         assert_eq!(SuperRoot::decode(&sr.encode(), "test").unwrap(), sr);
+        let full = SuperRoot {
+            reconcile_queue: vec![SnapChange { cno: 3, on: false }; SR_QUEUE_MAX],
+            dat_journal: (0..SR_DAT_JOURNAL_MAX as u64).collect(),
+            ssa_root: 5,
+            ..valid()
+        };
+        assert_eq!(SuperRoot::decode(&full.encode(), "test").unwrap(), full);
     }
 
     /// Found by the `image` fuzz target: a resealed super root whose next

@@ -66,6 +66,8 @@ impl PlannedRecord {
 enum Item {
     Virtual(u64),
     Dat(u64),
+    /// Block `k` of the DAT journal (meta/dat_journal.rs).
+    DatJournal(usize),
     SuperRoot,
 }
 
@@ -235,12 +237,16 @@ impl Store {
         };
     }
 
-    /// Dirty blocks per stream, the super root included (the log's).
-    fn stream_counts(&self) -> [usize; 4] {
+    /// Dirty blocks per stream, the super root and `journal_blocks` DAT
+    /// journal blocks included (the log's).
+    fn stream_counts(&self, journal_blocks: usize) -> [usize; 4] {
         let mut c = [0usize; 4];
         for k in self.cache.dirty_keys() {
             if key_is_virtual(k) && self.plugs.assigned.contains_key(&key_addr(k)) {
                 continue; // placed in a hole
+            }
+            if !key_is_virtual(k) && self.dat_journal.is_journaled_addr(key_addr(k)) {
+                continue; // journaled, not written
             }
             let s = if key_is_virtual(k) {
                 let o = self.cache.owner(k).expect("dirty block has an owner");
@@ -250,7 +256,7 @@ impl Store {
             };
             c[s as usize] += 1;
         }
-        c[Stream::Meta as usize] += 1;
+        c[Stream::Meta as usize] += 1 + journal_blocks;
         c
     }
 
@@ -292,6 +298,16 @@ impl Store {
         self.reclaim_prepare(now)?;
         let cno = self.cur_cno;
         self.cps.insert(self.cp_entry(cno, now));
+        // The last checkpoint's DAT journal dies with this one, which writes
+        // the journal whole again.
+        for a in std::mem::take(&mut self.dat_journal.written) {
+            let seg = self
+                .geo
+                .segment_of(a)
+                .expect("journal blocks are in the log");
+            self.kill_live(seg, false, now)?;
+        }
+        let mut journal_blocks: usize;
 
         // Step 1: close the dirty set.
         let mut cp_fresh: BTreeMap<u64, Option<u64>> = BTreeMap::new();
@@ -335,13 +351,23 @@ impl Store {
                 su_fresh.insert(idx, v);
                 changed = true;
             }
-            for k in self.cache.dirty_keys() {
-                if key_is_virtual(k) && dat_touched.insert(key_addr(k) / DAT_PER_BLOCK) {
-                    self.dat_touch(key_addr(k))?;
+            let placing: Vec<u64> = self
+                .cache
+                .dirty_keys()
+                .into_iter()
+                .filter(|&k| key_is_virtual(k))
+                .map(key_addr)
+                .collect();
+            for &v in &placing {
+                if dat_touched.insert(v / DAT_PER_BLOCK) {
+                    self.dat_touch(v)?;
                     changed = true;
                 }
             }
-            let plans = match self.plan_streams(&self.stream_counts()) {
+            let (settled, nj) = self.dat_journal_settle(&placing)?;
+            changed |= settled;
+            journal_blocks = nj;
+            let plans = match self.plan_streams(&self.stream_counts(journal_blocks)) {
                 // The data streams' partly filled segments cost space the
                 // log alone would not: when that is what is missing, this
                 // checkpoint writes everything to the log (a checkpoint must
@@ -349,7 +375,7 @@ impl Store {
                 Err(Error::Errno(lsfs_vfs::Errno::NOSPC)) if self.streams.active => {
                     self.streams.active = false;
                     tracing::debug!("checkpoint {cno}: streams off, short of free segments");
-                    self.plan_streams(&self.stream_counts())?
+                    self.plan_streams(&self.stream_counts(journal_blocks))?
                 }
                 r => r?,
             };
@@ -373,7 +399,7 @@ impl Store {
             }
         };
         // Nothing below may dirty a block that is not dirty yet.
-        let frozen_dirty = self.cache.dirty_count();
+        let frozen_dirty = self.pending_blocks() + journal_blocks;
 
         // Step 2: place.
         // Each stream's items, the log's ending with the DAT (children
@@ -396,6 +422,7 @@ impl Store {
         }
         let dat_order = self.dat_postorder()?;
         per[0].extend(dat_order.iter().map(|&(t, _, _)| Item::Dat(t)));
+        per[0].extend((0..journal_blocks).map(Item::DatJournal));
         per[0].push(Item::SuperRoot);
         let mut items: Vec<Item> = Vec::with_capacity(frozen_dirty + 1);
         let mut places = Vec::with_capacity(frozen_dirty + 1);
@@ -417,6 +444,7 @@ impl Store {
             "dirty blocks that are neither virtual nor placed DAT blocks"
         );
         let mut dat_addr: HashMap<u64, u64> = HashMap::new();
+        let mut journal_addrs = Vec::with_capacity(journal_blocks);
         for (item, &pos) in items.iter().zip(&places) {
             let seg = self.geo.segment_of(pos).expect("planned inside the log");
             match *item {
@@ -433,6 +461,10 @@ impl Store {
                 }
                 Item::Dat(t) => {
                     dat_addr.insert(t, pos);
+                    self.add_live(seg, now)?;
+                }
+                Item::DatJournal(_) => {
+                    journal_addrs.push(pos);
                     self.add_live(seg, now)?;
                 }
                 Item::SuperRoot => {}
@@ -497,10 +529,11 @@ impl Store {
             }
         }
         assert_eq!(
-            self.cache.dirty_count(),
+            self.pending_blocks() + journal_blocks,
             frozen_dirty,
             "placing blocks dirtied new ones"
         );
+        self.dat_journal_encode(journal_blocks)?;
         let sr = SuperRoot {
             cno,
             created_secs: now,
@@ -516,6 +549,7 @@ impl Store {
             blocks_used: self.blocks_used,
             reconcile_cursor: self.recon.cursor,
             reconcile_queue: self.recon.queue.clone(),
+            dat_journal: journal_addrs.clone(),
         }
         .encode();
 
@@ -561,10 +595,11 @@ impl Store {
             }
         }
         assert_eq!(
-            self.cache.dirty_count(),
+            self.pending_blocks(),
             0,
             "dirty blocks left after a checkpoint"
         );
+        self.dat_journal.checkpoint_done(journal_addrs);
         self.segs.dirty_blocks.clear();
         self.segs.pending_free.clear();
         self.moved_dead.clear();
@@ -850,6 +885,16 @@ impl Store {
                     kind: BlockKind::SuperRoot,
                 },
                 sr.expect("super root given").to_vec(),
+            ),
+            Item::DatJournal(k) => (
+                SummaryEntry {
+                    ino: DAT_INO,
+                    offset: k as u64,
+                    vblock: 0,
+                    cno,
+                    kind: BlockKind::DatJournal,
+                },
+                self.dat_journal.encoded[k].clone(),
             ),
         })
     }

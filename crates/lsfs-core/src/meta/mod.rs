@@ -3,6 +3,8 @@
 //! - [`dat_entry`]: the DAT, virtual → physical block numbers with the
 //!   checkpoint range each block is visible in;
 //! - [`dat_reuse`]: free DAT entries handed out again;
+//! - [`dat_journal`]: DAT entries changed since their block was written,
+//!   written by checkpoints instead of the whole block while few changed;
 //! - [`sufile`]: per-segment usage counters, exact at every checkpoint;
 //! - [`cpfile`]: the checkpoints and snapshots;
 //! - [`ifile`]: inode slots;
@@ -19,6 +21,7 @@
 pub mod construct;
 pub mod cpfile;
 pub mod dat_entry;
+pub mod dat_journal;
 pub mod dat_reuse;
 pub mod ifile;
 pub mod open;

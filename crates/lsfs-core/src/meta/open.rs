@@ -120,6 +120,7 @@ impl Store {
             dat_cause: "other",
             dat_reuse: Default::default(),
             plugs: Default::default(),
+            dat_journal: Default::default(),
             data_records_since_log: 0,
             streams: crate::meta::stream::Streams::new(
                 config_streams && geo.nsegments >= config_streams_min,
@@ -223,6 +224,8 @@ impl Store {
         }
         let last = chain.last().unwrap_or(&start).clone();
         let mut store = Store::create_for_open(dev, geo, sb, &sr, slot_seq, config)?;
+        // Before anything reads a DAT entry.
+        store.dat_journal_load(&sr.dat_journal)?;
         store.check_dat_end(sr_block)?;
         store.load_sufile()?;
         // A checkpoint's SUFILE counts its own record and the DAT's root

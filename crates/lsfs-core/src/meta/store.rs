@@ -96,6 +96,13 @@ pub struct StoreStats {
     /// Blocks the cleaner moved that were written to their streams at the
     /// end of its pass, not by the next checkpoint (`write_moved_ahead`).
     pub blocks_written_ahead: u64,
+    /// DAT blocks a checkpoint kept in memory with their changes in the
+    /// DAT journal instead of writing them (meta/dat_journal.rs), and
+    /// journaled blocks it let go (written whole by a later checkpoint).
+    /// Every DAT block dirtied, or let go, is written, punched or journaled:
+    /// dirtied + unjournaled = written + punched + journaled.
+    pub dat_blocks_journaled: u64,
+    pub dat_blocks_unjournaled: u64,
     /// DAT blocks left all free and punched out before they were written
     /// (so dirtied = written + punched).
     pub dat_blocks_punched: u64,
@@ -163,6 +170,9 @@ pub struct Store {
     pub dat_reuse: crate::meta::dat_reuse::DatReuse,
     /// Threaded logging: prepared holes and this checkpoint's use of them.
     pub plugs: crate::meta::plug::Plugs,
+    /// DAT blocks kept in memory with their changed entries journaled
+    /// (meta/dat_journal.rs).
+    pub dat_journal: crate::meta::dat_journal::DatJournal,
 }
 
 /// Bound of the in-memory mirror of the DAT's block map: 1M entries (about
@@ -433,6 +443,17 @@ impl Store {
             .map(|(idx, _)| idx))
     }
 
+    /// Point DAT block `idx` at `addr` in the DAT's tree (and the mirror).
+    pub(crate) fn dat_map_point(&mut self, idx: u64, addr: u64) -> Result<()> {
+        let tree = self.tree;
+        let mut root = self.dat_root;
+        let r = tree.insert(&mut dat_nodes!(self), &mut root, idx, &addr.to_le_bytes());
+        self.dat_root = root;
+        r?;
+        self.remember_dat_block(idx, addr);
+        Ok(())
+    }
+
     /// Note where DAT block `idx` is: the DAT's block map is consulted for
     /// every virtual block, so its leaves are mirrored in memory (bounded).
     pub(crate) fn remember_dat_block(&mut self, idx: u64, addr: u64) {
@@ -445,7 +466,8 @@ impl Store {
     /// Whether DAT block `idx` was already copied on write since the last
     /// checkpoint (changing it again writes nothing more).
     pub(crate) fn dat_block_is_dirty(&mut self, idx: u64) -> bool {
-        matches!(self.dat_block_addr(idx), Ok(Some(a)) if is_temp(a))
+        self.dat_journal.is_journaled(idx)
+            || matches!(self.dat_block_addr(idx), Ok(Some(a)) if is_temp(a))
     }
 
     /// How many blocks the DAT has now: a walk of its map, for reports and
@@ -524,17 +546,41 @@ impl Store {
             kind: BlockKind::DatBlock,
         };
         let addr = self.dat_block_addr(idx)?;
+        let journaled = self.dat_journal.is_journaled(idx);
+        // The first change since the last checkpoint: the block's contents
+        // are then the durable ones.
+        let clean = match addr {
+            Some(a) if journaled => {
+                debug_assert_eq!(self.dat_journal.base_of(idx), Some(a));
+                self.dat_journal.first_touch(idx)
+            }
+            Some(a) => !is_temp(a),
+            None => false,
+        };
         let tree = self.tree;
         let mut n = dat_nodes!(self);
         let (t, mut block) = match addr {
+            // Journaled (kept dirty under its base), or copied already.
+            Some(a) if journaled || is_temp(a) => (a, n.read_phys(a, owner)?),
             Some(a) => {
-                let t = n.cow(a, owner)?;
-                let b = n.read_phys(t, owner)?;
+                // Copied on write, but the base stays live: the checkpoint
+                // may journal the change and keep it (meta/dat_journal.rs).
+                let b = n.read_phys(a, owner)?;
+                let t = n.new_temp();
+                n.cache.remove(pkey(a));
                 (t, b)
             }
             None => (n.new_temp(), vec![0; self.geo.block_bytes]),
         };
-        let clean = addr.is_some_and(|a| !is_temp(a));
+        drop(n);
+        if let Some(a) = addr.filter(|&a| !journaled && !is_temp(a)) {
+            self.dat_track(idx, a);
+        }
+        self.dat_mark_changed(
+            idx,
+            changes.iter().fold(0u128, |m, (slot, _)| m | 1 << slot),
+        );
+        let mut n = dat_nodes!(self);
         if clean {
             // As in the durable checkpoint: its free slots may be reused,
             // but for those this change hands out (a reused one among them).
@@ -568,6 +614,11 @@ impl Store {
             n.cache.remove(pkey(t));
             tree.remove(&mut n, &mut self.dat_root, idx)?;
             self.dat_map.remove(&idx);
+            if journaled {
+                // Let go of the journal, written as nothing (see the stats).
+                self.stats.dat_blocks_unjournaled += 1;
+            }
+            self.dat_release_base(idx)?;
         } else {
             n.cache.put_dirty(pkey(t), block, owner);
             if Some(t) != addr {
@@ -707,7 +758,10 @@ impl Store {
         // simulator: appending to a file is not rewriting it (a file being
         // filled looked hot by its history and sent all of it, long-lived,
         // to the hot stream: hot victims were cleaned 58 % live).
-        let first_write = self.streams.enabled.then_some(crate::meta::stream::Stream::ColdUser);
+        let first_write = self
+            .streams
+            .enabled
+            .then_some(crate::meta::stream::Stream::ColdUser);
         let streams: Vec<Option<crate::meta::stream::Stream>> = olds
             .iter()
             .zip(&prev)
@@ -1036,7 +1090,7 @@ impl Store {
 
     /// Whether anything is waiting to be written.
     pub fn has_dirty(&self) -> bool {
-        self.cache.dirty_count() > 0
+        self.pending_blocks() > 0
             || !self.segs.dirty_blocks.is_empty()
             || !self.cps.dirty_blocks.is_empty()
     }
@@ -1072,9 +1126,9 @@ impl Store {
         }
         let seg = self.geo.segment_blocks as u64;
         let reserve = self.reserve_segments() + self.stream_segments_held();
-        let usable = self.segs.free_count().saturating_sub(reserve) * seg
-            + (seg - self.cur_off as u64);
-        usable.saturating_sub(self.cache.dirty_count() as u64 * 2) < need + seg
+        let usable =
+            self.segs.free_count().saturating_sub(reserve) * seg + (seg - self.cur_off as u64);
+        usable.saturating_sub(self.pending_blocks() as u64 * 2) < need + seg
     }
 
     /// Blocks the log can still append before the reserve, and the dirty
@@ -1084,7 +1138,7 @@ impl Store {
         let free = self.segs.free_count() + self.segs.pending_free.len() as u64;
         let reserve = self.reserve_segments() + self.stream_segments_held();
         let avail = free.saturating_sub(reserve) * seg + (seg - self.cur_off as u64);
-        (avail, self.cache.dirty_count() as u64)
+        (avail, self.pending_blocks() as u64)
     }
 
     /// Segments user writes may not use, so that the cleaner can always
