@@ -253,7 +253,7 @@ mod tests {
         );
     }
 
-    /// Found by the `image` fuzz target (CI, session 10): a patch made an
+    /// Found by the `image` fuzz target (CI, 2026-11-24): a patch made an
     /// inline file's size 2595; writing 7 bytes at offset 4 then grew the
     /// area to the size and `encode` panicked at the next checkpoint.
     #[test]

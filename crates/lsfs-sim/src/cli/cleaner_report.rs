@@ -11,8 +11,8 @@
 //!   the closest to the simulator's WA; its "user" blocks include metadata and the
 //!   checkpoints that end cleaning passes, so more frequent passes lower it a little;
 //! * `wa_data` = Δfile data written / (Δfile data written − Δfile data copied): file data
-//!   alone, Rohner's and the simulator's definition (engines before session 5 do not report
-//!   it);
+//!   alone, Rohner's and the simulator's definition (engines before commit 487f717 do not
+//!   report it);
 //! * `wa_device` = (Δuser + Δcleaner) / data, where data is the 4 KiB blocks the workload
 //!   wrote (its own count): blocks the log wrote per block the application wrote. It can be
 //!   below 1: overwrites of a hot file that meet in the cache reach the log once.
