@@ -1,12 +1,12 @@
 //! Relocation: moving what is still needed out of victim segments.
 //!
 //! A block keeps its virtual block number when it moves, so only its DAT
-//! entry changes and no tree above it is rewritten (DESIGN §2.2). The block
-//! is put in the cache as dirty with its old owner, its DAT entry forgets the
-//! old place, and the next checkpoint places it. Blocks that are dead and
-//! needed by no kept checkpoint or snapshot are not copied; their DAT
-//! entries are freed. The victim is then free of live and snapshot blocks and
-//! is marked freed, usable once that checkpoint is durable.
+//! entry changes and no tree above it is rewritten (docs/DESIGN.md §4.2). The
+//! block is put in the cache as dirty with its old owner, its DAT entry
+//! forgets the old place, and the next checkpoint places it. Blocks that are
+//! dead and needed by no kept checkpoint or snapshot are not copied; their
+//! DAT entries are freed. The victim is then free of live and snapshot blocks
+//! and is marked freed, usable once that checkpoint is durable.
 
 use crate::btree::Node;
 use crate::cache::{vkey, Owner};

@@ -1,6 +1,6 @@
 //! Write streams: separate open segments for hot user data, cold user data,
 //! cleaner output and metadata, so that blocks that die at different rates
-//! stop sharing segments (DESIGN §2.5, Rohner §4, Janda).
+//! stop sharing segments (docs/DESIGN.md §4.6, Rohner §4, Janda).
 //!
 //! The metadata stream is the log proper: it holds metadata, fsync records
 //! and every checkpoint's super root, and it is the chain recovery follows.

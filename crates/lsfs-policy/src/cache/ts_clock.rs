@@ -1,5 +1,17 @@
-//! TS-CLOCK (Kang 2017, Fig. 2-2), with the fixes listed in
-//! `shared/research/flash-cache-consistency.md` §1.3:
+//! TS-CLOCK (Kang 2017, Fig. 2-2; docs/DESIGN.md §4.7): a CLOCK that evicts clean pages first
+//! and drains dirty pages one flash block at a time, in sector order.
+//!
+//! Algorithm. An access sets a clean page's R to 1 and a dirty page's R to ceil(4 · non_zero /
+//! pages_per_block), `non_zero` being the dirty pages of its block with R > 0, so dirty pages
+//! of heavily written blocks live longer. A new page goes just behind
+//! the t-hand (a full sweep before it can go). To pick a victim the t-hand sweeps the ring,
+//! decrementing R, until it meets a page with R = 0: a clean one is the victim; for a dirty
+//! one the s-hand takes over. It stays in the block it last drained, walks that block's dirty
+//! pages in sector order (starting, and wrapping when the block is done, at the t-hand's
+//! block), changes no R, and returns the first with R = 0. One page goes per call, yet a
+//! block's dirty pages leave together, without FAB's early eviction of whole blocks.
+//!
+//! Three fixes to the printed pseudo-code:
 //!
 //! * the t-hand's decrement updates `t_hand.block.non_zero` (the printed code says `p.block`);
 //! * a clean page that turns dirty on a write hit joins its block's sorted dirty list and counts

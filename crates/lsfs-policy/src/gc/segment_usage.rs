@@ -1,4 +1,4 @@
-/// One SUFILE entry as the cleaner sees it (DESIGN.md §2.5).
+/// One SUFILE entry as the cleaner sees it (docs/DESIGN.md §4.4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct SegmentUsage {
     pub segno: u64,
