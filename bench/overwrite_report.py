@@ -20,6 +20,14 @@ FS_ORDER = ["lsfs", "ext4", "btrfs", "xfs"]
 MIB = 1 << 20
 
 
+def meter_over(s0, s1):
+    a, b = s0.get("write_amplification"), s1.get("write_amplification")
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return None
+    app = b["app_bytes"] - a["app_bytes"]
+    return (b["device_bytes"] - a["device_bytes"]) / app if app > 0 else None
+
+
 def load_json(path, default=None):
     """A JSON file; fio may print notes before its JSON, so parsing starts at the first '{'."""
     try:
@@ -142,7 +150,10 @@ def lsfs_detail(raw, tag):
         "late_aborts": d(g0, g1, "late_aborts"),
         "checkpoints_given_up": d(g0, g1, "checkpoints_given_up"),
         "engine_wa_step": div((user or 0) + (cleaner or 0), user),
-        "gc_stats_write_amplification": g1.get("write_amplification"),
+        # lsfs's own meter (`lsfs stats`: bytes it wrote to its device ÷
+        # bytes applications wrote), over the step; older builds printed a
+        # bare number here, which is not comparable.
+        "gc_stats_write_amplification": meter_over(s0, s1),
         "gc_stats_data_write_amplification": g1.get("data_write_amplification"),
         "read_only_reason": s1.get("read_only_reason"),
     }
@@ -436,7 +447,7 @@ def markdown(meta, large, small, summary, fss, fills):
     if lsfs_large:
         w("### lsfs's own counters during the rewrite\n")
         w("Deltas of `lsfs stats --json` and `lsfs gc stats --json` (before and after the rewrite), in 4 KiB blocks unless named.\n")
-        w("| fill | round | user blocks | blocks copied | cleaner blocks | passes | checkpoints written | checkpoints given up | engine WA (step) | `gc stats` WA (mount) | lsfs device bytes ÷ loop bytes |")
+        w("| fill | round | user blocks | blocks copied | cleaner blocks | passes | checkpoints written | checkpoints given up | engine WA (step) | `lsfs stats` device ÷ app (step) | lsfs device bytes ÷ loop bytes |")
         w("|---|---|---|---|---|---|---|---|---|---|---|")
         for r in lsfs_large:
             d = r.get("lsfs") or {}
@@ -486,7 +497,7 @@ def markdown(meta, large, small, summary, fss, fills):
                   f"(the rest were overwritten again in the cache before a checkpoint wrote them); "
                   f"{fmt(d.get('blocks_copied'), 0)} blocks copied by the cleaner in {fmt(d.get('passes'), 0)} passes, "
                   f"{fmt(d.get('checkpoints_written'), 0)} checkpoints written, {fmt(d.get('checkpoints_given_up'), 0)} given up; "
-                  f"engine WA over the step {fmt(d.get('engine_wa_step'))}, `gc stats` WA {fmt(d.get('gc_stats_write_amplification'))}.\n")
+                  f"engine WA over the step {fmt(d.get('engine_wa_step'))}, `lsfs stats` device ÷ app writes {fmt(d.get('gc_stats_write_amplification'))}.\n")
 
     if summary["ftl"]:
         w("## End to end on flash\n")

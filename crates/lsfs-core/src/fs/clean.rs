@@ -1,7 +1,9 @@
 //! Running the cleaner on a mounted file system: background passes driven
 //! by free space, idle time and the power source; foreground passes before
-//! ENOSPC; every pass ends with a checkpoint that places the relocated
-//! blocks, after which the victims are free.
+//! ENOSPC. A pass writes the blocks it moved and flushes, but no
+//! checkpoint: the victims become free at the next checkpoint, which the
+//! writer takes when it needs their segments (batching passes is as safe,
+//! since until then the old copies are what recovery reads).
 
 use crate::error::{Error, Result};
 use crate::fs::Lsfs;
