@@ -1,7 +1,12 @@
 //! The fuser `Filesystem` that forwards every request to a shared [`Vfs`].
 //!
 //! Each request locks the mutex for the duration of one `Vfs` call, so other
-//! threads (a checkpoint timer, a control socket) interleave between calls.
+//! threads (other FUSE workers, a checkpoint timer, a control socket)
+//! interleave between calls. Device work the call queued (`Vfs::deferred_io`:
+//! lsfs's writes and flushes) is finished after the lock is let go and
+//! before the reply: an fsync's flush, which takes milliseconds, holds up
+//! no other request, and fsyncs that arrive while it runs share the next
+//! flush (group commit).
 //! A panic inside the `Vfs` is caught and reported as EIO; it poisons the
 //! mutex, and every later request also gets EIO, because the file system's
 //! state can no longer be trusted.
@@ -31,7 +36,7 @@ use fuser::{
     RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
     ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use lsfs_vfs::{Attr, Ctx, FileKind, SetAttr, Vfs, VfsResult};
+use lsfs_vfs::{Attr, Ctx, DeferredIo, FileKind, SetAttr, Vfs, VfsResult};
 
 use crate::cache_policy::CachePolicy;
 use crate::convert::{errno, file_attr, file_type, system_time_opt, time_set, xattr_list};
@@ -47,6 +52,8 @@ const READDIRPLUS_BATCH: usize = 32;
 
 pub(crate) struct FuseAdapter<V: Vfs> {
     vfs: Arc<Mutex<V>>,
+    /// Where the `Vfs` queues device work to finish outside the lock.
+    io: Option<Arc<dyn DeferredIo>>,
     /// Ask the kernel for its writeback cache (`MountOptions::writeback_cache`).
     writeback_cache: bool,
     counters: Arc<RequestCounters>,
@@ -60,8 +67,10 @@ impl<V: Vfs> FuseAdapter<V> {
         counters: Arc<RequestCounters>,
         policy: CachePolicy,
     ) -> Self {
+        let io = vfs.lock().ok().and_then(|v| v.deferred_io());
         FuseAdapter {
             vfs,
+            io,
             writeback_cache,
             counters,
             policy,
@@ -90,16 +99,45 @@ impl<V: Vfs> FuseAdapter<V> {
         self.counters.count(op);
     }
 
-    /// Run `f` on the locked `Vfs`, turning a poisoned lock or a panic into
-    /// EIO. The panic unwinds through the guard, which poisons the mutex, so
-    /// every other user of the `Vfs` learns of it too.
+    /// Run `f` on the locked `Vfs`, then finish the device work it queued
+    /// without the lock (a device error then fails the request with EIO);
+    /// a poisoned lock or a panic is EIO. The panic unwinds through the
+    /// guard, which poisons the mutex, so every other user of the `Vfs`
+    /// learns of it too.
     fn call<T>(&self, f: impl FnOnce(&mut V) -> VfsResult<T>) -> Result<T, fuser::Errno> {
+        self.call_then_finish(false, f)
+    }
+
+    /// [`FuseAdapter::call`] for a request that promises durability (fsync,
+    /// sync): it finishes everything queued so far, also what other
+    /// requests queued and are still finishing, which its promise may rest
+    /// on.
+    fn call_durable<T>(&self, f: impl FnOnce(&mut V) -> VfsResult<T>) -> Result<T, fuser::Errno> {
+        self.call_then_finish(true, f)
+    }
+
+    fn call_then_finish<T>(
+        &self,
+        durable: bool,
+        f: impl FnOnce(&mut V) -> VfsResult<T>,
+    ) -> Result<T, fuser::Errno> {
         let r = catch_unwind(AssertUnwindSafe(|| {
             let Ok(mut guard) = self.vfs.lock() else {
                 tracing::error!("file system state is poisoned by an earlier panic");
                 return Err(fuser::Errno::EIO);
             };
-            f(&mut guard).map_err(errno)
+            let before = self.io.as_ref().map(|io| io.last_ticket());
+            let r = f(&mut guard).map_err(errno);
+            let after = self.io.as_ref().map(|io| io.last_ticket());
+            drop(guard);
+            if let (Some(io), Some(before), Some(after)) = (&self.io, before, after) {
+                if durable || after > before {
+                    let done = io.finish(after).map_err(errno);
+                    // The call's own error says more than the device's.
+                    return r.and_then(|v| done.map(|()| v));
+                }
+            }
+            r
         }));
         r.unwrap_or_else(|_| {
             tracing::error!("file system call panicked; failing every later request with EIO");
@@ -204,7 +242,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
 
     /// Called once the kernel has let go (unmount): make everything durable.
     fn destroy(&mut self) {
-        if let Err(e) = self.call(|v| v.sync()) {
+        if let Err(e) = self.call_durable(|v| v.sync()) {
             tracing::error!("sync at unmount failed: {e:?}");
         }
     }
@@ -488,7 +526,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         reply: ReplyEmpty,
     ) {
         self.count(Op::Fsync);
-        reply_empty(reply, self.call(|v| v.fsync(ino.0, datasync)));
+        reply_empty(reply, self.call_durable(|v| v.fsync(ino.0, datasync)));
     }
 
     /// The kernel handles SEEK_SET, SEEK_CUR and SEEK_END itself and asks
@@ -648,7 +686,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         reply: ReplyEmpty,
     ) {
         self.count(Op::Fsyncdir);
-        reply_empty(reply, self.call(|v| v.fsync(ino.0, datasync)));
+        reply_empty(reply, self.call_durable(|v| v.fsync(ino.0, datasync)));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

@@ -30,8 +30,9 @@ pub struct MountOptions {
     /// Let users other than the mounting one in (`allow_other`). The
     /// default is on for root and off for others.
     pub allow_other: bool,
-    /// Worker threads serving requests. They take turns on the `Vfs` mutex,
-    /// so more than one helps only while one waits on the kernel.
+    /// Worker threads serving requests. They take turns on the `Vfs` mutex
+    /// for the CPU part of each request; the device work a `Vfs` defers
+    /// (`Vfs::deferred_io`) and the kernel round trips overlap.
     pub threads: usize,
     /// The kernel's writeback cache: write() fills the page cache and
     /// returns; the kernel sends the pages later, in batches, and on

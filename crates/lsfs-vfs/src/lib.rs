@@ -14,10 +14,14 @@
 //!   `default_permissions` mount option); the engine checks only what the
 //!   kernel cannot: names, types, emptiness, sizes and space.
 //! - Errors are POSIX errno values.
+//! - A call may leave device work queued (see [`DeferredIo`]): whoever
+//!   serialises calls (a lock) finishes it after letting go, before it
+//!   treats the call as done.
 
 pub mod model;
 
 use std::fmt;
+use std::sync::Arc;
 
 /// Inode number.
 pub type Ino = u64;
@@ -311,6 +315,30 @@ pub trait Vfs: Send {
     fn sync(&mut self) -> VfsResult<()>;
     /// Whether the file system refuses changes.
     fn read_only(&self) -> bool;
+    /// Where this file system queues the device writes and flushes its
+    /// calls make, if it defers them past the call (`None`: every call
+    /// has done its device work when it returns). Asked once; the queue
+    /// stays the same for the file system's life.
+    fn deferred_io(&self) -> Option<Arc<dyn DeferredIo>> {
+        None
+    }
+}
+
+/// Device work a file system queued during its calls, to be finished
+/// outside the lock the calls ran under, so that other calls need not wait
+/// for the device. The caller holds the lock around a call and reads
+/// [`DeferredIo::last_ticket`] before and after it: if it grew, the call
+/// queued work, and the caller finishes it (`finish`) after letting go of
+/// the lock and before it replies. A call that promises durability (fsync,
+/// sync) is finished in any case: what it depends on may have been queued
+/// by another call still finishing.
+pub trait DeferredIo: Send + Sync {
+    /// The ticket of the last work queued so far; read it under the lock.
+    fn last_ticket(&self) -> u64;
+    /// Run the queued work up to ticket `ticket`, in order, or wait for the
+    /// thread running it. `Err(EIO)` if the device failed before it was
+    /// done (the file system is read-only from then on).
+    fn finish(&self, ticket: u64) -> VfsResult<()>;
 }
 
 /// SEEK_DATA (`data`) or SEEK_HOLE from `offset` in a file of `size` bytes

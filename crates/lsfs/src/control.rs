@@ -90,10 +90,11 @@ fn handle(fs: &Arc<Mutex<Lsfs>>, fuse: &FuseSide, conn: UnixStream) -> std::io::
                 if matches!(cmd, "checkpoint" | "snapshot") {
                     write_back(&fuse.mountpoint);
                 }
-                let r = {
-                    let mut fs = fs.lock().unwrap_or_else(|p| p.into_inner());
-                    execute(&mut fs, &req)
-                };
+                // The device work runs after the lock is let go; a
+                // checkpoint or snapshot is durable before the reply.
+                let durable = matches!(cmd, "checkpoint" | "snapshot" | "promote" | "demote" | "delete");
+                let (r, done) = lsfs_core::fs::locked::call(fs, durable, |fs| execute(fs, &req));
+                let r = r.and_then(|v| done.map(|()| v).map_err(|e| e.to_string()));
                 match r {
                     Ok(mut v) => {
                         match cmd {
@@ -213,6 +214,7 @@ pub fn stats(fs: &Lsfs) -> Value {
     json!({
         "write_amplification": fs.write_amplification(),
         "device": st.dev.stats().snapshot(),
+        "io": st.io.counters(),
         "store": st.stats,
         "cache": { "capacity_blocks": st.cache.capacity_blocks(), "resident_blocks": st.cache.len(),
                    "dirty_blocks": st.cache.dirty_count(), "hits": st.cache.hits, "misses": st.cache.misses },
@@ -220,7 +222,7 @@ pub fn stats(fs: &Lsfs) -> Value {
         "checkpoint": { "current": st.cur_cno, "count": st.cps.entries.len() },
         "blocks_used": st.blocks_used,
         "inodes_used": st.inodes_used,
-        "read_only_reason": st.failed,
+        "read_only_reason": st.failure(),
         "memory": memory(fs),
     })
 }

@@ -477,6 +477,11 @@ fn mount(a: MountArgs) -> Result<(), String> {
         );
     }
     let read_only = lsfs_vfs::Vfs::read_only(&fs);
+    // Device writes and flushes are queued under the engine's lock and run
+    // outside it, by the request (or ticker, or control request) that
+    // queued them: see lsfs_core::device::IoQueue.
+    let mut fs = fs;
+    fs.defer_io(true).map_err(err)?;
     let fs = Arc::new(Mutex::new(fs));
     let opts = lsfs_fuse::MountOptions {
         fsname: a.image.display().to_string(),
@@ -499,7 +504,8 @@ fn mount(a: MountArgs) -> Result<(), String> {
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(std::time::Duration::from_millis(500));
-                if let Err(e) = fs.lock().unwrap_or_else(|p| p.into_inner()).tick() {
+                let (r, done) = lsfs_core::fs::locked::call(&fs, false, |fs| fs.tick());
+                if let Err(e) = r.and(done) {
                     tracing::error!("periodic checkpoint failed: {e}");
                 }
             }

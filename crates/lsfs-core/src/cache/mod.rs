@@ -213,6 +213,21 @@ impl BlockCache {
         }
     }
 
+    /// Evict every clean block, as pressure may at any time: the next
+    /// reads go to the device (tests use it to read what the I/O queue
+    /// still holds).
+    pub fn drop_clean(&mut self) {
+        let clean: Vec<CacheKey> = self
+            .map
+            .iter()
+            .filter(|(_, e)| !e.dirty)
+            .map(|(&k, _)| k)
+            .collect();
+        for k in clean {
+            self.remove(k);
+        }
+    }
+
     pub fn dirty_keys(&self) -> Vec<CacheKey> {
         self.dirty.iter().copied().collect()
     }

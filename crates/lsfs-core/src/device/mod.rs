@@ -4,6 +4,8 @@
 mod crash;
 mod fault;
 mod file;
+mod gate;
+mod io_queue;
 mod latch;
 mod memory;
 
@@ -13,6 +15,8 @@ pub use crash::{
 };
 pub use fault::{FaultDevice, FaultPlan};
 pub use file::FileDevice;
+pub use gate::{FlushGate, GateDevice};
+pub use io_queue::{IoCounters, IoQueue, Ticket, PENDING_BYTES_MAX};
 pub use latch::{ReadErrorLatch, ReadErrors};
 pub use memory::MemDevice;
 
@@ -28,6 +32,11 @@ pub trait BlockDevice: Send + Sync {
     fn size_bytes(&self) -> u64;
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()>;
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<()>;
+    /// [`BlockDevice::write_at`] of a buffer the caller gives up, so that
+    /// a device that keeps it (the I/O queue) need not copy it.
+    fn write_vec(&self, offset: u64, buf: Vec<u8>) -> Result<()> {
+        self.write_at(offset, &buf)
+    }
     /// Make every write that returned before this call durable.
     fn flush(&self) -> Result<()>;
     /// Counters of this device's traffic.

@@ -87,6 +87,14 @@ impl Lsfs {
                 4,
             ),
             item(
+                // Writes queued and not done (device/io_queue.rs): at most
+                // its bound plus one write, which never spans segments.
+                "I/O queue: writes not done",
+                (s.io.pending_bytes() as u64).div_ceil(bb),
+                Some(s.io.limit() as u64 / bb + s.geo.segment_blocks as u64),
+                bb,
+            ),
+            item(
                 "segment table (SUFILE mirror)",
                 segs,
                 None,

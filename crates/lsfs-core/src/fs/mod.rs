@@ -11,6 +11,7 @@ pub mod clean;
 pub mod dir;
 pub mod file;
 pub mod inode;
+pub mod locked;
 pub mod map;
 pub mod memory;
 mod namespace;
@@ -64,6 +65,10 @@ impl Default for MountConfig {
         }
     }
 }
+
+/// The least bound on the I/O queue's bytes: a few records, so a small
+/// cache does not run the queue at nearly every append.
+const QUEUE_MIN_BYTES: usize = 8 << 20;
 
 /// DAT blocks (128 entries each) reconciled per tick: about 1 MiB of DAT
 /// read per tick, 16,384 virtual blocks.
@@ -408,14 +413,33 @@ impl Lsfs {
         }
     }
 
-    /// Unmount: write everything and both superblocks.
+    /// Unmount: write everything and both superblocks. Device work still
+    /// queued runs first, and the final checkpoint runs at once (nobody
+    /// else calls in any more).
     pub fn unmount(&mut self) -> Result<()> {
+        if self.store.io.is_deferred() {
+            self.store.io.set_deferred(false)?;
+        }
         self.stop_after_read_error();
         if self.view.is_none() && self.store.writable().is_ok() {
             self.checkpoint_for("unmount")?;
             self.store.settle_superblocks()?;
         }
         Ok(())
+    }
+
+    /// Queue device writes and flushes from now on instead of doing them
+    /// inside each call (`true`), for whoever serialises the calls to
+    /// finish outside its lock (`Vfs::deferred_io`, `locked.rs`); or do
+    /// them at once again (`false`, after finishing what is queued).
+    pub fn defer_io(&mut self, on: bool) -> Result<()> {
+        // Queued writes are blocks the cache has let go of, or copies of
+        // blocks it holds: bound them by the cache's size.
+        let cache_bytes = self.store.cache.capacity_blocks() * self.store.geo.block_bytes;
+        self.store
+            .io
+            .set_limit(cache_bytes.clamp(QUEUE_MIN_BYTES, crate::device::PENDING_BYTES_MAX));
+        self.store.io.set_deferred(on)
     }
 
     /// The virtual block file block `block` of `ino` maps to (tests, tools).
@@ -1230,7 +1254,11 @@ impl Vfs for Lsfs {
     fn read_only(&self) -> bool {
         self.view.is_some()
             || self.store.config.read_only
-            || self.store.failed.is_some()
+            || self.store.failure().is_some()
             || self.read_errors.tripped()
+    }
+
+    fn deferred_io(&self) -> Option<std::sync::Arc<dyn DeferredIo>> {
+        Some(self.store.io.clone())
     }
 }

@@ -827,7 +827,7 @@ impl Store {
             let refs: Vec<&[u8]> = payload.iter().map(|p| &p[..]).collect();
             let buf = h.encode(&refs);
             let block = self.geo.segment_start(r.seg) + r.off as u64;
-            self.dev.write_at(self.geo.byte_offset(block), &buf)?;
+            self.dev.write_vec(self.geo.byte_offset(block), buf)?;
             self.segs.last_seq[r.seg as usize] = self.seq;
             self.stats.records_written += 1;
             self.stats.blocks_written += h.nblocks as u64;
@@ -1005,7 +1005,10 @@ impl Store {
         }
         let cno = self.cur_cno;
         self.write_records(&plan, &items, cno, FLAG_DSYNC, None, &inline)?;
-        self.dev.flush()?;
+        // Only this fsync's durability depends on this flush (records are
+        // checksummed and sequence-numbered; nothing later is ordered by
+        // it): concurrent fsyncs may share it (device/io_queue.rs).
+        self.io.flush_durable()?;
         self.commit_plan(&plan);
         for &(_, _, v) in &blocks {
             self.cache.mark_clean(vkey(v));

@@ -83,8 +83,10 @@ impl Store {
         let mut segs = SegTable::new(geo.nsegments, geo.segment_blocks);
         segs.reserved.insert(0);
         segs.reserved.insert(1);
+        let io = crate::device::IoQueue::new(dev);
         Ok(Store {
-            dev,
+            dev: io.device(),
+            io,
             geo,
             sb,
             sb_slot_seq: [0, 0],

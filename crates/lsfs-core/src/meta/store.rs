@@ -112,7 +112,12 @@ pub struct StoreStats {
 }
 
 pub struct Store {
+    /// The device as the store sees it: through `io`, so writes and flushes
+    /// are queued (or run at once, in immediate mode) and reads see queued
+    /// writes.
     pub dev: Box<dyn BlockDevice>,
+    /// The I/O queue in front of the device (device/io_queue.rs).
+    pub io: std::sync::Arc<crate::device::IoQueue>,
     pub geo: Geometry,
     pub sb: Superblock,
     /// `cp_record_seq` of what each superblock slot holds: segments holding
@@ -411,10 +416,17 @@ impl Store {
         if self.config.read_only {
             return Err(Error::Errno(lsfs_vfs::Errno::ROFS));
         }
-        if self.failed.is_some() {
+        if self.failed.is_some() || self.io.failure().is_some() {
             return Err(Error::Errno(lsfs_vfs::Errno::ROFS));
         }
         Ok(())
+    }
+
+    /// Why the store is read-only after an error: its own reason, or the
+    /// device error that stopped the I/O queue (found outside the store's
+    /// calls, by whoever ran the queue).
+    pub fn failure(&self) -> Option<String> {
+        self.failed.clone().or_else(|| self.io.failure())
     }
 
     // ---- the DAT ----
@@ -1191,6 +1203,11 @@ impl Store {
     /// Turn read-only after a device failure, keeping the reason.
     pub fn fail(&mut self, err: &Error) {
         if self.failed.is_none() {
+            if let Some(reason) = self.io.failure() {
+                // The queue stopped on it and logged it.
+                self.failed = Some(reason);
+                return;
+            }
             tracing::error!("device error, file system is now read-only: {err}");
             self.failed = Some(err.to_string());
         }

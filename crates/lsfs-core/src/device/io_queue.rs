@@ -1,0 +1,787 @@
+//! An ordered queue of device writes and flushes, so that the file system
+//! does its device I/O outside the lock its requests take.
+//!
+//! The engine runs under one lock. Under it, the store *appends* its writes
+//! (offset and buffer) and flushes here instead of calling the device, and
+//! changes its in-memory state as if they were done; each append gets a
+//! ticket. Outside the lock, one executor at a time takes everything queued
+//! and runs it **in order** against the device; a caller that needs its
+//! work done (an fsync, a sync, a checkpoint asked for, an unmount) calls
+//! [`IoQueue::complete`] with its ticket after letting go of the lock, and
+//! either runs the queue itself or waits for the thread running it.
+//!
+//! Order is what keeps the crash rules (docs/CRASH.md): data streams
+//! flushed before the log's chain, a superblock written after its
+//! checkpoint's flush and the two copies never in one flush epoch, a freed
+//! segment reused only after the checkpoint that freed it. Nothing is
+//! reordered across a flush. Flushes are of two kinds:
+//! - an **ordering** flush ([`IoQueue::barrier`], what the store's
+//!   `dev.flush()` appends): writes after it must not reach the medium
+//!   before those before it; it runs where it stands;
+//! - a **durability** flush ([`IoQueue::flush_durable`], an fsync record's):
+//!   only its caller's durability depends on it, nothing written later is
+//!   ordered by it. When a later flush in the same batch covers it, it is
+//!   not run: that is **group commit**, N threads fsyncing at once share one
+//!   flush (the first one's flush runs while the others append; the next
+//!   executor finds their records and flushes once for all). Its ticket is
+//!   complete when the covering flush is. An fsync record written without a
+//!   flush of its own behind it is as safe as a torn tail: recovery takes
+//!   records by sequence number and stops at the first one missing.
+//!
+//! A flush with nothing written since the last one is not run either.
+//!
+//! **Reads** see queued writes not yet complete: [`IoQueue::read_at`] reads
+//! the device, then lays the overlapping queued writes over it, in order
+//! (the engine marks blocks clean once their write is queued, and may evict
+//! and read them again before the write is done). The overlapping writes are
+//! picked before the device is read, so a write that completes in between
+//! is still laid over what may be an older read.
+//!
+//! **Errors.** A write or flush error latches: the error is logged ("device
+//! error, file system is now read-only"), the rest of the queue is not run,
+//! every ticket not complete fails with it, and every later append is
+//! refused, so the store turns read-only (`Store::writable`). What was not
+//! written stays queued, and reads keep seeing it: the in-memory state the
+//! engine went on with stays readable, as before when failed blocks stayed
+//! dirty in the cache.
+//!
+//! **Memory.** The queue holds what appenders have not completed. Callers
+//! complete what they appended before replying (the FUSE adapter, the
+//! ticker, the control socket), and an append that would take the queued
+//! bytes past [`IoQueue::limit`] (64 MiB by default) first completes what is
+//! queued, on the appending thread, under the engine's lock: so at most the
+//! limit plus one write (a record, at most a segment) are ever queued.
+//! That fallback is counted (`inline_drains`).
+//!
+//! **Immediate mode** (the default): each append runs at once on the
+//! appending thread, as the store did before the queue, every flush
+//! included. Offline tools, tests and library users need nothing else; a
+//! mount switches the queue to deferred mode ([`IoQueue::set_deferred`]).
+
+use super::{BlockDevice, DeviceStats};
+use crate::error::{Error, Result};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+/// Names one appended operation; tickets grow by one per append, from 1.
+/// An operation is complete when every operation up to it has run (and, for
+/// a flush, a flush at or after it has).
+pub type Ticket = u64;
+
+/// Default bound of the bytes the queue holds (see the module's "Memory").
+pub const PENDING_BYTES_MAX: usize = 64 << 20;
+
+#[derive(Clone)]
+enum Op {
+    Write { offset: u64, data: Arc<Vec<u8>> },
+    Flush { durable: bool },
+}
+
+struct Entry {
+    ticket: Ticket,
+    op: Op,
+}
+
+struct State {
+    /// Appended and not complete, oldest first, with consecutive tickets.
+    entries: VecDeque<Entry>,
+    /// The ticket the next append takes.
+    next: Ticket,
+    /// Every operation with a ticket up to this one is complete.
+    done: Ticket,
+    /// Operations up to this ticket have been taken by an executor.
+    taken: Ticket,
+    /// An executor is running a batch.
+    running: bool,
+    deferred: bool,
+    /// The device error that stopped the queue.
+    failed: Option<String>,
+    /// Bytes of the queued writes.
+    pending_bytes: usize,
+    limit: usize,
+    /// A write reached the device since the last flush did. True at first:
+    /// whatever was written before the queue existed may be unflushed.
+    unflushed: bool,
+}
+
+impl State {
+    /// Everything up to `upto` is complete: drop it from the queue.
+    fn publish(&mut self, upto: Ticket) {
+        assert!(
+            self.done <= upto && upto <= self.taken,
+            "tickets complete in order: done {} then {upto}, taken {}",
+            self.done,
+            self.taken
+        );
+        self.done = upto;
+        while self.entries.front().is_some_and(|e| e.ticket <= upto) {
+            let e = self.entries.pop_front().expect("front exists");
+            if let Op::Write { data, .. } = &e.op {
+                self.pending_bytes -= data.len();
+            }
+        }
+    }
+
+    fn last(&self) -> Ticket {
+        self.next - 1
+    }
+}
+
+/// Counters of the queue's work, shown by `lsfs stats` (section `io`).
+#[derive(Default)]
+struct Counters {
+    fsync_flushes: AtomicU64,
+    ordering_flushes: AtomicU64,
+    flushes: AtomicU64,
+    fsync_flushes_shared: AtomicU64,
+    empty_flushes: AtomicU64,
+    writes: AtomicU64,
+    batches: AtomicU64,
+    max_batch_fsyncs: AtomicU64,
+    waits: AtomicU64,
+    inline_drains: AtomicU64,
+    max_pending_bytes: AtomicU64,
+}
+
+/// A copy of the queue's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct IoCounters {
+    /// Whether appends are queued (a mount) or run at once.
+    pub deferred: bool,
+    /// Durability flushes asked for: one per fsync written as a record.
+    pub fsync_flushes: u64,
+    /// Ordering flushes asked for (checkpoints, the cleaner, superblocks).
+    pub ordering_flushes: u64,
+    /// Flushes run on the device.
+    pub flushes: u64,
+    /// Durability flushes a later flush covered (group commit): fsyncs
+    /// that cost no flush of their own.
+    pub fsync_flushes_shared: u64,
+    /// Flushes not run because nothing was written since the last one.
+    pub empty_flushes: u64,
+    /// Writes run on the device.
+    pub writes: u64,
+    /// Batches run outside the appender's call (deferred mode).
+    pub batches: u64,
+    /// The most durability flushes one batch held.
+    pub max_batch_fsyncs: u64,
+    /// Completions that waited for another thread's batch.
+    pub waits: u64,
+    /// Appends that found the queue at its bound and ran it first, under
+    /// the engine's lock.
+    pub inline_drains: u64,
+    pub pending_bytes: u64,
+    pub max_pending_bytes: u64,
+    /// The bound on queued bytes (one write may pass it).
+    pub limit_bytes: u64,
+}
+
+/// The queue, shared by the store (which appends under the engine's lock)
+/// and whoever completes its work (outside it).
+pub struct IoQueue {
+    dev: Box<dyn BlockDevice>,
+    state: Mutex<State>,
+    /// Signalled when tickets complete, the queue fails, or a batch ends.
+    progress: Condvar,
+    counters: Counters,
+}
+
+fn failed_error(reason: &str) -> Error {
+    Error::io(
+        format!("the device failed earlier ({reason})"),
+        std::io::Error::from_raw_os_error(libc::EIO),
+    )
+}
+
+impl IoQueue {
+    /// A queue in immediate mode in front of `dev`.
+    pub fn new(dev: Box<dyn BlockDevice>) -> Arc<IoQueue> {
+        Arc::new(IoQueue {
+            dev,
+            state: Mutex::new(State {
+                entries: VecDeque::new(),
+                next: 1,
+                done: 0,
+                taken: 0,
+                running: false,
+                deferred: false,
+                failed: None,
+                pending_bytes: 0,
+                limit: PENDING_BYTES_MAX,
+                unflushed: true,
+            }),
+            progress: Condvar::new(),
+            counters: Counters::default(),
+        })
+    }
+
+    /// The device the store uses: reads through the queue, writes and
+    /// flushes (ordering ones) appended to it.
+    pub fn device(self: &Arc<Self>) -> Box<dyn BlockDevice> {
+        Box::new(QueuedDevice(self.clone()))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the state leaves it consistent: every
+        // change to it is a few assignments, none of which can panic
+        // half-way.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queue appends from now on (`true`), or run them at once (`false`,
+    /// after completing what is queued; its error, if the device failed, is
+    /// returned, and the mode changes all the same).
+    pub fn set_deferred(&self, on: bool) -> Result<()> {
+        let r = if on {
+            Ok(())
+        } else {
+            self.complete(self.last_ticket())
+        };
+        let mut st = self.lock();
+        assert!(
+            on || st.entries.is_empty() || st.failed.is_some(),
+            "immediate mode with {} operations queued",
+            st.entries.len()
+        );
+        st.deferred = on;
+        r
+    }
+
+    pub fn is_deferred(&self) -> bool {
+        self.lock().deferred
+    }
+
+    /// Change the bound on queued bytes (tests use a small one).
+    pub fn set_limit(&self, bytes: usize) {
+        self.lock().limit = bytes;
+    }
+
+    pub fn limit(&self) -> usize {
+        self.lock().limit
+    }
+
+    /// The ticket of the last append (0 before any).
+    pub fn last_ticket(&self) -> Ticket {
+        self.lock().last()
+    }
+
+    /// Whether every operation up to `t` is complete.
+    pub fn is_complete(&self, t: Ticket) -> bool {
+        self.lock().done >= t
+    }
+
+    /// Why the queue stopped, if a device error stopped it.
+    pub fn failure(&self) -> Option<String> {
+        self.lock().failed.clone()
+    }
+
+    /// Bytes of writes queued and not complete.
+    pub fn pending_bytes(&self) -> usize {
+        self.lock().pending_bytes
+    }
+
+    pub fn counters(&self) -> IoCounters {
+        let (deferred, pending, limit) = {
+            let st = self.lock();
+            (st.deferred, st.pending_bytes, st.limit)
+        };
+        let c = &self.counters;
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        IoCounters {
+            deferred,
+            fsync_flushes: g(&c.fsync_flushes),
+            ordering_flushes: g(&c.ordering_flushes),
+            flushes: g(&c.flushes),
+            fsync_flushes_shared: g(&c.fsync_flushes_shared),
+            empty_flushes: g(&c.empty_flushes),
+            writes: g(&c.writes),
+            batches: g(&c.batches),
+            max_batch_fsyncs: g(&c.max_batch_fsyncs),
+            waits: g(&c.waits),
+            inline_drains: g(&c.inline_drains),
+            pending_bytes: pending as u64,
+            max_pending_bytes: g(&c.max_pending_bytes),
+            limit_bytes: limit as u64,
+        }
+    }
+
+    /// Append a write of `data` at byte `offset`.
+    pub fn write(&self, offset: u64, data: Vec<u8>) -> Result<Ticket> {
+        super::check_range(self.dev.size_bytes(), offset, data.len(), "write")?;
+        self.append(Op::Write {
+            offset,
+            data: Arc::new(data),
+        })
+    }
+
+    /// Append an ordering flush: every write before it is durable before
+    /// any write after it reaches the device.
+    pub fn barrier(&self) -> Result<Ticket> {
+        self.counters.ordering_flushes.fetch_add(1, Ordering::Relaxed);
+        self.append(Op::Flush { durable: false })
+    }
+
+    /// Append a durability flush: every write before it is durable when its
+    /// ticket is complete; writes after it are not ordered by it.
+    pub fn flush_durable(&self) -> Result<Ticket> {
+        self.counters.fsync_flushes.fetch_add(1, Ordering::Relaxed);
+        self.append(Op::Flush { durable: true })
+    }
+
+    fn append(&self, op: Op) -> Result<Ticket> {
+        let mut st = self.lock();
+        if let Some(f) = &st.failed {
+            return Err(failed_error(f));
+        }
+        if !st.deferred {
+            return self.run_now(st, op);
+        }
+        let len = match &op {
+            Op::Write { data, .. } => data.len(),
+            Op::Flush { .. } => 0,
+        };
+        if len > 0 && st.pending_bytes > 0 && st.pending_bytes + len > st.limit {
+            // At the bound: run what is queued first, here.
+            self.counters.inline_drains.fetch_add(1, Ordering::Relaxed);
+            let last = st.last();
+            drop(st);
+            self.complete(last)?;
+            st = self.lock();
+            if let Some(f) = &st.failed {
+                return Err(failed_error(f));
+            }
+        }
+        let t = st.next;
+        st.next += 1;
+        assert!(
+            st.entries.back().is_none_or(|e| e.ticket + 1 == t),
+            "queued tickets are consecutive"
+        );
+        st.entries.push_back(Entry { ticket: t, op });
+        st.pending_bytes += len;
+        assert!(
+            st.pending_bytes <= st.limit.max(len),
+            "{} bytes queued, over the bound of {} and one write of {len}",
+            st.pending_bytes,
+            st.limit
+        );
+        self.counters
+            .max_pending_bytes
+            .fetch_max(st.pending_bytes as u64, Ordering::Relaxed);
+        Ok(t)
+    }
+
+    /// Immediate mode: run `op` now, holding the state (nothing else runs:
+    /// the queue is empty, and one thread at a time appends).
+    fn run_now(&self, mut st: MutexGuard<'_, State>, op: Op) -> Result<Ticket> {
+        assert!(
+            st.entries.is_empty() && !st.running,
+            "immediate mode with operations queued"
+        );
+        let t = st.next;
+        st.next += 1;
+        st.taken = t;
+        let r = match &op {
+            Op::Write { offset, data } => self.dev.write_at(*offset, data).map(|_| {
+                self.counters.writes.fetch_add(1, Ordering::Relaxed);
+                st.unflushed = true;
+            }),
+            Op::Flush { .. } => self.dev.flush().map(|_| {
+                self.counters.flushes.fetch_add(1, Ordering::Relaxed);
+                st.unflushed = false;
+            }),
+        };
+        match r {
+            Ok(()) => {
+                st.publish(t);
+                Ok(t)
+            }
+            Err(e) => {
+                self.fail(&mut st, &e);
+                Err(e)
+            }
+        }
+    }
+
+    fn fail(&self, st: &mut State, err: &Error) {
+        if st.failed.is_none() {
+            tracing::error!("device error, file system is now read-only: {err}");
+            st.failed = Some(err.to_string());
+        }
+        self.progress.notify_all();
+    }
+
+    /// Wait until operation `t` is complete, running the queue if no other
+    /// thread is. Call it without the engine's lock, unless the queue is in
+    /// immediate mode (then it returns at once). `Err` if the device failed
+    /// before `t` was complete.
+    pub fn complete(&self, t: Ticket) -> Result<()> {
+        let mut st = self.lock();
+        assert!(t < st.next, "ticket {t} was never handed out");
+        let mut waited = false;
+        loop {
+            if t <= st.done {
+                return Ok(());
+            }
+            if let Some(f) = &st.failed {
+                return Err(failed_error(f));
+            }
+            if !st.running && st.taken < st.last() {
+                st = self.run_batch(st);
+                continue;
+            }
+            if !waited {
+                waited = true;
+                self.counters.waits.fetch_add(1, Ordering::Relaxed);
+            }
+            st = self.progress.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Take everything queued and not taken, and run it in order without
+    /// holding the state; durability flushes that a later flush of the
+    /// batch covers are not run. Completion is published at every flush
+    /// run and at the end.
+    fn run_batch<'a>(&'a self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        let taken = st.taken;
+        let batch: Vec<(Ticket, Op)> = st
+            .entries
+            .iter()
+            .filter(|e| e.ticket > taken)
+            .map(|e| (e.ticket, e.op.clone()))
+            .collect();
+        let last = batch.last().expect("a batch has operations").0;
+        assert_eq!(batch[0].0, taken + 1, "batches follow each other");
+        st.taken = last;
+        st.running = true;
+        let mut unflushed = st.unflushed;
+        drop(st);
+        self.counters.batches.fetch_add(1, Ordering::Relaxed);
+        let fsyncs = batch
+            .iter()
+            .filter(|(_, op)| matches!(op, Op::Flush { durable: true }))
+            .count() as u64;
+        self.counters
+            .max_batch_fsyncs
+            .fetch_max(fsyncs, Ordering::Relaxed);
+        let last_flush = batch
+            .iter()
+            .rposition(|(_, op)| matches!(op, Op::Flush { .. }));
+        // Everything up to `covered` is complete; a durability flush left to
+        // a later one holds it back until that one runs.
+        let mut covered = taken;
+        let mut held = false;
+        let mut error = None;
+        for (i, (t, op)) in batch.iter().enumerate() {
+            match op {
+                Op::Write { offset, data } => {
+                    if let Err(e) = self.dev.write_at(*offset, data) {
+                        error = Some(e);
+                        break;
+                    }
+                    self.counters.writes.fetch_add(1, Ordering::Relaxed);
+                    unflushed = true;
+                    if !held {
+                        covered = *t;
+                    }
+                }
+                Op::Flush { .. } if !unflushed => {
+                    // Nothing written since the last flush (so nothing held).
+                    debug_assert!(!held);
+                    self.counters.empty_flushes.fetch_add(1, Ordering::Relaxed);
+                    covered = *t;
+                }
+                Op::Flush { durable: true } if Some(i) != last_flush => {
+                    self.counters
+                        .fsync_flushes_shared
+                        .fetch_add(1, Ordering::Relaxed);
+                    held = true;
+                }
+                Op::Flush { .. } => {
+                    if let Err(e) = self.dev.flush() {
+                        error = Some(e);
+                        break;
+                    }
+                    self.counters.flushes.fetch_add(1, Ordering::Relaxed);
+                    unflushed = false;
+                    held = false;
+                    covered = *t;
+                    // Let the fsyncs this flush covered reply now, not at the
+                    // end of the batch.
+                    let mut st = self.lock();
+                    st.publish(covered);
+                    drop(st);
+                    self.progress.notify_all();
+                }
+            }
+        }
+        let mut st = self.lock();
+        st.running = false;
+        match error {
+            None => {
+                assert!(
+                    !held && covered == last,
+                    "a batch ends complete: covered {covered} of {last}"
+                );
+                st.unflushed = unflushed;
+                st.publish(last);
+            }
+            Some(e) => {
+                // Conservatively: a failed write may have left something
+                // unflushed, and nothing after it runs anyway.
+                st.unflushed = true;
+                st.publish(covered);
+                self.fail(&mut st, &e);
+            }
+        }
+        self.progress.notify_all();
+        st
+    }
+
+    /// Read `buf.len()` bytes at `offset`: the device, with the queued
+    /// writes that are not complete laid over it in order.
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let end = offset + buf.len() as u64;
+        let over: Vec<(u64, Arc<Vec<u8>>)> = {
+            let st = self.lock();
+            st.entries
+                .iter()
+                .filter_map(|e| match &e.op {
+                    Op::Write { offset: o, data }
+                        if *o < end && o + data.len() as u64 > offset =>
+                    {
+                        Some((*o, data.clone()))
+                    }
+                    _ => None,
+                })
+                .collect()
+        };
+        self.dev.read_at(offset, buf)?;
+        for (o, data) in over {
+            let from = o.max(offset);
+            let to = (o + data.len() as u64).min(end);
+            buf[(from - offset) as usize..(to - offset) as usize]
+                .copy_from_slice(&data[(from - o) as usize..(to - o) as usize]);
+        }
+        Ok(())
+    }
+
+    /// The device's own traffic counters.
+    pub fn device_stats(&self) -> &DeviceStats {
+        self.dev.stats()
+    }
+}
+
+impl lsfs_vfs::DeferredIo for IoQueue {
+    fn last_ticket(&self) -> u64 {
+        IoQueue::last_ticket(self)
+    }
+    fn finish(&self, ticket: u64) -> lsfs_vfs::VfsResult<()> {
+        self.complete(ticket).map_err(|e| e.errno())
+    }
+}
+
+/// The store's view of the device through the queue.
+struct QueuedDevice(Arc<IoQueue>);
+
+impl BlockDevice for QueuedDevice {
+    fn size_bytes(&self) -> u64 {
+        self.0.dev.size_bytes()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.0.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<()> {
+        self.0.write(offset, buf.to_vec()).map(|_| ())
+    }
+    fn write_vec(&self, offset: u64, buf: Vec<u8>) -> Result<()> {
+        self.0.write(offset, buf).map(|_| ())
+    }
+    fn flush(&self) -> Result<()> {
+        self.0.barrier().map(|_| ())
+    }
+    fn stats(&self) -> &DeviceStats {
+        self.0.dev.stats()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::{CrashDevice, LoggedOp, MemDevice};
+
+    const B: usize = 4096;
+
+    fn queue() -> (Arc<IoQueue>, crate::device::CrashLog) {
+        let (dev, log) = CrashDevice::new(MemDevice::new(64 * B as u64));
+        let q = IoQueue::new(Box::new(dev));
+        q.set_deferred(true).unwrap();
+        (q, log)
+    }
+
+    fn kinds(log: &crate::device::CrashLog) -> String {
+        log.ops()
+            .iter()
+            .map(|o| match o {
+                LoggedOp::Write { offset, .. } => format!("w{}", offset / B as u64),
+                LoggedOp::Flush => "F".into(),
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    #[test]
+    fn immediate_mode_runs_every_append_at_once() {
+        let (dev, log) = CrashDevice::new(MemDevice::new(64 * B as u64));
+        let q = IoQueue::new(Box::new(dev));
+        let t = q.write(0, vec![1; B]).unwrap();
+        assert!(q.is_complete(t));
+        q.barrier().unwrap();
+        q.flush_durable().unwrap();
+        q.flush_durable().unwrap();
+        // Every flush runs, as before the queue.
+        assert_eq!(kinds(&log), "w0 F F F");
+    }
+
+    #[test]
+    fn nothing_runs_until_completed_then_in_order() {
+        let (q, log) = queue();
+        q.write(0, vec![1; B]).unwrap();
+        q.barrier().unwrap();
+        q.write(B as u64, vec![2; B]).unwrap();
+        let t = q.write(0, vec![3; B]).unwrap();
+        assert!(log.is_empty(), "deferred appends ran: {}", kinds(&log));
+        assert!(!q.is_complete(t));
+        q.complete(t).unwrap();
+        assert_eq!(kinds(&log), "w0 F w1 w0");
+        assert_eq!(q.pending_bytes(), 0);
+    }
+
+    /// Reads see queued writes, the later of two overlapping ones, and the
+    /// device around them.
+    #[test]
+    fn reads_see_queued_writes_in_order() {
+        let (q, _log) = queue();
+        q.write(0, vec![1; 2 * B]).unwrap();
+        q.complete(q.last_ticket()).unwrap();
+        q.write(B as u64, vec![2; B]).unwrap();
+        q.write(B as u64 + 100, vec![3; 10]).unwrap();
+        let mut buf = vec![0; 3 * B];
+        q.read_at(0, &mut buf).unwrap();
+        assert!(buf[..B].iter().all(|&b| b == 1));
+        assert!(buf[B..B + 100].iter().all(|&b| b == 2));
+        assert!(buf[B + 100..B + 110].iter().all(|&b| b == 3));
+        assert!(buf[B + 110..2 * B].iter().all(|&b| b == 2));
+        assert!(buf[2 * B..].iter().all(|&b| b == 0));
+        let mut part = vec![0; 20];
+        q.read_at(B as u64 + 95, &mut part).unwrap();
+        assert_eq!(&part[..5], &[2; 5]);
+        assert_eq!(&part[5..15], &[3; 10]);
+    }
+
+    /// Durability flushes covered by a later flush in the batch are not
+    /// run; ordering flushes always are; empty flushes are not.
+    #[test]
+    fn durability_flushes_merge_and_barriers_stay() {
+        let (q, log) = queue();
+        q.write(0, vec![1; B]).unwrap();
+        q.flush_durable().unwrap();
+        q.write(B as u64, vec![1; B]).unwrap();
+        q.flush_durable().unwrap();
+        q.write(2 * B as u64, vec![1; B]).unwrap();
+        q.barrier().unwrap();
+        q.barrier().unwrap();
+        q.write(3 * B as u64, vec![1; B]).unwrap();
+        q.flush_durable().unwrap();
+        q.write(4 * B as u64, vec![1; B]).unwrap();
+        let t = q.flush_durable().unwrap();
+        q.complete(t).unwrap();
+        assert_eq!(kinds(&log), "w0 w1 w2 F w3 w4 F");
+        let c = q.counters();
+        assert_eq!(
+            (c.flushes, c.fsync_flushes_shared, c.empty_flushes, c.fsync_flushes),
+            (2, 3, 1, 4)
+        );
+    }
+
+    /// A write error fails the ticket and every later one, refuses later
+    /// appends, runs nothing after it, and keeps what was not written
+    /// readable.
+    #[test]
+    fn a_device_error_fails_every_later_ticket() {
+        let (cdev, log) = CrashDevice::new(MemDevice::new(64 * B as u64));
+        let (fdev, plan) = crate::device::FaultDevice::new(Box::new(cdev));
+        let q = IoQueue::new(Box::new(fdev));
+        q.set_deferred(true).unwrap();
+        let t0 = q.write(0, vec![1; B]).unwrap();
+        let f0 = q.barrier().unwrap();
+        q.complete(f0).unwrap();
+        plan.fail_write_op(1);
+        let t1 = q.write(B as u64, vec![2; B]).unwrap();
+        let t2 = q.write(2 * B as u64, vec![3; B]).unwrap();
+        let f = q.flush_durable().unwrap();
+        assert!(q.complete(t1).is_err());
+        assert!(q.complete(f).is_err());
+        assert!(q.complete(t2).is_err());
+        q.complete(t0).unwrap();
+        assert!(q.failure().unwrap().contains("injected write error"));
+        assert!(q.write(0, vec![0; B]).is_err());
+        assert!(q.barrier().is_err());
+        assert_eq!(kinds(&log), "w0 F", "nothing runs after the error");
+        let mut buf = vec![0; 3 * B];
+        q.read_at(0, &mut buf).unwrap();
+        assert_eq!((buf[0], buf[B], buf[2 * B]), (1, 2, 3));
+        assert!(q.set_deferred(false).is_err());
+    }
+
+    /// Past its bound the queue is run by the appender before it grows.
+    #[test]
+    fn the_queue_stays_within_its_bound() {
+        let (q, log) = queue();
+        q.set_limit(3 * B);
+        for i in 0..10u64 {
+            q.write(i * B as u64, vec![i as u8; B]).unwrap();
+            assert!(q.pending_bytes() <= 3 * B);
+        }
+        let c = q.counters();
+        assert!(c.inline_drains >= 3, "{c:?}");
+        assert!(c.max_pending_bytes <= 3 * B as u64);
+        assert!(log.len() >= 9 - 3);
+        // One write larger than the bound is queued alone.
+        q.complete(q.last_ticket()).unwrap();
+        q.write(0, vec![9; 5 * B]).unwrap();
+        assert_eq!(q.pending_bytes(), 5 * B);
+    }
+
+    /// Several threads completing at once: each ticket completes, in
+    /// order, and the executors never overlap.
+    #[test]
+    fn concurrent_completions_run_the_queue_once_in_order() {
+        let (q, log) = queue();
+        let appends = Mutex::new(());
+        std::thread::scope(|s| {
+            for k in 0..4u64 {
+                let (q, appends) = (&q, &appends);
+                s.spawn(move || {
+                    for i in 0..50u64 {
+                        let t = {
+                            let _g = appends.lock().unwrap();
+                            q.write((k * 8 + i % 8) * B as u64, vec![(i % 250) as u8 + 1; B])
+                                .unwrap();
+                            q.flush_durable().unwrap()
+                        };
+                        q.complete(t).unwrap();
+                        assert!(q.is_complete(t));
+                    }
+                });
+            }
+        });
+        let ops = log.ops();
+        assert_eq!(ops.iter().filter(|o| matches!(o, LoggedOp::Write { .. })).count(), 200);
+        assert!(matches!(ops.last(), Some(LoggedOp::Flush)));
+        let c = q.counters();
+        assert_eq!(c.flushes + c.fsync_flushes_shared, 200, "{c:?}");
+        assert_eq!(q.pending_bytes(), 0);
+    }
+}
