@@ -807,7 +807,8 @@ fn record(base: &Base, ops: &[Op], io: Io) -> Result<Recorded, String> {
         Io::Group => Some(rand::rngs::StdRng::seed_from_u64(0)),
     };
     if lag.is_some() {
-        fs.defer_io(true).map_err(|e| format!("deferred I/O: {e}"))?;
+        fs.defer_io(true)
+            .map_err(|e| format!("deferred I/O: {e}"))?;
     }
     let mut unfinished: Vec<Unfinished> = Vec::new();
     let mut from_model: HashMap<Ino, Ino> = base.to_model.iter().map(|(&l, &m)| (m, l)).collect();
@@ -1509,7 +1510,12 @@ fn ace_workloads_keep_what_crash_md_promises() {
     let fsync_steps: Vec<Step> = last
         .iter()
         .copied()
-        .filter(|&(_, p)| matches!(p, Persist::Fsync | Persist::Fdatasync | Persist::FsyncParent))
+        .filter(|&(_, p)| {
+            matches!(
+                p,
+                Persist::Fsync | Persist::Fdatasync | Persist::FsyncParent
+            )
+        })
         .collect();
     let ng = (fsync_steps.len() * fsync_steps.len()) as u64;
     let take_group = if io_modes == IoModes::Immediate {
@@ -1540,7 +1546,14 @@ fn ace_workloads_keep_what_crash_md_promises() {
         explore(base, &w, variant, Io::Group, random, &mut run.tally);
         if taken_group % 2 == 1 {
             let base = &run.bases[Variant::Streams as usize];
-            explore(base, &w, Variant::Streams, Io::Group, random, &mut run.tally);
+            explore(
+                base,
+                &w,
+                Variant::Streams,
+                Io::Group,
+                random,
+                &mut run.tally,
+            );
         }
         taken_group += 1;
     }

@@ -232,3 +232,39 @@ fn write_amplification_counts_device_and_application_bytes() {
     assert_eq!(after.app_bytes, app);
     assert!(after.device_bytes > wa.device_bytes);
 }
+
+/// `ls -l` asks every entry for its ACL and security label: the control
+/// directory, the snapshot directory and a snapshot's files answer ENODATA
+/// (no such attribute), never ENOENT, and list no xattrs.
+#[test]
+fn snapshot_directories_have_no_xattrs() {
+    let dev = MemDevice::new(64 * MIB);
+    let mut fs = Lsfs::mkfs(Box::new(dev), &small_opts(), cfg()).unwrap();
+    let f = fs
+        .mknod(ROOT_INO, b"f", libc::S_IFREG | 0o644, 0, &ctx())
+        .unwrap();
+    fs.setxattr(f.ino, b"user.k", b"v", 0).unwrap();
+    fs.checkpoint().unwrap();
+    let snap = fs.snapshot_create().unwrap();
+    let ctl = fs.lookup(ROOT_INO, b".lsfs").unwrap();
+    let sd = fs.lookup(ctl.ino, b"snapshot").unwrap();
+    let root = fs.lookup(sd.ino, snap.to_string().as_bytes()).unwrap();
+    for (what, ino) in [
+        (".lsfs", ctl.ino),
+        (".lsfs/snapshot", sd.ino),
+        ("the snapshot's root", root.ino),
+    ] {
+        assert_eq!(
+            fs.getxattr(ino, b"system.posix_acl_access").unwrap_err(),
+            lsfs_vfs::Errno::NODATA,
+            "getxattr on {what}"
+        );
+        assert!(fs.listxattr(ino).unwrap().is_empty(), "listxattr on {what}");
+    }
+    let sf = fs.lookup(root.ino, b"f").unwrap();
+    assert_eq!(fs.getxattr(sf.ino, b"user.k").unwrap(), b"v");
+    assert_eq!(
+        fs.getxattr(sf.ino, b"user.none").unwrap_err(),
+        lsfs_vfs::Errno::NODATA
+    );
+}

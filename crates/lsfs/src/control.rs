@@ -92,7 +92,10 @@ fn handle(fs: &Arc<Mutex<Lsfs>>, fuse: &FuseSide, conn: UnixStream) -> std::io::
                 }
                 // The device work runs after the lock is let go; a
                 // checkpoint or snapshot is durable before the reply.
-                let durable = matches!(cmd, "checkpoint" | "snapshot" | "promote" | "demote" | "delete");
+                let durable = matches!(
+                    cmd,
+                    "checkpoint" | "snapshot" | "promote" | "demote" | "delete"
+                );
                 let (r, done) = lsfs_core::fs::locked::call(fs, durable, |fs| execute(fs, &req));
                 let r = r.and_then(|v| done.map(|()| v).map_err(|e| e.to_string()));
                 match r {

@@ -318,7 +318,9 @@ impl IoQueue {
     /// Append an ordering flush: every write before it is durable before
     /// any write after it reaches the device.
     pub fn barrier(&self) -> Result<Ticket> {
-        self.counters.ordering_flushes.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .ordering_flushes
+            .fetch_add(1, Ordering::Relaxed);
         self.append(Op::Flush { durable: false })
     }
 
@@ -548,9 +550,7 @@ impl IoQueue {
             st.entries
                 .iter()
                 .filter_map(|e| match &e.op {
-                    Op::Write { offset: o, data }
-                        if *o < end && o + data.len() as u64 > offset =>
-                    {
+                    Op::Write { offset: o, data } if *o < end && o + data.len() as u64 > offset => {
                         Some((*o, data.clone()))
                     }
                     _ => None,
@@ -700,7 +700,12 @@ mod tests {
         assert_eq!(kinds(&log), "w0 w1 w2 F w3 w4 F");
         let c = q.counters();
         assert_eq!(
-            (c.flushes, c.fsync_flushes_shared, c.empty_flushes, c.fsync_flushes),
+            (
+                c.flushes,
+                c.fsync_flushes_shared,
+                c.empty_flushes,
+                c.fsync_flushes
+            ),
             (2, 3, 1, 4)
         );
     }
@@ -778,7 +783,12 @@ mod tests {
             }
         });
         let ops = log.ops();
-        assert_eq!(ops.iter().filter(|o| matches!(o, LoggedOp::Write { .. })).count(), 200);
+        assert_eq!(
+            ops.iter()
+                .filter(|o| matches!(o, LoggedOp::Write { .. }))
+                .count(),
+            200
+        );
         assert!(matches!(ops.last(), Some(LoggedOp::Flush)));
         let c = q.counters();
         assert_eq!(c.flushes + c.fsync_flushes_shared, 200, "{c:?}");

@@ -234,12 +234,20 @@ impl Views {
         file::read(s, &i, off, len)
     }
 
+    /// `.lsfs` and `.lsfs/snapshot` exist only in memory and have no
+    /// xattrs: ENODATA, as for any file without the name (`ls -l` asks).
     pub fn getxattr(&mut self, s: &mut Store, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
+        if matches!(ino, CTL_INO | SNAPSHOT_DIR_INO) {
+            return Err(Error::Errno(Errno::NODATA));
+        }
         let (i, _) = self.inode(s, ino)?;
         xattr::get(s, &i, name)?.ok_or(Error::Errno(Errno::NODATA))
     }
 
     pub fn listxattr(&mut self, s: &mut Store, ino: u64) -> Result<Vec<Vec<u8>>> {
+        if matches!(ino, CTL_INO | SNAPSHOT_DIR_INO) {
+            return Ok(Vec::new());
+        }
         let (i, _) = self.inode(s, ino)?;
         xattr::list(s, &i)
     }
