@@ -28,7 +28,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
@@ -43,6 +43,7 @@ use crate::convert::{errno, file_attr, file_type, system_time_opt, time_set, xat
 use crate::counters::{Op, RequestCounters};
 use crate::ioctl::{self, Ioctl};
 use crate::privs;
+use crate::spin::Spinner;
 
 /// How many entries to ask the `Vfs` for per refill of a readdir reply.
 const READDIR_BATCH: usize = 128;
@@ -58,6 +59,9 @@ pub(crate) struct FuseAdapter<V: Vfs> {
     writeback_cache: bool,
     counters: Arc<RequestCounters>,
     policy: CachePolicy,
+    /// Polls the device file while requests come fast (`spin.rs`); set
+    /// once mounted, if the mount spins.
+    spinner: Arc<OnceLock<Arc<Spinner>>>,
 }
 
 impl<V: Vfs> FuseAdapter<V> {
@@ -66,6 +70,7 @@ impl<V: Vfs> FuseAdapter<V> {
         writeback_cache: bool,
         counters: Arc<RequestCounters>,
         policy: CachePolicy,
+        spinner: Arc<OnceLock<Arc<Spinner>>>,
     ) -> Self {
         let io = vfs.lock().ok().and_then(|v| v.deferred_io());
         FuseAdapter {
@@ -74,6 +79,7 @@ impl<V: Vfs> FuseAdapter<V> {
             writeback_cache,
             counters,
             policy,
+            spinner,
         }
     }
 
@@ -97,6 +103,9 @@ impl<V: Vfs> FuseAdapter<V> {
 
     fn count(&self, op: Op) {
         self.counters.count(op);
+        if let Some(s) = self.spinner.get() {
+            s.on_request();
+        }
     }
 
     /// Run `f` on the locked `Vfs`, then finish the device work it queued

@@ -37,6 +37,7 @@ mod kernel_mount;
 mod mount;
 mod mountpoint;
 mod privs;
+mod spin;
 
 pub use counters::{Op, RequestCounters};
 pub use kernel_cache::KernelCache;

@@ -4,7 +4,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -19,6 +19,7 @@ use crate::counters::RequestCounters;
 use crate::kernel_cache::KernelCache;
 use crate::kernel_mount;
 use crate::mountpoint;
+use crate::spin::Spinner;
 
 /// How a file system is mounted.
 #[derive(Clone, Debug)]
@@ -49,7 +50,14 @@ pub struct MountOptions {
     /// Where the adapter counts the requests it serves, by opcode; share
     /// it (clone the `Arc`) to report them.
     pub counters: Arc<RequestCounters>,
+    /// How long the server keeps polling the device file after a request
+    /// (`spin.rs`); zero never polls. Only mounts made as root (which own
+    /// their device file) poll.
+    pub spin: Duration,
 }
+
+/// The default of [`MountOptions::spin`]: measured in docs/PERFORMANCE.md.
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(1000);
 
 impl Default for MountOptions {
     fn default() -> Self {
@@ -61,6 +69,7 @@ impl Default for MountOptions {
             allow_other: is_root(),
             threads: 1,
             writeback_cache: true,
+            spin: DEFAULT_SPIN,
             cache_forever: None,
             kernel_cache: Arc::default(),
             counters: Arc::default(),
@@ -202,6 +211,7 @@ fn start<V: Vfs + 'static>(
     let mountpoint = resolved.as_path();
     let read_only = opts.read_only || vfs.lock().map(|v| v.read_only()).unwrap_or(true);
     let config = config(opts, read_only);
+    let spinner: Arc<OnceLock<Arc<Spinner>>> = Arc::default();
     let adapter = FuseAdapter::new(
         vfs,
         // Nothing is written on a read-only mount: no cache to write back,
@@ -209,6 +219,7 @@ fn start<V: Vfs + 'static>(
         opts.writeback_cache && !read_only,
         opts.counters.clone(),
         CachePolicy::new(read_only, opts.cache_forever),
+        spinner.clone(),
     );
     let mount_error = |e: io::Error| {
         io::Error::new(
@@ -225,6 +236,15 @@ fn start<V: Vfs + 'static>(
             opts.allow_other,
         )
         .map_err(mount_error)?;
+        if !opts.spin.is_zero() {
+            // Without a spinner the mount works as before: log and go on.
+            match dev.try_clone().and_then(|d| Spinner::start(d, opts.spin)) {
+                Ok(s) => {
+                    let _ = spinner.set(s);
+                }
+                Err(e) => tracing::warn!("not polling /dev/fuse: {e}"),
+            }
+        }
         match fuser::Session::from_fd(adapter, dev, config.acl, config.clone()) {
             Ok(s) => (s, Unmount::Direct),
             Err(e) => {
@@ -240,6 +260,7 @@ fn start<V: Vfs + 'static>(
     };
     opts.kernel_cache.attach(Some(session.notifier()));
     let kernel_cache = opts.kernel_cache.clone();
+    let spin_stop = spinner;
     let (tx, rx) = mpsc::channel();
     let ended = tx.clone();
     let thread = thread::Builder::new()
@@ -257,6 +278,9 @@ fn start<V: Vfs + 'static>(
                 r => r,
             };
             kernel_cache.attach(None);
+            if let Some(s) = spin_stop.get() {
+                s.stop();
+            }
             if let Err(e) = &r {
                 tracing::error!("FUSE session ended with an error: {e}");
             }

@@ -202,6 +202,12 @@ struct MountArgs {
     /// system's lock; see docs/PERFORMANCE.md for what a second one gives.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=16))]
     threads: u16,
+    /// Microseconds the FUSE server keeps polling for the next request
+    /// after one (0..=100000; 0 never polls). Polling saves a cross-CPU
+    /// wake-up per request while requests come fast and costs up to one CPU
+    /// meanwhile; never on battery power. See docs/PERFORMANCE.md.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(0..=100_000))]
+    spin_us: u32,
     /// Block cache size (1M..=64G).
     #[arg(long, value_parser = size::parse_size)]
     cache_size: Option<u64>,
@@ -450,6 +456,7 @@ fn run(a: RunArgs) -> Result<(), String> {
         checkpoint: None,
         options: None,
         threads: 1,
+        spin_us: 1000,
         cache_size: None,
         config: None,
         background: false,
@@ -488,6 +495,12 @@ fn mount(a: MountArgs) -> Result<(), String> {
         read_only,
         writeback_cache,
         threads: a.threads as usize,
+        // Polling burns a CPU while requests come: not on battery.
+        spin: if lsfs_core::gc::on_battery(&fs.lock().unwrap().cleaner.config) {
+            std::time::Duration::ZERO
+        } else {
+            std::time::Duration::from_micros(a.spin_us.into())
+        },
         // Snapshots never change: the kernel keeps them without expiry.
         cache_forever: Some(lsfs_core::fs::snapview::is_virtual),
         ..Default::default()
@@ -540,6 +553,7 @@ fn mount_background(a: &MountArgs) -> Result<(), String> {
     if a.threads != 1 {
         cmd.arg("--threads").arg(a.threads.to_string());
     }
+    cmd.arg("--spin-us").arg(a.spin_us.to_string());
     if let Some(c) = a.cache_size {
         cmd.arg("--cache-size").arg(c.to_string());
     }
