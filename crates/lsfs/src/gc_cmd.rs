@@ -135,10 +135,29 @@ pub fn write_amplification_line(w: &Value) -> String {
     )
 }
 
-pub fn control(mnt: &Path, req: Value) -> Result<(), String> {
+/// `lsfs gc start|stop|policy|threaded`: the request, then the setting it
+/// left (the reply as JSON with `--json`).
+pub fn control(mnt: &Path, req: Value, json_out: bool) -> Result<(), String> {
     let v = control::request(mnt, &req)?;
-    println!("{v}");
+    if json_out {
+        println!("{v}");
+    } else {
+        println!("{}", control_text(&v));
+    }
     Ok(())
+}
+
+/// The text of a reply to gc-start, gc-stop, gc-policy or gc-threaded.
+pub fn control_text(v: &Value) -> String {
+    if let Some(on) = v["enabled"].as_bool() {
+        format!("background cleaning {}", if on { "on" } else { "off" })
+    } else if let Some(p) = v["policy"].as_str() {
+        format!("cleaning policy {p}")
+    } else if let Some(m) = v["threaded_logging"].as_str() {
+        format!("threaded logging {m}")
+    } else {
+        "done".to_string()
+    }
 }
 
 /// An SVG with the utilization histogram (512 bins) and write amplification over time.

@@ -7,6 +7,7 @@ mod gc_cmd;
 mod inspect_cmd;
 mod mount_opts;
 mod size;
+mod stats_text;
 
 use clap::{Args, Parser, Subcommand};
 use config::FileConfig;
@@ -217,6 +218,10 @@ struct MountArgs {
     /// Return once mounted, serving from a background process.
     #[arg(long)]
     background: bool,
+    /// Set by `--background` for the serving process: the command that
+    /// started it says where the mount is, and Ctrl-C does not reach it.
+    #[arg(long, hide = true)]
+    served_in_background: bool,
 }
 
 #[derive(Args)]
@@ -460,12 +465,35 @@ fn run(a: RunArgs) -> Result<(), String> {
         cache_size: None,
         config: None,
         background: false,
+        served_in_background: false,
     })
 }
 
+/// Whether a FUSE file system is mounted on `mnt` (a canonical path).
+fn is_mounted(mnt: &Path) -> bool {
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    mounts
+        .lines()
+        .any(|l| l.split(' ').nth(1) == Some(&*mnt.to_string_lossy()) && l.contains("fuse"))
+}
+
+/// The mount point, made absolute; an error unless it is a directory.
+fn mount_dir(mountpoint: &Path) -> Result<PathBuf, String> {
+    let dir = std::fs::canonicalize(mountpoint)
+        .map_err(|e| format!("mount point {}: {e}", mountpoint.display()))?;
+    if !dir.is_dir() {
+        return Err(format!(
+            "mount point {}: not a directory",
+            mountpoint.display()
+        ));
+    }
+    Ok(dir)
+}
+
 fn mount(a: MountArgs) -> Result<(), String> {
+    let mnt = mount_dir(&a.mountpoint)?;
     if a.background {
-        return mount_background(&a);
+        return mount_background(&a, &mnt);
     }
     let o = a.options.clone().unwrap_or_default();
     let (read_only, writeback_cache) = (o.read_only, o.writeback_cache);
@@ -524,11 +552,24 @@ fn mount(a: MountArgs) -> Result<(), String> {
             }
         })
     };
-    eprintln!(
-        "lsfs: {} mounted on {} (Ctrl-C to unmount)",
-        a.image.display(),
-        a.mountpoint.display()
-    );
+    if !a.served_in_background {
+        // Said once the kernel shows the mount, not before: mounting can
+        // still fail.
+        let (image, shown) = (a.image.clone(), a.mountpoint.clone());
+        std::thread::spawn(move || {
+            for _ in 0..200 {
+                if is_mounted(&mnt) {
+                    eprintln!(
+                        "lsfs: {} mounted on {} (Ctrl-C to unmount)",
+                        image.display(),
+                        shown.display()
+                    );
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        });
+    }
     let served = lsfs_fuse::mount_foreground(fs.clone(), &a.mountpoint, &opts);
     stop.store(true, Ordering::Relaxed);
     let _ = ticker.join();
@@ -540,10 +581,13 @@ fn mount(a: MountArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn mount_background(a: &MountArgs) -> Result<(), String> {
+fn mount_background(a: &MountArgs, mnt: &Path) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(err)?;
     let mut cmd = std::process::Command::new(exe);
-    cmd.arg("mount").arg(&a.image).arg(&a.mountpoint);
+    cmd.arg("mount")
+        .arg(&a.image)
+        .arg(&a.mountpoint)
+        .arg("--served-in-background");
     if let Some(c) = a.checkpoint {
         cmd.arg("--checkpoint").arg(c.to_string());
     }
@@ -563,17 +607,17 @@ fn mount_background(a: &MountArgs) -> Result<(), String> {
     cmd.stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null());
     let mut child = cmd.spawn().map_err(err)?;
-    let mnt = std::fs::canonicalize(&a.mountpoint)
-        .map_err(|e| format!("{}: {e}", a.mountpoint.display()))?;
     for _ in 0..200 {
         if let Some(status) = child.try_wait().map_err(err)? {
             return Err(format!("mount failed ({status})"));
         }
-        let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
-        if mounts
-            .lines()
-            .any(|l| l.split(' ').nth(1) == Some(&*mnt.to_string_lossy()) && l.contains("fuse"))
-        {
+        if is_mounted(mnt) {
+            eprintln!(
+                "lsfs: {} mounted on {} (unmount with `fusermount3 -u {}`)",
+                a.image.display(),
+                a.mountpoint.display(),
+                a.mountpoint.display()
+            );
             return Ok(());
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
@@ -605,8 +649,8 @@ fn print_checkpoints(v: &serde_json::Value, json_out: bool, only_snapshots: bool
         return;
     }
     println!(
-        "{:>8}  {:<10}  {:>10}  {:>10}  {:>12}",
-        "CNO", "MODE", "CREATED", "INODES", "BLOCKS"
+        "{:>8}  {:<10}  {:<19}  {:>10}  {:>12}",
+        "CNO", "MODE", "CREATED (UTC)", "INODES", "BLOCKS"
     );
     for c in v["checkpoints"].as_array().into_iter().flatten() {
         let snap = c["flags"].as_u64().unwrap_or(0) & 2 != 0;
@@ -614,10 +658,10 @@ fn print_checkpoints(v: &serde_json::Value, json_out: bool, only_snapshots: bool
             continue;
         }
         println!(
-            "{:>8}  {:<10}  {:>10}  {:>10}  {:>12}",
+            "{:>8}  {:<10}  {:<19}  {:>10}  {:>12}",
             c["cno"].as_u64().unwrap_or(0),
             if snap { "snapshot" } else { "checkpoint" },
-            c["created_secs"].as_u64().unwrap_or(0),
+            lsfs_core::inspect::utc_date(c["created_secs"].as_u64().unwrap_or(0)),
             c["inodes_used"].as_u64().unwrap_or(0),
             c["blocks_used"].as_u64().unwrap_or(0)
         );
@@ -667,10 +711,7 @@ fn stats_cmd(a: StatsArgs) -> Result<(), String> {
             "{}",
             gc_cmd::write_amplification_line(&v["stats"]["write_amplification"])
         );
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&v["stats"]).map_err(err)?
-        );
+        print!("{}", stats_text::stats_text(&v["stats"]));
     }
     Ok(())
 }
@@ -681,13 +722,13 @@ fn gc(a: GcArgs) -> Result<(), String> {
         GcAction::Status => gc_cmd::status(m, a.json),
         GcAction::Run { segments } => gc_cmd::run(m, segments, a.json),
         GcAction::Stats => gc_cmd::stats(m, a.json).map(|_| ()),
-        GcAction::Start => gc_cmd::control(m, json!({ "cmd": "gc-start" })),
-        GcAction::Stop => gc_cmd::control(m, json!({ "cmd": "gc-stop" })),
+        GcAction::Start => gc_cmd::control(m, json!({ "cmd": "gc-start" }), a.json),
+        GcAction::Stop => gc_cmd::control(m, json!({ "cmd": "gc-stop" }), a.json),
         GcAction::Policy { name } => {
-            gc_cmd::control(m, json!({ "cmd": "gc-policy", "policy": name }))
+            gc_cmd::control(m, json!({ "cmd": "gc-policy", "policy": name }), a.json)
         }
         GcAction::Threaded { mode } => {
-            gc_cmd::control(m, json!({ "cmd": "gc-threaded", "mode": mode }))
+            gc_cmd::control(m, json!({ "cmd": "gc-threaded", "mode": mode }), a.json)
         }
         GcAction::Plot { out } => {
             gc_cmd::plot(m, &out)?;

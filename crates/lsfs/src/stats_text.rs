@@ -1,0 +1,237 @@
+//! The text of `lsfs stats` (without `--json`): one section per part of
+//! the mount, aligned `key: value` lines, sizes in MiB.
+
+use serde_json::Value;
+
+const BLOCK: u64 = lsfs_core::layout::BLOCK_BYTES as u64;
+
+/// Bytes in the largest binary unit that keeps them at least 1.
+fn size(bytes: u64) -> String {
+    let b = bytes as f64;
+    match bytes {
+        0..=1023 => format!("{bytes} B"),
+        1024..=0xF_FFFF => format!("{:.1} KiB", b / 1024.0),
+        0x10_0000..=0x3FFF_FFFF => format!("{:.1} MiB", b / (1u64 << 20) as f64),
+        _ => format!("{:.1} GiB", b / (1u64 << 30) as f64),
+    }
+}
+
+fn blocks(n: u64) -> String {
+    format!("{n} blocks ({})", size(n * BLOCK))
+}
+
+fn percent(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        "-".to_string()
+    } else {
+        format!("{:.1} %", part as f64 * 100.0 / whole as f64)
+    }
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+/// A scalar as text; a map of counters as `name n, name n`.
+fn plain(key: &str, v: &Value) -> String {
+    match v {
+        Value::Null => "-".to_string(),
+        Value::String(s) => s.clone(),
+        Value::Number(n) if key.ends_with("bytes") => {
+            let b = n.as_u64().unwrap_or(0);
+            format!("{b} ({})", size(b))
+        }
+        Value::Object(m) if m.is_empty() => "-".to_string(),
+        Value::Object(m) => m
+            .iter()
+            .map(|(k, v)| format!("{k} {}", plain(k, v)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        other => other.to_string(),
+    }
+}
+
+/// Every field of a JSON object, as `plain` shows it.
+fn fields(v: &Value) -> Vec<(String, String)> {
+    v.as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, x)| (k.replace('_', " "), plain(k, x)))
+        .collect()
+}
+
+/// The text `lsfs stats` prints for the JSON `lsfs stats --json` prints.
+pub fn stats_text(s: &Value) -> String {
+    let mut sections: Vec<(&str, Vec<(String, String)>)> = Vec::new();
+    let row = |k: &str, v: String| (k.to_string(), v);
+
+    let mut fs = vec![
+        row("blocks used", blocks(u(&s["blocks_used"]))),
+        row("inodes used", u(&s["inodes_used"]).to_string()),
+    ];
+    if let Some(r) = s["read_only_reason"].as_str() {
+        fs.push(row("read-only because", r.to_string()));
+    }
+    sections.push(("file system", fs));
+
+    let c = &s["cache"];
+    let (hits, misses) = (u(&c["hits"]), u(&c["misses"]));
+    sections.push((
+        "cache",
+        vec![
+            row("capacity", blocks(u(&c["capacity_blocks"]))),
+            row(
+                "resident",
+                format!(
+                    "{} blocks ({}, {} full)",
+                    u(&c["resident_blocks"]),
+                    size(u(&c["resident_blocks"]) * BLOCK),
+                    percent(u(&c["resident_blocks"]), u(&c["capacity_blocks"]))
+                ),
+            ),
+            row("dirty", blocks(u(&c["dirty_blocks"]))),
+            row(
+                "hit rate",
+                format!(
+                    "{} ({hits} hits, {misses} misses)",
+                    percent(hits, hits + misses)
+                ),
+            ),
+        ],
+    ));
+
+    let cp = &s["checkpoint"];
+    sections.push((
+        "checkpoint",
+        vec![
+            row("current", u(&cp["current"]).to_string()),
+            row("kept", u(&cp["count"]).to_string()),
+        ],
+    ));
+
+    let d = &s["device"];
+    sections.push((
+        "device",
+        vec![
+            row(
+                "reads",
+                format!("{} ({})", u(&d["reads"]), size(u(&d["read_bytes"]))),
+            ),
+            row(
+                "writes",
+                format!("{} ({})", u(&d["writes"]), size(u(&d["write_bytes"]))),
+            ),
+            row("flushes", u(&d["flushes"]).to_string()),
+        ],
+    ));
+
+    let sg = &s["segments"];
+    let (total, free) = (u(&sg["total"]), u(&sg["free"]));
+    sections.push((
+        "segments",
+        vec![
+            row(
+                "total",
+                format!("{total} of {} each", size(u(&sg["segment_blocks"]) * BLOCK)),
+            ),
+            row("free", format!("{free} ({})", percent(free, total))),
+        ],
+    ));
+
+    sections.push(("I/O queue", fields(&s["io"])));
+    sections.push(("store counters", fields(&s["store"])));
+
+    let m = &s["memory"];
+    let mut mem = vec![row(
+        "in use",
+        format!(
+            "{} of at most {}",
+            size(u(&m["bytes"])),
+            size(u(&m["bound_bytes"]))
+        ),
+    )];
+    for it in m["items"].as_array().into_iter().flatten() {
+        mem.push(row(
+            it["name"].as_str().unwrap_or("?"),
+            format!(
+                "{} of at most {} ({} entries)",
+                size(u(&it["bytes"])),
+                size(u(&it["max_bytes"])),
+                u(&it["entries"])
+            ),
+        ));
+    }
+    sections.push(("memory", mem));
+
+    let f = &s["fuse"];
+    if !f.is_null() {
+        let mut fuse = vec![
+            row("total", u(&f["total"]).to_string()),
+            row(
+                "security.capability probes",
+                u(&f["getxattr_security_capability"]).to_string(),
+            ),
+        ];
+        for (op, n) in f["requests"].as_object().into_iter().flatten() {
+            fuse.push(row(op, u(n).to_string()));
+        }
+        sections.push(("FUSE requests", fuse));
+    }
+
+    let mut out = String::new();
+    for (title, rows) in sections {
+        let width = rows
+            .iter()
+            .map(|(k, _)| k.chars().count())
+            .max()
+            .unwrap_or(0)
+            + 1;
+        out.push_str(&format!("\n{title}\n"));
+        for (k, v) in rows {
+            out.push_str(&format!("  {:<width$} {v}\n", format!("{k}:")));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn stats_are_text_in_aligned_sections() {
+        let s = json!({
+            "blocks_used": 256,
+            "inodes_used": 3,
+            "read_only_reason": null,
+            "cache": { "capacity_blocks": 16384, "resident_blocks": 4096, "dirty_blocks": 0,
+                       "hits": 9, "misses": 1 },
+            "checkpoint": { "current": 4, "count": 3 },
+            "device": { "reads": 2, "read_bytes": 8192, "writes": 1, "write_bytes": 1048576, "flushes": 1 },
+            "segments": { "total": 100, "free": 25, "segment_blocks": 512 },
+            "io": { "deferred": true, "limit_bytes": 67108864 },
+            "store": { "blocks_written": 7, "stream_writes": { "meta": 4 } },
+            "memory": { "bytes": 0, "bound_bytes": 0, "items": [] },
+            "fuse": { "total": 2, "getxattr_security_capability": 0, "requests": { "LOOKUP": 2 } },
+        });
+        let t = stats_text(&s);
+        assert!(!t.contains('{'), "{t}");
+        for want in [
+            "\ncache\n",
+            "  capacity: 16384 blocks (64.0 MiB)\n",
+            "  resident: 4096 blocks (16.0 MiB, 25.0 % full)\n",
+            "  hit rate: 90.0 % (9 hits, 1 misses)\n",
+            "  free:  25 (25.0 %)\n",
+            "  total: 100 of 2.0 MiB each\n",
+            "  limit bytes: 67108864 (64.0 MiB)\n",
+            "  reads:   2 (8.0 KiB)\n",
+            "  stream writes:  meta 4\n",
+            "  writes:  1 (1.0 MiB)\n",
+            "  LOOKUP:                     2\n",
+        ] {
+            assert!(t.contains(want), "{want:?} not in\n{t}");
+        }
+        assert!(!t.contains("read-only"), "{t}");
+    }
+}

@@ -1,0 +1,167 @@
+//! What the reporting commands print for a person (text) and for a script
+//! (`--json`): dates as UTC date-times, no JSON without `--json`, and a
+//! mount that reports itself only once it is there.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn lsfs(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lsfs"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run lsfs")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = lsfs(args);
+    assert!(
+        out.status.success(),
+        "lsfs {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn mkfs(image: &Path) {
+    ok(&["mkfs", "--size", "256M", image.to_str().unwrap()]);
+}
+
+/// `YYYY-MM-DD HH:MM:SS`
+fn is_date_time(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 19
+        && b.iter().enumerate().all(|(i, &c)| match i {
+            4 | 7 => c == b'-',
+            10 => c == b' ',
+            13 | 16 => c == b':',
+            _ => c.is_ascii_digit(),
+        })
+}
+
+#[test]
+fn checkpoint_and_snapshot_lists_show_utc_dates() {
+    let tmp = tempfile::tempdir().unwrap();
+    let image = tmp.path().join("img");
+    mkfs(&image);
+    let img = image.to_str().unwrap();
+    ok(&["snapshot", "create", "--image", img]);
+    for cmd in ["checkpoint", "snapshot"] {
+        let text = ok(&[cmd, "list", "--image", img]);
+        let mut lines = text.lines();
+        assert!(lines.next().unwrap().contains("CREATED (UTC)"), "{text}");
+        let rows: Vec<&str> = lines.collect();
+        assert!(!rows.is_empty(), "{text}");
+        for row in rows {
+            // CNO, MODE, then the date and the time.
+            let f: Vec<&str> = row.split_whitespace().collect();
+            assert!(is_date_time(&format!("{} {}", f[2], f[3])), "{row}");
+        }
+        let v: serde_json::Value =
+            serde_json::from_str(&ok(&[cmd, "list", "--image", img, "--json"])).unwrap();
+        assert!(v["checkpoints"][0]["created_secs"].is_u64(), "{v}");
+    }
+}
+
+#[test]
+fn a_missing_mount_point_fails_before_claiming_a_mount() {
+    let tmp = tempfile::tempdir().unwrap();
+    let image = tmp.path().join("img");
+    mkfs(&image);
+    let missing = tmp.path().join("no-such-dir");
+    for extra in [None, Some("--background")] {
+        let mut args = vec!["mount", image.to_str().unwrap(), missing.to_str().unwrap()];
+        args.extend(extra);
+        let out = lsfs(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(!err.contains("mounted"), "{err}");
+        assert!(err.contains("mount point"), "{err}");
+    }
+}
+
+#[test]
+fn reports_of_a_mount_are_text_unless_json_is_asked_for() {
+    if !Path::new("/dev/fuse").exists() {
+        eprintln!("SKIPPED: /dev/fuse does not exist");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let image = tmp.path().join("img");
+    let mnt = tmp.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    mkfs(&image);
+    let m = mnt.to_str().unwrap();
+    // The server keeps the stderr it was given: a file, not a pipe that
+    // would stay open after the command returns.
+    let log = tmp.path().join("mount.err");
+    let st = Command::new(env!("CARGO_BIN_EXE_lsfs"))
+        .args(["mount", image.to_str().unwrap(), m, "--background"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .status()
+        .unwrap();
+    let err = std::fs::read_to_string(&log).unwrap();
+    assert!(st.success(), "{err}");
+    assert!(err.contains("mounted on"), "{err}");
+    assert!(!err.contains("Ctrl-C"), "{err}");
+    assert!(err.contains("fusermount3 -u"), "{err}");
+    let sock = tmp.path().join(".mnt.lsfs.sock");
+    let _unmount = Unmount(mnt.clone(), sock);
+
+    std::fs::write(mnt.join("f"), b"some data").unwrap();
+    let text = ok(&["stats", "--mount", m]);
+    assert!(
+        text.starts_with("device writes / application writes: "),
+        "{text}"
+    );
+    assert!(!text.contains('{'), "{text}");
+    for section in [
+        "\ncache\n",
+        "\ncheckpoint\n",
+        "\ndevice\n",
+        "\nsegments\n",
+        "\nFUSE requests\n",
+    ] {
+        assert!(text.contains(section), "{section:?} not in\n{text}");
+    }
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&["stats", "--mount", m, "--json"])).unwrap();
+    assert!(v["cache"]["capacity_blocks"].is_u64(), "{v}");
+    assert!(v["fuse"]["total"].as_u64().unwrap() > 0, "{v}");
+
+    for (args, want) in [
+        (&["gc", "policy", "greedy"][..], "cleaning policy greedy"),
+        (
+            &["gc", "threaded", "adaptive"][..],
+            "threaded logging adaptive",
+        ),
+        (&["gc", "stop"][..], "background cleaning off"),
+        (&["gc", "start"][..], "background cleaning on"),
+    ] {
+        let mut a = args.to_vec();
+        a.extend(["--mount", m]);
+        assert_eq!(ok(&a).trim_end(), want);
+        a.push("--json");
+        let v: serde_json::Value = serde_json::from_str(&ok(&a)).unwrap();
+        assert_eq!(v["ok"], true, "{v}");
+    }
+    let status = ok(&["gc", "status", "--mount", m]);
+    assert!(status.starts_with("cleaner on · policy greedy"), "{status}");
+}
+
+/// Unmounts the background mount and waits for its server to let go of
+/// the control socket, also when the test fails.
+struct Unmount(std::path::PathBuf, std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = Command::new("fusermount3").arg("-u").arg(&self.0).status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.1.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
