@@ -604,19 +604,41 @@ fn mount_background(a: &MountArgs, mnt: &Path) -> Result<(), String> {
     if let Some(c) = &a.config {
         cmd.arg("--config").arg(c);
     }
+    // The server's log goes to a file beside the mount point, as its control
+    // socket does: an inherited stderr would keep a caller's pipe open (and
+    // `$(lsfs mount --background …)` waiting) until the unmount.
+    let name = mnt.file_name().unwrap_or_default().to_string_lossy();
+    let log_path = mnt
+        .parent()
+        .unwrap_or(Path::new("/"))
+        .join(format!(".{name}.lsfs.log"));
+    let log = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(&log_path)
+            .map_err(|e| format!("log file {}: {e}", log_path.display()))?
+    };
+    let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
     cmd.stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null());
+        .stdout(std::process::Stdio::null())
+        .stderr(log);
     let mut child = cmd.spawn().map_err(err)?;
     for _ in 0..200 {
         if let Some(status) = child.try_wait().map_err(err)? {
-            return Err(format!("mount failed ({status})"));
+            let said = std::fs::read(&log_path).unwrap_or_default();
+            let said = String::from_utf8_lossy(&said[(log_start as usize).min(said.len())..]);
+            return Err(format!("mount failed ({status}): {}", said.trim()));
         }
         if is_mounted(mnt) {
             eprintln!(
-                "lsfs: {} mounted on {} (unmount with `fusermount3 -u {}`)",
+                "lsfs: {} mounted on {} (unmount with `fusermount3 -u {}`; log in {})",
                 a.image.display(),
                 a.mountpoint.display(),
-                a.mountpoint.display()
+                a.mountpoint.display(),
+                log_path.display()
             );
             return Ok(());
         }

@@ -93,23 +93,24 @@ fn reports_of_a_mount_are_text_unless_json_is_asked_for() {
     std::fs::create_dir(&mnt).unwrap();
     mkfs(&image);
     let m = mnt.to_str().unwrap();
-    // The server keeps the stderr it was given: a file, not a pipe that
-    // would stay open after the command returns.
-    let log = tmp.path().join("mount.err");
-    let st = Command::new(env!("CARGO_BIN_EXE_lsfs"))
+    // Captured through pipes, as `$(lsfs mount --background …)` does: the
+    // server must not keep them open (output() would wait for the unmount).
+    let out = Command::new(env!("CARGO_BIN_EXE_lsfs"))
         .args(["mount", image.to_str().unwrap(), m, "--background"])
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .status()
+        .output()
         .unwrap();
-    let err = std::fs::read_to_string(&log).unwrap();
-    assert!(st.success(), "{err}");
+    let sock = tmp.path().join(".mnt.lsfs.sock");
+    let _unmount = Unmount(mnt.clone(), sock);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
     assert!(err.contains("mounted on"), "{err}");
     assert!(!err.contains("Ctrl-C"), "{err}");
     assert!(err.contains("fusermount3 -u"), "{err}");
-    let sock = tmp.path().join(".mnt.lsfs.sock");
-    let _unmount = Unmount(mnt.clone(), sock);
+    assert!(
+        tmp.path().join(".mnt.lsfs.log").exists(),
+        "the server logs beside the mount point"
+    );
 
     std::fs::write(mnt.join("f"), b"some data").unwrap();
     let text = ok(&["stats", "--mount", m]);
