@@ -50,6 +50,19 @@ for crate in pjdfstest fsx; do
     fi
 done
 
+# --- lints (scripts/test.sh): clippy and rustfmt for the default toolchain ---
+if ! command -v rustup >/dev/null; then
+    echo "install-deps.sh: rustup not found; it installs clippy, rustfmt and the nightly toolchain" >&2
+    exit 1
+fi
+for comp in clippy rustfmt; do
+    if rustup component list --installed | grep -q "^$comp"; then
+        echo "rustup: $comp already installed"
+    else
+        rustup component add "$comp"
+    fi
+done
+
 # --- fuzzing (scripts/fuzz.sh): a nightly toolchain and cargo-fuzz ------------
 if ! command -v rustup >/dev/null; then
     echo "install-deps.sh: rustup not found; it installs the nightly toolchain fuzzing needs" >&2

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Every test: unit, property, crash and model tests (cargo test), then the
-# fuzz targets for a bounded time (scripts/fuzz.sh), then the external suites
+# Every test: rustfmt and clippy (warnings are errors), then unit, property,
+# crash and model tests (cargo test), then the fuzz targets for a bounded time (scripts/fuzz.sh), then the external suites
 # through a real FUSE mount of lsfs (pjdfstest, fsx, fsck).
 # Installs what it needs first. Takes about 15 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 scripts/install-deps.sh
+# Style and lints first: they take seconds and name the line.
+cargo fmt --all --check
+cargo clippy --workspace --all-targets -- -D warnings
 cargo build --release -p lsfs
 cargo test --workspace --release 2>&1
 # Every fuzz target for 20 s each, two at a time, with a fixed seed: about

@@ -420,7 +420,7 @@ fn run(fs: &mut dyn Vfs, op: Op, seed: u64) -> Outcome {
             let s = seed as u32;
             let set = match op {
                 Op::Chattr(_) => SetAttr {
-                    mode: Some(0o600 | (s * 5 & 0o77) | if s % 2 == 1 { 0o1000 } else { 0 }),
+                    mode: Some(0o600 | ((s * 5) & 0o77) | if s % 2 == 1 { 0o1000 } else { 0 }),
                     uid: Some(1000 + s),
                     gid: Some(2000 + s),
                     ..SetAttr::default()

@@ -65,14 +65,14 @@ struct Recorded {
     durable: Vec<(usize, usize)>,
     /// Scratch files by name (names are never reused): contents, and the
     /// log length after the first fsync of the file, if any.
-    scratch: HashMap<
-        Vec<u8>,
-        (
-            std::rc::Rc<Vec<u8>>,
-            std::rc::Rc<std::cell::Cell<Option<usize>>>,
-        ),
-    >,
+    scratch: HashMap<Vec<u8>, Scratch>,
 }
+
+/// A scratch file's contents, and the log length after its first fsync.
+type Scratch = (
+    std::rc::Rc<Vec<u8>>,
+    std::rc::Rc<std::cell::Cell<Option<usize>>>,
+);
 
 /// A nearly full image for threaded logging to plug: ballast files fill
 /// most of the space, then half of them are overwritten, so full segments

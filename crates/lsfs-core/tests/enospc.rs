@@ -239,7 +239,7 @@ fn eighty_five_percent_full_keeps_accepting_overwrites() {
     let mut fs = mkfs(32 * MIB, config);
     let c = ctx();
     let usable = fs.store.free_blocks() * 4096;
-    let nfiles = (usable * 85 / 100 / (64 * 1024)) as u64;
+    let nfiles = usable * 85 / 100 / (64 * 1024);
     let mut inos = Vec::new();
     for i in 0..nfiles {
         let a = fs

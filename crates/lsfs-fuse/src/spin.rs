@@ -152,6 +152,7 @@ mod tests {
     use std::os::fd::FromRawFd;
 
     fn nonblocking(fd: &OwnedFd) -> bool {
+        // SAFETY: F_GETFL on a descriptor we own reads its flags only.
         unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) & libc::O_NONBLOCK != 0 }
     }
 
@@ -160,7 +161,10 @@ mod tests {
     #[test]
     fn spins_while_requests_come_and_sleeps_after() {
         let mut fds = [0; 2];
-        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: pipe writes two descriptors into an array of two.
+        let rc = unsafe { libc::pipe(fds.as_mut_ptr()) };
+        assert_eq!(rc, 0);
+        // SAFETY: the two descriptors are new and owned by nothing else.
         let (r, _w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         let probe = r.try_clone().unwrap();
         let s = Spinner::start(r, Duration::from_millis(20)).unwrap();

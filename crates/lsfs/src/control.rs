@@ -47,6 +47,7 @@ pub fn serve(fs: Arc<Mutex<Lsfs>>, fuse: FuseSide) -> std::io::Result<PathBuf> {
     let _ = std::fs::remove_file(&path);
     let listener = UnixListener::bind(&path)?;
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
     let owner = unsafe { libc::geteuid() };
     std::thread::Builder::new()
         .name("lsfs-control".into())

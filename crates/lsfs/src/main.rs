@@ -31,6 +31,8 @@ struct Cli {
     cmd: Cmd,
 }
 
+// Parsed once per process: the size of the largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Cmd {
     /// Make an image (if there is none) and mount it in the foreground; Ctrl-C unmounts.

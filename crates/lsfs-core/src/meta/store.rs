@@ -584,7 +584,6 @@ impl Store {
             }
             None => (n.new_temp(), vec![0; self.geo.block_bytes]),
         };
-        drop(n);
         if let Some(a) = addr.filter(|&a| !journaled && !is_temp(a)) {
             self.dat_track(idx, a);
         }
@@ -783,9 +782,7 @@ impl Store {
             })
             .collect();
         let hot = match streams.iter().flatten().next() {
-            Some(_) => streams
-                .iter()
-                .any(|s| *s == Some(crate::meta::stream::Stream::HotUser)),
+            Some(_) => streams.contains(&Some(crate::meta::stream::Stream::HotUser)),
             None => self.file_is_hot(ino),
         };
         let n = olds.len() as u64;

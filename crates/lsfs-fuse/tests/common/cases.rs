@@ -206,10 +206,8 @@ pub fn truncate_shrinks_and_extends(root: &Path) {
     fs::create_dir(&d).unwrap();
     let c = cstr(&d);
     // SAFETY: valid path.
-    assert_eq!(
-        errno(check(unsafe { libc::truncate(c.as_ptr(), 0) })),
-        libc::EISDIR
-    );
+    let rc = unsafe { libc::truncate(c.as_ptr(), 0) };
+    assert_eq!(errno(check(rc)), libc::EISDIR);
 }
 
 pub fn open_flags(root: &Path) {
@@ -700,6 +698,7 @@ pub fn statfs_is_plausible(root: &Path) {
     let c = cstr(root);
     // SAFETY: statvfs writes into a zeroed struct of the right type.
     let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid path and a struct of the right type to write into.
     check(unsafe { libc::statvfs(c.as_ptr(), &mut s) }).unwrap();
     assert!(s.f_bsize > 0 && s.f_frsize > 0);
     assert!(s.f_blocks > 0 && s.f_bfree <= s.f_blocks && s.f_bavail <= s.f_bfree);

@@ -599,7 +599,7 @@ mod tests {
             ])
             .expect("valid flags")
         };
-        let err = args("balanced", "0.88").gc.jobs().err().expect("refused");
+        let err = args("balanced", "0.88").gc.jobs().expect_err("refused");
         assert!(err.to_string().contains("--utilizations"), "{err}");
         // Greedy keeps two streams, not four: 0.88 fits for it.
         assert_eq!(args("greedy", "0.88").gc.jobs().expect("fits").len(), 1);

@@ -237,7 +237,7 @@ impl SegmentLog {
         if self.measuring {
             self.counters.user_writes += 1;
         }
-        if self.check_every > 0 && self.now.is_multiple_of(self.check_every) {
+        if self.check_every > 0 && self.now % self.check_every == 0 {
             self.check_invariants();
         }
     }

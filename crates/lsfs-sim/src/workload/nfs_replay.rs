@@ -630,7 +630,7 @@ pub fn replay_file(
         n += 1;
         r.feed_line(&line, n);
         bar.inc(got as u64);
-        if n.is_multiple_of(65_536) {
+        if n % 65_536 == 0 {
             bar.set_message(format!("{} applied", r.report().applied));
         }
     }
