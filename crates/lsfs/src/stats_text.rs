@@ -135,6 +135,9 @@ pub fn stats_text(s: &Value) -> String {
                 format!("{total} of {} each", size(u(&sg["segment_blocks"]) * BLOCK)),
             ),
             row("free", format!("{free} ({})", percent(free, total))),
+            // What statfs does not count as free; the rest is reclaimable.
+            row("live", blocks(u(&sg["live_blocks"]))),
+            row("held by snapshots", blocks(u(&sg["snapshot_blocks"]))),
         ],
     ));
 
@@ -209,7 +212,7 @@ mod tests {
                        "hits": 9, "misses": 1 },
             "checkpoint": { "current": 4, "count": 3 },
             "device": { "reads": 2, "read_bytes": 8192, "writes": 1, "write_bytes": 1048576, "flushes": 1 },
-            "segments": { "total": 100, "free": 25, "segment_blocks": 512 },
+            "segments": { "total": 100, "free": 25, "segment_blocks": 512, "live_blocks": 30000, "snapshot_blocks": 2000 },
             "io": { "deferred": true, "limit_bytes": 67108864 },
             "store": { "blocks_written": 7, "stream_writes": { "meta": 4 } },
             "memory": { "bytes": 0, "bound_bytes": 0, "items": [] },
@@ -222,8 +225,9 @@ mod tests {
             "  capacity: 16384 blocks (64.0 MiB)\n",
             "  resident: 4096 blocks (16.0 MiB, 25.0 % full)\n",
             "  hit rate: 90.0 % (9 hits, 1 misses)\n",
-            "  free:  25 (25.0 %)\n",
-            "  total: 100 of 2.0 MiB each\n",
+            "  free:              25 (25.0 %)\n",
+            "  held by snapshots: 2000 blocks (7.8 MiB)\n",
+            "  total:             100 of 2.0 MiB each\n",
             "  limit bytes: 67108864 (64.0 MiB)\n",
             "  reads:   2 (8.0 KiB)\n",
             "  stream writes:  meta 4\n",

@@ -169,6 +169,16 @@ impl SegTable {
         Ok(())
     }
 
+    /// Blocks the segments hold: live in the current file system, and dead
+    /// but kept by a snapshot. Everything else written is reclaimable (plain
+    /// checkpoints give way before ENOSPC), which is what `statfs` reports
+    /// as free. O(segments): 8,192 additions on a 16 GiB image.
+    pub fn held(&self) -> (u64, u64) {
+        self.usage.iter().fold((0, 0), |(live, snap), u| {
+            (live + u.nlive as u64, snap + u.nsnapshot as u64)
+        })
+    }
+
     pub fn is_free(&self, seg: u64) -> bool {
         self.usage[seg as usize].nblocks == 0
             && !self.reserved.contains(&seg)
