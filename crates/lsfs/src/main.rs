@@ -5,6 +5,7 @@ mod config;
 mod control;
 mod gc_cmd;
 mod inspect_cmd;
+mod man_pages;
 mod mount_helper;
 mod mount_opts;
 mod size;
@@ -57,6 +58,17 @@ enum Cmd {
     Fsck(FsckArgs),
     /// Show an unmounted image's superblocks, segments, checkpoints or log records.
     Inspect(InspectArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the lsfs(1) man page, or write one page per subcommand into --out.
+    Man {
+        /// A directory to write lsfs.1, lsfs-mount.1, … into (created if missing).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
 }
 
 #[derive(Args)]
@@ -367,6 +379,11 @@ fn main() -> ExitCode {
         Cmd::Stats(a) => stats_cmd(a),
         Cmd::Gc(a) => gc(a),
         Cmd::Sim(c) => lsfs_sim::cli::run(c).map_err(|e| e.to_string()),
+        Cmd::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "lsfs", &mut std::io::stdout());
+            Ok(())
+        }
+        Cmd::Man { out } => man_pages::write(Cli::command(), out.as_deref()),
         Cmd::Fsck(a) => match inspect_cmd::fsck(&a.image, a.json) {
             Ok(code) => return ExitCode::from(code),
             Err(e) => Err(e),
