@@ -275,7 +275,7 @@ enum CpAction {
     List,
     /// Take a checkpoint now.
     Create,
-    /// Delete a plain checkpoint.
+    /// Delete a plain checkpoint (not a snapshot, not the latest one).
     Delete {
         /// Checkpoint number.
         cno: u64,
@@ -285,7 +285,8 @@ enum CpAction {
         /// Checkpoint number.
         cno: u64,
     },
-    /// Make a snapshot a plain checkpoint again.
+    /// Make a snapshot a plain checkpoint again: it stays listed here (and
+    /// mountable) until it is older than the protection period, then goes.
     Demote {
         /// Snapshot's checkpoint number.
         cno: u64,
@@ -306,10 +307,16 @@ enum SnapAction {
     List,
     /// Take a snapshot now.
     Create,
-    /// Demote a snapshot to a plain checkpoint (its blocks become reclaimable).
+    /// Delete a snapshot and its checkpoint: it leaves `snapshot list` and
+    /// `checkpoint list`, and the blocks only it held become reclaimable.
+    /// With --keep-checkpoint it is only demoted to a plain checkpoint.
     Delete {
         /// Snapshot's checkpoint number.
         cno: u64,
+        /// Only demote it: it stays in `checkpoint list` (and mountable
+        /// with --checkpoint) until it is older than the protection period.
+        #[arg(long)]
+        keep_checkpoint: bool,
     },
 }
 
@@ -792,6 +799,12 @@ fn control_request(t: &Target, req: serde_json::Value) -> Result<serde_json::Val
     }
 }
 
+/// Whether an entry of a `list` reply is a snapshot.
+fn is_snapshot(c: &serde_json::Value) -> bool {
+    let flags = c["flags"].as_u64().unwrap_or(0);
+    flags & u64::from(lsfs_core::meta::cpfile::CP_SNAPSHOT) != 0
+}
+
 fn print_checkpoints(v: &serde_json::Value, json_out: bool, only_snapshots: bool) {
     if json_out {
         println!("{v}");
@@ -802,7 +815,7 @@ fn print_checkpoints(v: &serde_json::Value, json_out: bool, only_snapshots: bool
         "CNO", "MODE", "CREATED (UTC)", "INODES", "BLOCKS"
     );
     for c in v["checkpoints"].as_array().into_iter().flatten() {
-        let snap = c["flags"].as_u64().unwrap_or(0) & 2 != 0;
+        let snap = is_snapshot(c);
         if only_snapshots && !snap {
             continue;
         }
@@ -830,23 +843,70 @@ fn checkpoint_cmd(a: CpArgs) -> Result<(), String> {
         CpAction::List => print_checkpoints(&v, a.target.json, false),
         _ if a.target.json => println!("{v}"),
         CpAction::Create => println!("checkpoint {}", v["cno"]),
-        _ => println!("done"),
+        CpAction::Delete { cno } => println!("deleted checkpoint {cno}"),
+        CpAction::Promote { cno } => println!("checkpoint {cno} is now a snapshot"),
+        CpAction::Demote { cno } => println!("{}", demoted_message(cno)),
     }
     Ok(())
+}
+
+/// What a demoted snapshot is now, said where one is demoted.
+fn demoted_message(cno: u64) -> String {
+    format!(
+        "snapshot {cno} is now a plain checkpoint: gone from `lsfs snapshot list`, still in \
+         `lsfs checkpoint list` until it is older than the protection period \
+         (`lsfs checkpoint delete {cno}` deletes it now)"
+    )
 }
 
 fn snapshot_cmd(a: SnapArgs) -> Result<(), String> {
     let req = match &a.action {
         SnapAction::List => json!({ "cmd": "list" }),
         SnapAction::Create => json!({ "cmd": "snapshot" }),
-        SnapAction::Delete { cno } => json!({ "cmd": "demote", "cno": cno }),
+        SnapAction::Delete { cno, .. } => {
+            // Demoting a plain checkpoint does nothing, and deleting it
+            // then would delete a checkpoint that was never a snapshot.
+            let list = control_request(&a.target, json!({ "cmd": "list" }))?;
+            let entry = list["checkpoints"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["cno"].as_u64() == Some(*cno));
+            match entry {
+                None => return Err(format!("there is no checkpoint {cno}")),
+                Some(c) if !is_snapshot(c) => {
+                    return Err(format!(
+                        "checkpoint {cno} is not a snapshot (see `lsfs snapshot list`)"
+                    ))
+                }
+                Some(_) => json!({ "cmd": "demote", "cno": cno }),
+            }
+        }
     };
     let v = control_request(&a.target, req)?;
+    // Demoting wrote a newer checkpoint, so the demoted one is not the
+    // latest and can go too.
+    let v = match a.action {
+        SnapAction::Delete {
+            cno,
+            keep_checkpoint: false,
+        } => control_request(&a.target, json!({ "cmd": "delete", "cno": cno })).map_err(|e| {
+            format!(
+                "{}; but deleting checkpoint {cno} failed: {e}",
+                demoted_message(cno)
+            )
+        })?,
+        _ => v,
+    };
     match a.action {
         SnapAction::List => print_checkpoints(&v, a.target.json, true),
         _ if a.target.json => println!("{v}"),
         SnapAction::Create => println!("snapshot {}", v["cno"]),
-        SnapAction::Delete { .. } => println!("done"),
+        SnapAction::Delete {
+            cno,
+            keep_checkpoint: true,
+        } => println!("{}", demoted_message(cno)),
+        SnapAction::Delete { cno, .. } => println!("deleted snapshot {cno} and its checkpoint"),
     }
     Ok(())
 }
