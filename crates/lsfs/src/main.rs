@@ -42,6 +42,11 @@ enum Cmd {
     /// Make a new file system on an image file or block device.
     Mkfs(MkfsArgs),
     /// Mount a file system (foreground unless --background).
+    ///
+    /// mount(8) runs lsfs too: `mount -t fuse.lsfs IMAGE DIR -o OPTIONS`,
+    /// or a line `IMAGE DIR fuse.lsfs OPTIONS 0 0` in /etc/fstab, mounts as
+    /// --background does and returns once mounted (scripts/install.sh puts
+    /// lsfs in /usr/local/bin and links /sbin/mount.fuse.lsfs to it).
     Mount(MountArgs),
     /// List, take, promote, demote or delete checkpoints and snapshots.
     Checkpoint(CpArgs),
@@ -354,9 +359,11 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // clap adds `help` only when it builds the command.
     let subcommands: Vec<String> = Cli::command()
         .get_subcommands()
         .map(|c| c.get_name().to_string())
+        .chain(["help".to_string()])
         .collect();
     let subcommands: Vec<&str> = subcommands.iter().map(String::as_str).collect();
     if mount_helper::is_helper_call(&argv, &subcommands) {
