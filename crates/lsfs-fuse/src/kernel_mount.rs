@@ -27,6 +27,7 @@ pub(crate) fn mount(
     subtype: &str,
     read_only: bool,
     allow_other: bool,
+    kernel_flags: libc::c_ulong,
 ) -> io::Result<OwnedFd> {
     let dev: OwnedFd = OpenOptions::new()
         .read(true)
@@ -44,9 +45,9 @@ pub(crate) fn mount(
     if allow_other {
         data.push_str(",allow_other");
     }
-    // No nodev/nosuid: root's mount honours device nodes and setuid bits,
-    // like any other file system root mounts.
-    let flags = if read_only { libc::MS_RDONLY } else { 0 };
+    // No nodev/nosuid unless asked for: root's mount honours device nodes
+    // and setuid bits, like any other file system root mounts.
+    let flags = kernel_flags | if read_only { libc::MS_RDONLY } else { 0 };
     let source = cstring(fsname.as_bytes())?;
     let target = cstring(mountpoint.as_os_str().as_bytes())?;
     let fstype = cstring(format!("fuse.{subtype}").as_bytes())?;

@@ -54,6 +54,10 @@ pub struct MountOptions {
     /// (`spin.rs`); zero never polls. Only mounts made as root (which own
     /// their device file) poll.
     pub spin: Duration,
+    /// The kernel's generic mount flags (`libc::MS_NOSUID`, `MS_NOEXEC`,
+    /// `MS_NOATIME`, …) from `-o nosuid,noexec,…`; `MS_RDONLY` comes from
+    /// `read_only`. Zero by default.
+    pub kernel_flags: libc::c_ulong,
 }
 
 /// The default of [`MountOptions::spin`]: measured in docs/PERFORMANCE.md.
@@ -70,6 +74,7 @@ impl Default for MountOptions {
             threads: 1,
             writeback_cache: true,
             spin: DEFAULT_SPIN,
+            kernel_flags: 0,
             cache_forever: None,
             kernel_cache: Arc::default(),
             counters: Arc::default(),
@@ -133,6 +138,19 @@ fn config(opts: &MountOptions, read_only: bool) -> Config {
             MountOption::RW
         },
     ];
+    let flags = opts.kernel_flags;
+    for (flag, option) in [
+        (libc::MS_NOSUID, MountOption::NoSuid),
+        (libc::MS_NODEV, MountOption::NoDev),
+        (libc::MS_NOEXEC, MountOption::NoExec),
+        (libc::MS_NOATIME, MountOption::NoAtime),
+        (libc::MS_SYNCHRONOUS, MountOption::Sync),
+        (libc::MS_DIRSYNC, MountOption::DirSync),
+    ] {
+        if flags & flag != 0 {
+            config.mount_options.push(option);
+        }
+    }
     // fuser also filters requests by uid itself; it must agree with the
     // kernel's allow_other, or other users' requests are refused.
     config.acl = if opts.allow_other {
@@ -234,6 +252,7 @@ fn start<V: Vfs + 'static>(
             SUBTYPE,
             read_only,
             opts.allow_other,
+            opts.kernel_flags,
         )
         .map_err(mount_error)?;
         if !opts.spin.is_zero() {

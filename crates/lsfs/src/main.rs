@@ -5,11 +5,13 @@ mod config;
 mod control;
 mod gc_cmd;
 mod inspect_cmd;
+mod man_pages;
+mod mount_helper;
 mod mount_opts;
 mod size;
 mod stats_text;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use config::FileConfig;
 use lsfs_core::device::FileDevice;
 use lsfs_core::fs::{Lsfs, MountConfig};
@@ -40,6 +42,11 @@ enum Cmd {
     /// Make a new file system on an image file or block device.
     Mkfs(MkfsArgs),
     /// Mount a file system (foreground unless --background).
+    ///
+    /// mount(8) runs lsfs too: `mount -t fuse.lsfs IMAGE DIR -o OPTIONS`,
+    /// or a line `IMAGE DIR fuse.lsfs OPTIONS 0 0` in /etc/fstab, mounts as
+    /// --background does and returns once mounted (scripts/install.sh puts
+    /// lsfs in /usr/local/bin and links /sbin/mount.fuse.lsfs to it).
     Mount(MountArgs),
     /// List, take, promote, demote or delete checkpoints and snapshots.
     Checkpoint(CpArgs),
@@ -56,6 +63,17 @@ enum Cmd {
     Fsck(FsckArgs),
     /// Show an unmounted image's superblocks, segments, checkpoints or log records.
     Inspect(InspectArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the lsfs(1) man page, or write one page per subcommand into --out.
+    Man {
+        /// A directory to write lsfs.1, lsfs-mount.1, … into (created if missing).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
 }
 
 #[derive(Args)]
@@ -197,20 +215,26 @@ struct MountArgs {
     /// Mount options, comma-separated: `ro`, `rw`, `writeback_cache` (the
     /// default: the kernel buffers writes and sends them in batches; fsync,
     /// close, snapshots and unmount send everything first, and write errors
-    /// come back from fsync and close) and `no_writeback_cache` (every
-    /// write() reaches lsfs before it returns).
+    /// come back from fsync and close), `no_writeback_cache` (every
+    /// write() reaches lsfs before it returns); the flags below as
+    /// `checkpoint=N`, `cache_size=SIZE`, `threads=N`, `spin_us=N`,
+    /// `config=FILE` (a flag given too must agree); the generic `nosuid`,
+    /// `nodev`, `noexec`, `noatime`, `sync`, … and their opposites; and,
+    /// ignored, what fstab says to mount(8) or systemd (`defaults`,
+    /// `noauto`, `nofail`, `user`, `_netdev`, `x-*`, `comment=*`).
     #[arg(short = 'o')]
     options: Option<mount_opts::MountOpts>,
-    /// Threads serving FUSE requests (1..=16). They take turns on the file
-    /// system's lock; see docs/PERFORMANCE.md for what a second one gives.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=16))]
-    threads: u16,
+    /// Threads serving FUSE requests (1..=16; default 1). They take turns
+    /// on the file system's lock; see docs/PERFORMANCE.md for what a second
+    /// one gives.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=16))]
+    threads: Option<u16>,
     /// Microseconds the FUSE server keeps polling for the next request
-    /// after one (0..=100000; 0 never polls). Polling saves a cross-CPU
-    /// wake-up per request while requests come fast and costs up to one CPU
-    /// meanwhile; never on battery power. See docs/PERFORMANCE.md.
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(0..=100_000))]
-    spin_us: u32,
+    /// after one (0..=100000; default 1000; 0 never polls). Polling saves a
+    /// cross-CPU wake-up per request while requests come fast and costs up
+    /// to one CPU meanwhile; never on battery power. See docs/PERFORMANCE.md.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=100_000))]
+    spin_us: Option<u32>,
     /// Block cache size (1M..=64G).
     #[arg(long, value_parser = size::parse_size)]
     cache_size: Option<u64>,
@@ -224,6 +248,9 @@ struct MountArgs {
     /// started it says where the mount is, and Ctrl-C does not reach it.
     #[arg(long, hide = true)]
     served_in_background: bool,
+    /// Called as mount(8)'s helper: say nothing once mounted, as mount does.
+    #[arg(skip)]
+    quiet: bool,
 }
 
 #[derive(Args)]
@@ -253,7 +280,7 @@ enum CpAction {
     List,
     /// Take a checkpoint now.
     Create,
-    /// Delete a plain checkpoint.
+    /// Delete a plain checkpoint (not a snapshot, not the latest one).
     Delete {
         /// Checkpoint number.
         cno: u64,
@@ -263,7 +290,8 @@ enum CpAction {
         /// Checkpoint number.
         cno: u64,
     },
-    /// Make a snapshot a plain checkpoint again.
+    /// Make a snapshot a plain checkpoint again: it stays listed here (and
+    /// mountable) until it is older than the protection period, then goes.
     Demote {
         /// Snapshot's checkpoint number.
         cno: u64,
@@ -284,10 +312,16 @@ enum SnapAction {
     List,
     /// Take a snapshot now.
     Create,
-    /// Demote a snapshot to a plain checkpoint (its blocks become reclaimable).
+    /// Delete a snapshot and its checkpoint: it leaves `snapshot list` and
+    /// `checkpoint list`, and the blocks only it held become reclaimable.
+    /// With --keep-checkpoint it is only demoted to a plain checkpoint.
     Delete {
         /// Snapshot's checkpoint number.
         cno: u64,
+        /// Only demote it: it stays in `checkpoint list` (and mountable
+        /// with --checkpoint) until it is older than the protection period.
+        #[arg(long)]
+        keep_checkpoint: bool,
     },
 }
 
@@ -324,7 +358,18 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // clap adds `help` only when it builds the command.
+    let subcommands: Vec<String> = Cli::command()
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .chain(["help".to_string()])
+        .collect();
+    let subcommands: Vec<&str> = subcommands.iter().map(String::as_str).collect();
+    if mount_helper::is_helper_call(&argv, &subcommands) {
+        return mount_helper_main(&argv[1..]);
+    }
+    let cli = Cli::parse_from(argv);
     if !matches!(cli.cmd, Cmd::Run(_) | Cmd::Mount(_)) {
         // Reporting commands end quietly when their reader goes away
         // (`lsfs gc stats | head`), as other tools do, instead of panicking
@@ -348,6 +393,11 @@ fn main() -> ExitCode {
         Cmd::Stats(a) => stats_cmd(a),
         Cmd::Gc(a) => gc(a),
         Cmd::Sim(c) => lsfs_sim::cli::run(c).map_err(|e| e.to_string()),
+        Cmd::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "lsfs", &mut std::io::stdout());
+            Ok(())
+        }
+        Cmd::Man { out } => man_pages::write(Cli::command(), out.as_deref()),
         Cmd::Fsck(a) => match inspect_cmd::fsck(&a.image, a.json) {
             Ok(code) => return ExitCode::from(code),
             Err(e) => Err(e),
@@ -372,6 +422,52 @@ fn main() -> ExitCode {
         Err(msg) => {
             eprintln!("lsfs: {msg}");
             ExitCode::from(1)
+        }
+    }
+}
+
+/// `lsfs` run by mount(8) or mount.fuse3 (see mount_helper.rs): mount in
+/// the background and return once mounted.
+fn mount_helper_main(args: &[std::ffi::OsString]) -> ExitCode {
+    let h = match mount_helper::parse(args) {
+        Ok(h) => h,
+        Err(msg) => {
+            eprintln!("lsfs: {msg}");
+            return ExitCode::from(mount_helper::EXIT_USAGE);
+        }
+    };
+    if !h.options.ignored.is_empty() {
+        tracing::debug!("ignored mount options: {}", h.options.ignored.join(","));
+    }
+    let a = MountArgs {
+        image: h.image,
+        mountpoint: h.mountpoint,
+        checkpoint: None,
+        options: Some(h.options),
+        threads: None,
+        spin_us: None,
+        cache_size: None,
+        config: None,
+        background: true,
+        served_in_background: false,
+        quiet: !h.verbose,
+    };
+    let r = if h.fake {
+        // mount -f: everything checked, nothing mounted.
+        mount_dir(&a.mountpoint).and_then(|_| {
+            std::fs::metadata(&a.image)
+                .map(|_| ())
+                .map_err(|e| format!("{}: {e}", a.image.display()))
+        })
+    } else {
+        one_malloc_arena();
+        mount(a)
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("lsfs: {msg}");
+            ExitCode::from(mount_helper::EXIT_MOUNT_FAILED)
         }
     }
 }
@@ -462,12 +558,13 @@ fn run(a: RunArgs) -> Result<(), String> {
         mountpoint: a.mountpoint,
         checkpoint: None,
         options: None,
-        threads: 1,
-        spin_us: 1000,
+        threads: None,
+        spin_us: None,
         cache_size: None,
         config: None,
         background: false,
         served_in_background: false,
+        quiet: false,
     })
 }
 
@@ -492,18 +589,40 @@ fn mount_dir(mountpoint: &Path) -> Result<PathBuf, String> {
     Ok(dir)
 }
 
+/// A setting given both as a flag and in `-o`: they must agree.
+fn flag_or_option<T: PartialEq + std::fmt::Debug>(
+    name: &str,
+    flag: Option<T>,
+    option: Option<T>,
+) -> Result<Option<T>, String> {
+    match (flag, option) {
+        (Some(f), Some(o)) if f != o => Err(format!(
+            "--{} {f:?} and -o {}={o:?} disagree",
+            name.replace('_', "-"),
+            name
+        )),
+        (f, o) => Ok(f.or(o)),
+    }
+}
+
 fn mount(a: MountArgs) -> Result<(), String> {
     let mnt = mount_dir(&a.mountpoint)?;
+    let o = a.options.clone().unwrap_or_default();
+    // Checked here, before a background server is started.
+    let checkpoint = flag_or_option("checkpoint", a.checkpoint, o.checkpoint)?;
+    let threads = flag_or_option("threads", a.threads, o.threads)?.unwrap_or(1);
+    let spin_us = flag_or_option("spin_us", a.spin_us, o.spin_us)?.unwrap_or(1000);
+    let cache_size = flag_or_option("cache_size", a.cache_size, o.cache_size)?;
+    let config = flag_or_option("config", a.config.clone(), o.config.clone())?;
     if a.background {
         return mount_background(&a, &mnt);
     }
-    let o = a.options.clone().unwrap_or_default();
     let (read_only, writeback_cache) = (o.read_only, o.writeback_cache);
-    let file_cfg = match &a.config {
+    let file_cfg = match &config {
         Some(p) => FileConfig::load(p)?,
         None => FileConfig::default(),
     };
-    let cfg = file_cfg.mount_config(a.cache_size, read_only, a.checkpoint)?;
+    let cfg = file_cfg.mount_config(cache_size, read_only, checkpoint)?;
     let dev = FileDevice::open(&a.image, !cfg.store.read_only).map_err(err)?;
     let fs = Lsfs::open(Box::new(dev), cfg)
         .map_err(|e| format!("cannot mount {}: {e}", a.image.display()))?;
@@ -524,12 +643,15 @@ fn mount(a: MountArgs) -> Result<(), String> {
         fsname: a.image.display().to_string(),
         read_only,
         writeback_cache,
-        threads: a.threads as usize,
+        threads: threads as usize,
+        // Root's mounts always let others in (lsfs_fuse's default).
+        allow_other: o.allow_other || lsfs_fuse::MountOptions::default().allow_other,
+        kernel_flags: o.kernel_flags,
         // Polling burns a CPU while requests come: not on battery.
         spin: if lsfs_core::gc::on_battery(&fs.lock().unwrap().cleaner.config) {
             std::time::Duration::ZERO
         } else {
-            std::time::Duration::from_micros(a.spin_us.into())
+            std::time::Duration::from_micros(spin_us.into())
         },
         // Snapshots never change: the kernel keeps them without expiry.
         cache_forever: Some(lsfs_core::fs::snapview::is_virtual),
@@ -596,10 +718,12 @@ fn mount_background(a: &MountArgs, mnt: &Path) -> Result<(), String> {
     if let Some(o) = &a.options {
         cmd.arg("-o").arg(o.to_string());
     }
-    if a.threads != 1 {
-        cmd.arg("--threads").arg(a.threads.to_string());
+    if let Some(t) = a.threads {
+        cmd.arg("--threads").arg(t.to_string());
     }
-    cmd.arg("--spin-us").arg(a.spin_us.to_string());
+    if let Some(s) = a.spin_us {
+        cmd.arg("--spin-us").arg(s.to_string());
+    }
     if let Some(c) = a.cache_size {
         cmd.arg("--cache-size").arg(c.to_string());
     }
@@ -627,6 +751,18 @@ fn mount_background(a: &MountArgs, mnt: &Path) -> Result<(), String> {
     cmd.stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(log);
+    // Its own session: neither Ctrl-C nor the hangup of the terminal that
+    // ran `mount` or `lsfs mount --background` reaches the server.
+    {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: setsid is async-signal-safe, as pre_exec requires.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+    }
     let mut child = cmd.spawn().map_err(err)?;
     for _ in 0..200 {
         if let Some(status) = child.try_wait().map_err(err)? {
@@ -635,6 +771,9 @@ fn mount_background(a: &MountArgs, mnt: &Path) -> Result<(), String> {
             return Err(format!("mount failed ({status}): {}", said.trim()));
         }
         if is_mounted(mnt) {
+            if a.quiet {
+                return Ok(());
+            }
             eprintln!(
                 "lsfs: {} mounted on {} (unmount with `fusermount3 -u {}`; log in {})",
                 a.image.display(),
@@ -667,6 +806,12 @@ fn control_request(t: &Target, req: serde_json::Value) -> Result<serde_json::Val
     }
 }
 
+/// Whether an entry of a `list` reply is a snapshot.
+fn is_snapshot(c: &serde_json::Value) -> bool {
+    let flags = c["flags"].as_u64().unwrap_or(0);
+    flags & u64::from(lsfs_core::meta::cpfile::CP_SNAPSHOT) != 0
+}
+
 fn print_checkpoints(v: &serde_json::Value, json_out: bool, only_snapshots: bool) {
     if json_out {
         println!("{v}");
@@ -677,7 +822,7 @@ fn print_checkpoints(v: &serde_json::Value, json_out: bool, only_snapshots: bool
         "CNO", "MODE", "CREATED (UTC)", "INODES", "BLOCKS"
     );
     for c in v["checkpoints"].as_array().into_iter().flatten() {
-        let snap = c["flags"].as_u64().unwrap_or(0) & 2 != 0;
+        let snap = is_snapshot(c);
         if only_snapshots && !snap {
             continue;
         }
@@ -705,23 +850,70 @@ fn checkpoint_cmd(a: CpArgs) -> Result<(), String> {
         CpAction::List => print_checkpoints(&v, a.target.json, false),
         _ if a.target.json => println!("{v}"),
         CpAction::Create => println!("checkpoint {}", v["cno"]),
-        _ => println!("done"),
+        CpAction::Delete { cno } => println!("deleted checkpoint {cno}"),
+        CpAction::Promote { cno } => println!("checkpoint {cno} is now a snapshot"),
+        CpAction::Demote { cno } => println!("{}", demoted_message(cno)),
     }
     Ok(())
+}
+
+/// What a demoted snapshot is now, said where one is demoted.
+fn demoted_message(cno: u64) -> String {
+    format!(
+        "snapshot {cno} is now a plain checkpoint: gone from `lsfs snapshot list`, still in \
+         `lsfs checkpoint list` until it is older than the protection period \
+         (`lsfs checkpoint delete {cno}` deletes it now)"
+    )
 }
 
 fn snapshot_cmd(a: SnapArgs) -> Result<(), String> {
     let req = match &a.action {
         SnapAction::List => json!({ "cmd": "list" }),
         SnapAction::Create => json!({ "cmd": "snapshot" }),
-        SnapAction::Delete { cno } => json!({ "cmd": "demote", "cno": cno }),
+        SnapAction::Delete { cno, .. } => {
+            // Demoting a plain checkpoint does nothing, and deleting it
+            // then would delete a checkpoint that was never a snapshot.
+            let list = control_request(&a.target, json!({ "cmd": "list" }))?;
+            let entry = list["checkpoints"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["cno"].as_u64() == Some(*cno));
+            match entry {
+                None => return Err(format!("there is no checkpoint {cno}")),
+                Some(c) if !is_snapshot(c) => {
+                    return Err(format!(
+                        "checkpoint {cno} is not a snapshot (see `lsfs snapshot list`)"
+                    ))
+                }
+                Some(_) => json!({ "cmd": "demote", "cno": cno }),
+            }
+        }
     };
     let v = control_request(&a.target, req)?;
+    // Demoting wrote a newer checkpoint, so the demoted one is not the
+    // latest and can go too.
+    let v = match a.action {
+        SnapAction::Delete {
+            cno,
+            keep_checkpoint: false,
+        } => control_request(&a.target, json!({ "cmd": "delete", "cno": cno })).map_err(|e| {
+            format!(
+                "{}; but deleting checkpoint {cno} failed: {e}",
+                demoted_message(cno)
+            )
+        })?,
+        _ => v,
+    };
     match a.action {
         SnapAction::List => print_checkpoints(&v, a.target.json, true),
         _ if a.target.json => println!("{v}"),
         SnapAction::Create => println!("snapshot {}", v["cno"]),
-        SnapAction::Delete { .. } => println!("done"),
+        SnapAction::Delete {
+            cno,
+            keep_checkpoint: true,
+        } => println!("{}", demoted_message(cno)),
+        SnapAction::Delete { cno, .. } => println!("deleted snapshot {cno} and its checkpoint"),
     }
     Ok(())
 }

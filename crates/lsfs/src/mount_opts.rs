@@ -1,17 +1,44 @@
-//! `lsfs mount -o`: the comma-separated mount options, checked when the
-//! command line is parsed. Later options override earlier ones, as with
-//! mount(8).
+//! `lsfs mount -o` and the `-o` of `mount -t fuse.lsfs` and `/etc/fstab`:
+//! the comma-separated mount options, checked when the command line is
+//! parsed. Later options override earlier ones, as with mount(8).
+//!
+//! Three kinds are accepted: lsfs's own (`ro`, `rw`, the writeback cache,
+//! and `key=value` forms of the `lsfs mount` flags), the kernel's generic
+//! ones that every file system takes (`nosuid`, `noexec`, `noatime`, …:
+//! mount(8) adds `nosuid,nodev,noexec` for a `user` mount, mount.fuse3 adds
+//! `dev,suid` for root), and the ones meant for mount(8), systemd or the
+//! reader of fstab (`defaults`, `noauto`, `nofail`, `_netdev`, `x-*`,
+//! `comment=*`), which say nothing to the file system and are ignored.
+//! Anything else is an error naming the option, so a typo in fstab is
+//! found at the first mount, not guessed around.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::str::FromStr;
 
-/// What `-o` sets.
+/// What `-o` sets. `None` leaves the choice to a flag or the default.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MountOpts {
     pub read_only: bool,
     /// The kernel's writeback cache (`writeback_cache`, the default, or
     /// `no_writeback_cache`).
     pub writeback_cache: bool,
+    /// `checkpoint=N`: mount this checkpoint or snapshot read-only.
+    pub checkpoint: Option<u64>,
+    /// `cache_size=SIZE`: the block cache.
+    pub cache_size: Option<u64>,
+    /// `threads=N`: FUSE threads (1..=16).
+    pub threads: Option<u16>,
+    /// `spin_us=N`: microseconds of polling (0..=100000).
+    pub spin_us: Option<u32>,
+    /// `config=FILE`: a TOML file of mount settings.
+    pub config: Option<PathBuf>,
+    /// `allow_other`: let other users in (root's mounts always do).
+    pub allow_other: bool,
+    /// The kernel's generic mount flags (`MS_NOSUID`, …) asked for.
+    pub kernel_flags: libc::c_ulong,
+    /// The options that mean nothing to lsfs and were dropped, to say so.
+    pub ignored: Vec<String>,
     /// The options as given, to pass on to a background server.
     given: String,
 }
@@ -21,32 +48,139 @@ impl Default for MountOpts {
         MountOpts {
             read_only: false,
             writeback_cache: true,
+            checkpoint: None,
+            cache_size: None,
+            threads: None,
+            spin_us: None,
+            config: None,
+            allow_other: false,
+            kernel_flags: 0,
+            ignored: Vec::new(),
             given: String::new(),
         }
     }
 }
 
-const KNOWN: &str = "ro, rw, writeback_cache, no_writeback_cache";
+const KNOWN: &str = "ro, rw, writeback_cache, no_writeback_cache, checkpoint=N, \
+    cache_size=SIZE, threads=N, spin_us=N, config=FILE, allow_other, default_permissions, \
+    [no]suid, [no]dev, [no]exec, [no]atime, [no]diratime, relatime, strictatime, sync, \
+    async, dirsync; ignored: defaults, [no]auto, nofail, [no]user, users, owner, group, \
+    _netdev, x-*, comment=*";
+
+/// The generic mount flags: (name, flag, whether the name sets or clears it).
+const KERNEL_FLAGS: &[(&str, libc::c_ulong, bool)] = &[
+    ("nosuid", libc::MS_NOSUID, true),
+    ("suid", libc::MS_NOSUID, false),
+    ("nodev", libc::MS_NODEV, true),
+    ("dev", libc::MS_NODEV, false),
+    ("noexec", libc::MS_NOEXEC, true),
+    ("exec", libc::MS_NOEXEC, false),
+    ("noatime", libc::MS_NOATIME, true),
+    ("atime", libc::MS_NOATIME, false),
+    ("nodiratime", libc::MS_NODIRATIME, true),
+    ("diratime", libc::MS_NODIRATIME, false),
+    ("relatime", libc::MS_RELATIME, true),
+    ("strictatime", libc::MS_STRICTATIME, true),
+    ("sync", libc::MS_SYNCHRONOUS, true),
+    ("async", libc::MS_SYNCHRONOUS, false),
+    ("dirsync", libc::MS_DIRSYNC, true),
+];
+
+/// For mount(8), systemd or people; nothing for the file system.
+fn is_ignored(opt: &str) -> bool {
+    matches!(
+        opt,
+        "defaults"
+            | "auto"
+            | "noauto"
+            | "nofail"
+            | "user"
+            | "nouser"
+            | "users"
+            | "owner"
+            | "group"
+            | "_netdev"
+    ) || opt.starts_with("x-")
+        || opt.starts_with("comment=")
+}
+
+fn number<T>(key: &str, v: &str, lo: T, hi: T) -> Result<T, String>
+where
+    T: FromStr + PartialOrd + fmt::Display + Copy,
+{
+    let n: T = v
+        .parse()
+        .map_err(|_| format!("option '{key}={v}': not a number"))?;
+    if n < lo || n > hi {
+        return Err(format!("option '{key}={v}': must be {lo}..={hi}"));
+    }
+    Ok(n)
+}
+
+impl MountOpts {
+    /// Parse `s`; with `sloppy` (mount's `-s`), unknown options are
+    /// dropped with a warning instead of refused.
+    pub fn parse(s: &str, sloppy: bool) -> Result<Self, String> {
+        let mut o = MountOpts::default();
+        // What a background server is given: all but what -s dropped.
+        let mut kept: Vec<&str> = Vec::new();
+        for opt in s.split(',') {
+            let (key, value) = match opt.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (opt, None),
+            };
+            match (key, value) {
+                ("ro", None) => o.read_only = true,
+                ("rw", None) => o.read_only = false,
+                ("writeback_cache", None) => o.writeback_cache = true,
+                ("no_writeback_cache", None) => o.writeback_cache = false,
+                ("checkpoint", Some(v)) => o.checkpoint = Some(number(key, v, 1, u64::MAX)?),
+                ("cache_size", Some(v)) => {
+                    o.cache_size = Some(
+                        crate::size::parse_size(v).map_err(|e| format!("option '{opt}': {e}"))?,
+                    )
+                }
+                ("threads", Some(v)) => o.threads = Some(number(key, v, 1, 16)?),
+                ("spin_us", Some(v)) => o.spin_us = Some(number(key, v, 0, 100_000)?),
+                ("config", Some(v)) if !v.is_empty() => o.config = Some(PathBuf::from(v)),
+                ("allow_other", None) => o.allow_other = true,
+                // The kernel always checks permissions against the
+                // attributes lsfs reports.
+                ("default_permissions", None) => {}
+                ("", None) => {}
+                _ if is_ignored(opt) => o.ignored.push(opt.to_string()),
+                (name, None) if KERNEL_FLAGS.iter().any(|f| f.0 == name) => {
+                    let &(_, flag, set) = KERNEL_FLAGS.iter().find(|f| f.0 == name).unwrap();
+                    // The atime modes exclude each other.
+                    if matches!(name, "noatime" | "relatime" | "strictatime") {
+                        o.kernel_flags &=
+                            !(libc::MS_NOATIME | libc::MS_RELATIME | libc::MS_STRICTATIME);
+                    }
+                    if set {
+                        o.kernel_flags |= flag;
+                    } else {
+                        o.kernel_flags &= !(flag);
+                    }
+                }
+                _ if sloppy => {
+                    tracing::warn!("ignoring unknown mount option '{opt}' (-s)");
+                    o.ignored.push(opt.to_string());
+                    continue;
+                }
+                _ => return Err(format!("unknown mount option '{opt}' (known: {KNOWN})")),
+            }
+            kept.push(opt);
+        }
+        o.given = kept.join(",");
+        Ok(o)
+    }
+}
 
 impl FromStr for MountOpts {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        let mut o = MountOpts {
-            given: s.to_string(),
-            ..MountOpts::default()
-        };
-        for opt in s.split(',') {
-            match opt {
-                "ro" => o.read_only = true,
-                "rw" => o.read_only = false,
-                "writeback_cache" => o.writeback_cache = true,
-                "no_writeback_cache" => o.writeback_cache = false,
-                "" => {}
-                bad => return Err(format!("unknown option '{bad}' (known: {KNOWN})")),
-            }
-        }
-        Ok(o)
+        MountOpts::parse(s, false)
     }
 }
 
@@ -74,5 +208,58 @@ mod tests {
             e.contains("'nosuchthing'") && e.contains("no_writeback_cache"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn fstab_bookkeeping_is_ignored() {
+        let s = "defaults,noauto,auto,nofail,user,nouser,users,_netdev,\
+                 x-systemd.automount,x-systemd.device-timeout=5,comment=backup disk";
+        let o: MountOpts = s.parse().unwrap();
+        assert_eq!(o.ignored.len(), 11, "{:?}", o.ignored);
+        assert_eq!(o.kernel_flags, 0);
+        assert!(!o.read_only && o.checkpoint.is_none());
+    }
+
+    #[test]
+    fn lsfs_settings_as_key_value() {
+        let o: MountOpts = "ro,checkpoint=42,cache_size=16M,threads=4,spin_us=0,config=/etc/l.toml"
+            .parse()
+            .unwrap();
+        assert!(o.read_only);
+        assert_eq!(o.checkpoint, Some(42));
+        assert_eq!(o.cache_size, Some(16 << 20));
+        assert_eq!(o.threads, Some(4));
+        assert_eq!(o.spin_us, Some(0));
+        assert_eq!(o.config, Some(PathBuf::from("/etc/l.toml")));
+        for (bad, says) in [
+            ("threads=17", "must be 1..=16"),
+            ("threads=x", "not a number"),
+            ("spin_us=100001", "must be 0..=100000"),
+            ("checkpoint=0", "must be 1"),
+            ("cache_size=4X", "unknown unit"),
+            ("threads", "unknown mount option 'threads'"),
+            ("ro=1", "unknown mount option 'ro=1'"),
+        ] {
+            let e = bad.parse::<MountOpts>().unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn generic_flags_later_wins() {
+        let o: MountOpts = "nosuid,nodev,noexec,suid".parse().unwrap();
+        assert_eq!(o.kernel_flags, libc::MS_NODEV | libc::MS_NOEXEC);
+        let o: MountOpts = "noatime,relatime".parse().unwrap();
+        assert_eq!(o.kernel_flags, libc::MS_RELATIME);
+        let o: MountOpts = "rw,dev,suid".parse().unwrap();
+        assert_eq!(o.kernel_flags, 0, "mount.fuse3's additions for root");
+    }
+
+    #[test]
+    fn sloppy_drops_unknown_options() {
+        assert!(MountOpts::parse("rw,fsname=x", false).is_err());
+        let o = MountOpts::parse("rw,fsname=x", true).unwrap();
+        assert_eq!(o.ignored, ["fsname=x"]);
+        assert_eq!(o.to_string(), "rw", "a background server would refuse it");
     }
 }

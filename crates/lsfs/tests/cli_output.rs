@@ -64,6 +64,84 @@ fn checkpoint_and_snapshot_lists_show_utc_dates() {
     }
 }
 
+/// The checkpoint numbers `lsfs <cmd> list` shows.
+fn listed(cmd: &str, img: &str) -> Vec<u64> {
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&[cmd, "list", "--image", img, "--json"])).unwrap();
+    let only_snapshots = cmd == "snapshot";
+    v["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| !only_snapshots || c["flags"].as_u64().unwrap() & 2 != 0)
+        .map(|c| c["cno"].as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn snapshot_delete_does_what_it_says() {
+    let tmp = tempfile::tempdir().unwrap();
+    let image = tmp.path().join("img");
+    mkfs(&image);
+    let img = image.to_str().unwrap();
+    let cno = |text: String| -> u64 {
+        text.trim()
+            .strip_prefix("snapshot ")
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let (a, b) = (
+        cno(ok(&["snapshot", "create", "--image", img])),
+        cno(ok(&["snapshot", "create", "--image", img])),
+    );
+    // The text list shows only snapshots; the JSON one has every checkpoint.
+    let text = ok(&["snapshot", "list", "--image", img]);
+    assert_eq!(text.lines().count(), 3, "{text}");
+    assert_eq!(listed("snapshot", img), [a, b]);
+
+    // Deleted: gone from both lists.
+    let said = ok(&["snapshot", "delete", &a.to_string(), "--image", img]);
+    assert_eq!(
+        said.trim(),
+        format!("deleted snapshot {a} and its checkpoint")
+    );
+    assert_eq!(listed("snapshot", img), [b]);
+    assert!(!listed("checkpoint", img).contains(&a));
+
+    // Only demoted: gone from the snapshots, still a checkpoint, as said.
+    let said = ok(&[
+        "snapshot",
+        "delete",
+        &b.to_string(),
+        "--keep-checkpoint",
+        "--image",
+        img,
+    ]);
+    assert!(said.contains("is now a plain checkpoint"), "{said}");
+    assert!(said.contains("still in `lsfs checkpoint list`"), "{said}");
+    assert!(listed("snapshot", img).is_empty());
+    assert!(listed("checkpoint", img).contains(&b));
+    let text = ok(&["checkpoint", "list", "--image", img]);
+    assert!(
+        text.lines().any(|l| l
+            .split_whitespace()
+            .take(2)
+            .eq([b.to_string().as_str(), "checkpoint"])),
+        "{text}"
+    );
+
+    // A plain checkpoint is no snapshot to delete, and stays.
+    let plain = lsfs(&["snapshot", "delete", &b.to_string(), "--image", img]);
+    let err = String::from_utf8_lossy(&plain.stderr);
+    assert_eq!(plain.status.code(), Some(1), "{err}");
+    assert!(err.contains("is not a snapshot"), "{err}");
+    assert!(listed("checkpoint", img).contains(&b));
+    let help = ok(&["snapshot", "delete", "--help"]);
+    assert!(help.contains("--keep-checkpoint"), "{help}");
+    assert!(help.contains("checkpoint list"), "{help}");
+}
+
 #[test]
 fn a_missing_mount_point_fails_before_claiming_a_mount() {
     let tmp = tempfile::tempdir().unwrap();
