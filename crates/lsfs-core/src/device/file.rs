@@ -19,6 +19,7 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
+use std::time::Duration;
 
 pub struct FileDevice {
     file: File,
@@ -33,6 +34,27 @@ pub struct FileDevice {
     path: PathBuf,
     size_bytes: u64,
     stats: DeviceStats,
+}
+
+/// How long opening waits for another holder of the image's lock to let
+/// go. `umount` of a FUSE mount returns before its server has written the
+/// last checkpoint and closed the image, so an `fsck` or a new mount right
+/// after it would otherwise find the image in use for a moment.
+const LOCK_WAIT: Duration = Duration::from_secs(5);
+
+/// Take `lock` (LOCK_SH or LOCK_EX) on `file`, retrying for up to `wait`.
+fn lock_within(file: &File, lock: libc::c_int, wait: Duration) -> bool {
+    let start = std::time::Instant::now();
+    loop {
+        // SAFETY: flock on a file descriptor we own.
+        if unsafe { libc::flock(file.as_raw_fd(), lock | libc::LOCK_NB) } == 0 {
+            return true;
+        }
+        if start.elapsed() >= wait {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Alignment of direct writes: their memory, offset and length.
@@ -52,12 +74,12 @@ impl FileDevice {
         } else {
             libc::LOCK_SH
         };
-        // SAFETY: flock on a file descriptor we own.
-        if unsafe { libc::flock(file.as_raw_fd(), lock | libc::LOCK_NB) } != 0 {
+        if !lock_within(&file, lock, LOCK_WAIT) {
             return Err(Error::io(
                 format!(
-                    "{} is in use (mounted, or open by another lsfs tool)",
-                    path.display()
+                    "{} is in use (mounted, or open by another lsfs tool; waited {} s for it)",
+                    path.display(),
+                    LOCK_WAIT.as_secs()
                 ),
                 std::io::Error::last_os_error(),
             ));
@@ -248,6 +270,30 @@ impl BlockDevice for FileDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A holder that lets go within the wait is waited for (a FUSE server
+    /// finishing after `umount`); one that keeps the image is refused.
+    #[test]
+    fn opening_waits_briefly_for_the_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("img");
+        std::fs::write(&path, vec![0u8; 1 << 20]).unwrap();
+        let held = FileDevice::open(&path, true).unwrap();
+        let other = File::open(&path).unwrap();
+        assert!(!lock_within(
+            &other,
+            libc::LOCK_SH,
+            Duration::from_millis(50)
+        ));
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            drop(held);
+        });
+        let start = std::time::Instant::now();
+        FileDevice::open(&path, true).expect("the lock is let go within the wait");
+        assert!(start.elapsed() >= Duration::from_millis(150));
+        t.join().unwrap();
+    }
 
     /// Direct writes and buffered reads of one image stay coherent, in any
     /// order and at any alignment of the caller's buffer; writes that are
