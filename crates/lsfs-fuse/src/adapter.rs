@@ -142,6 +142,36 @@ impl<V: Vfs> FuseAdapter<V> {
         );
     }
 
+    /// The batching both listings share: the entries after `offset`,
+    /// fetched `batch` at a time, go to `add` (with the rest of their
+    /// batch) until it finds the reply full or the directory ends. `cookie`
+    /// is an entry's offset, where the next fetch resumes.
+    fn list<E>(
+        &self,
+        offset: u64,
+        batch: usize,
+        fetch: impl Fn(&mut V, u64, usize) -> VfsResult<Vec<E>>,
+        cookie: impl Fn(&E) -> u64,
+        mut add: impl FnMut(E, &mut std::vec::IntoIter<E>) -> bool,
+    ) -> Result<(), fuser::Errno> {
+        let mut after = offset;
+        loop {
+            let entries = self.call(|v| fetch(v, after, batch))?;
+            let n = entries.len();
+            let mut entries = entries.into_iter();
+            while let Some(e) = entries.next() {
+                let next = cookie(&e);
+                if add(e, &mut entries) {
+                    return Ok(());
+                }
+                after = next;
+            }
+            if n < batch {
+                return Ok(());
+            }
+        }
+    }
+
     /// A request lsfs does not serve: ENOSYS, after which the kernel stops
     /// sending most of them.
     fn refuse<R: ErrorReply>(&self, op: Op, reply: R) {
@@ -248,6 +278,8 @@ error_reply!(
     ReplyAttr,
     ReplyCreate,
     ReplyData,
+    ReplyDirectory,
+    ReplyDirectoryPlus,
     ReplyEmpty,
     ReplyEntry,
     ReplyOpen,
@@ -660,29 +692,22 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         mut reply: ReplyDirectory,
     ) {
         self.count(Op::Readdir);
-        let mut cookie = offset;
-        loop {
-            let batch = match self.call(|v| v.readdir(ino.0, cookie, READDIR_BATCH)) {
-                Ok(b) => b,
-                Err(e) => return reply.error(e),
-            };
-            let n = batch.len();
-            for e in batch {
-                if reply.add(
+        let r = self.list(
+            offset,
+            READDIR_BATCH,
+            |v, cookie, n| v.readdir(ino.0, cookie, n),
+            |e| e.offset,
+            |e, _| {
+                // True when the buffer is full; this entry is sent next time.
+                reply.add(
                     INodeNo(e.ino),
                     e.offset,
                     file_type(e.kind),
                     OsStr::from_bytes(&e.name),
-                ) {
-                    // The buffer is full; this entry is sent next time.
-                    return reply.ok();
-                }
-                cookie = e.offset;
-            }
-            if n < READDIR_BATCH {
-                return reply.ok();
-            }
-        }
+                )
+            },
+        );
+        answer(reply, r, |reply, ()| reply.ok());
     }
 
     /// Like `readdir`, with each entry's attributes; every entry sent but
@@ -697,31 +722,29 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         mut reply: ReplyDirectoryPlus,
     ) {
         self.count(Op::Readdirplus);
-        let mut cookie = offset;
-        loop {
-            let batch = match self.call(|v| v.readdirplus(ino.0, cookie, READDIRPLUS_BATCH)) {
-                Ok(b) => b,
-                Err(e) => return reply.error(e),
-            };
-            let n = batch.len();
-            let mut entries = batch.into_iter();
-            while let Some((e, attr)) = entries.next() {
+        let r = self.list(
+            offset,
+            READDIRPLUS_BATCH,
+            |v, cookie, n| v.readdirplus(ino.0, cookie, n),
+            |(e, _)| e.offset,
+            |(e, attr), rest| {
                 let (fattr, ttl) = match &attr {
                     Some(a) => self.cached_attr(a),
                     None => (placeholder_attr(e.ino, e.kind), Duration::ZERO),
                 };
-                if reply.add(
+                let full = reply.add(
                     INodeNo(e.ino),
                     e.offset,
                     OsStr::from_bytes(&e.name),
                     &ttl,
                     &fattr,
                     Generation(0),
-                ) {
-                    // Full: this entry and the rest are sent next time,
-                    // so the kernel holds no reference to them yet.
+                );
+                if full {
+                    // This entry and the rest are sent next time, so the
+                    // kernel holds no reference to them yet.
                     let unsent: Vec<u64> = std::iter::once(attr)
-                        .chain(entries.map(|(_, a)| a))
+                        .chain(rest.map(|(_, a)| a))
                         .flatten()
                         .map(|a| a.ino)
                         .collect();
@@ -731,14 +754,11 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
                         }
                         Ok(())
                     });
-                    return reply.ok();
                 }
-                cookie = e.offset;
-            }
-            if n < READDIRPLUS_BATCH {
-                return reply.ok();
-            }
-        }
+                full
+            },
+        );
+        answer(reply, r, |reply, ()| reply.ok());
     }
 
     fn releasedir(
