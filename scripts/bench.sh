@@ -79,7 +79,9 @@ DB_CLIENTS=2
 WORKLOADS="seqwrite seqread randwrite postmark dbench"
 
 # --- checks -----------------------------------------------------------------
-die() { echo "bench.sh: $*" >&2; exit 1; }
+PROG=bench.sh
+# shellcheck source=lib/peer-fs.sh
+source "$REPO/scripts/lib/peer-fs.sh"
 [[ $(id -u) -eq 0 ]] || die "must run as root (losetup, mount, drop_caches)"
 for tool in fio postmark dbench losetup mkfs.ext4 mkfs.btrfs mkfs.xfs fusermount3 python3; do
     command -v "$tool" >/dev/null || die "$tool not found; run scripts/install-deps.sh"
@@ -96,11 +98,6 @@ rm -rf "$RAW"
 mkdir -p "$RAW"
 
 # --- state and cleanup ------------------------------------------------------
-CUR_FS=""        # file system now set up, or ""
-CUR_MNT=""       # its mount point while mounted
-CUR_LOOP=""      # its loop device (kernel file systems)
-CUR_IMG=""       # its image file
-LSFS_PID=""      # the `lsfs mount` serving process
 RSS_PID=""       # the RSS sampler
 
 stop_rss() {
@@ -110,78 +107,18 @@ stop_rss() {
         RSS_PID=""
     fi
 }
-
-unmount_fs() {
-    stop_rss
-    [[ -n $CUR_MNT ]] || return 0
-    if [[ $CUR_FS = lsfs ]]; then
-        fusermount3 -u "$CUR_MNT" 2>/dev/null || {
-            sleep 1
-            fusermount3 -u "$CUR_MNT" 2>/dev/null || fusermount3 -uz "$CUR_MNT" || true
-        }
-        # The serving process writes its last checkpoint and exits.
-        if [[ -n $LSFS_PID ]]; then
-            local i
-            for ((i = 0; i < 600; i++)); do
-                kill -0 "$LSFS_PID" 2>/dev/null || break
-                sleep 0.1
-            done
-            if kill -0 "$LSFS_PID" 2>/dev/null; then
-                echo "bench.sh: lsfs mount $LSFS_PID did not exit; killing it" >&2
-                kill "$LSFS_PID" 2>/dev/null || true
-            fi
-            LSFS_PID=""
-        fi
-    else
-        umount "$CUR_MNT" 2>/dev/null || { sleep 1; umount "$CUR_MNT" || umount -l "$CUR_MNT" || true; }
-    fi
-    CUR_MNT=""
-}
-
-teardown_fs() {
-    unmount_fs
-    if [[ -n $CUR_LOOP ]]; then
-        losetup -d "$CUR_LOOP" || true
-        CUR_LOOP=""
-    fi
-    if [[ -n $CUR_IMG ]]; then
-        rm -f "$CUR_IMG"
-        CUR_IMG=""
-    fi
-    CUR_FS=""
-}
-
-cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM
-    teardown_fs
-    rm -rf "$WORK"
-    if ((rc)); then echo "bench.sh: failed (exit $rc); cleaned up" >&2; fi
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+before_unmount() { stop_rss; }
+peer_fs_trap
 
 # --- file systems -----------------------------------------------------------
 drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 
-# mount_fs: mounts the current image at $WORK/mnt.
-mount_fs() {
-    local mnt=$WORK/mnt
-    mkdir -p "$mnt"
-    if [[ $CUR_FS = lsfs ]]; then
-        # The serving process keeps this stderr: its log goes to the raw dir.
-        local opts=()
-        [[ -n ${LSFS_MOUNT_OPTS:-} ]] && opts=(-o "$LSFS_MOUNT_OPTS")
-        "$LSFS" mount "$CUR_IMG" "$mnt" --background "${opts[@]}" >/dev/null 2>>"$RAW/lsfs-mount.log"
-        LSFS_PID=$(pgrep -f -- "$LSFS mount $CUR_IMG $mnt" | head -n1 || true)
-        [[ -n $LSFS_PID ]] || die "cannot find the lsfs mount process"
-    else
-        mount "$CUR_LOOP" "$mnt"
-    fi
-    CUR_MNT=$mnt
-    mountpoint -q "$mnt" || die "$CUR_FS did not mount on $mnt"
+# mount_lsfs_or_peer: mounts the current image at $WORK/mnt. The lsfs server
+# keeps this stderr: its log goes to the raw dir.
+mount_lsfs_or_peer() {
+    local opts=()
+    [[ -n ${LSFS_MOUNT_OPTS:-} ]] && opts=(-o "$LSFS_MOUNT_OPTS")
+    mount_fs "$RAW/lsfs-mount.log" "${opts[@]}"
 }
 
 # setup_fs FS: a fresh image of $IMG_SIZE with a new FS on it, mounted.
@@ -191,24 +128,18 @@ setup_fs() {
     case $1 in
         lsfs)
             "$LSFS" mkfs "$CUR_IMG" --size "$IMG_SIZE" >/dev/null ;;
-        ext4|btrfs|xfs)
-            truncate -s "$IMG_SIZE" "$CUR_IMG"
-            CUR_LOOP=$(losetup --find --show "$CUR_IMG")
-            case $1 in
-                ext4) mkfs.ext4 -q -F "$CUR_LOOP" ;;
-                btrfs) mkfs.btrfs -q -f "$CUR_LOOP" >/dev/null ;;
-                xfs) mkfs.xfs -q -f "$CUR_LOOP" ;;
-            esac ;;
-        *) die "unknown file system $1" ;;
+        *)
+            attach_image "$IMG_SIZE"
+            mkfs_peer "$1" -q >/dev/null ;;
     esac
-    mount_fs
+    mount_lsfs_or_peer
 }
 
 # remount_cold: unmount, drop the kernel's caches, mount again.
 remount_cold() {
     unmount_fs
     drop_caches
-    mount_fs
+    mount_lsfs_or_peer
 }
 
 # --- lsfs instrumentation ---------------------------------------------------
@@ -228,8 +159,6 @@ lsfs_stats() { # lsfs_stats FILE
     [[ $CUR_FS = lsfs ]] || return 0
     "$LSFS" stats --mount "$CUR_MNT" --json >"$1" 2>/dev/null || echo '{}' >"$1"
 }
-
-now() { date +%s.%N; }
 
 # timed NAME CMD...: runs CMD, writes its wall time in seconds to $RAW/NAME.time
 timed() {
@@ -339,8 +268,6 @@ done
 elapsed=$(echo "$t_all $(now)" | awk '{printf "%.1f", $2 - $1}')
 
 # --- metadata and report ----------------------------------------------------
-backing_src=$(findmnt -n -o SOURCE -T "$WORK")
-backing_dev=$(basename "$(readlink -f "$backing_src")")
 cat >"$RAW/meta.json" <<EOF
 {
   "mode": "$mode",
@@ -361,16 +288,8 @@ cat >"$RAW/meta.json" <<EOF
   "postmark_transactions": $PM_TX,
   "dbench_s": $DB_SECS,
   "dbench_clients": $DB_CLIENTS,
-  "lsfs_binary": "$LSFS, built $(date -u -r "$LSFS" +%Y-%m-%dT%H:%M:%SZ 2>/dev/null || echo '?')",
-  "repo_head_at_run": "$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$REPO" diff --quiet HEAD -- crates 2>/dev/null || echo '+dirty')",
-  "machine": {
-    "nproc": $(nproc),
-    "mem_total_kib": $(awk '/MemTotal/ {print $2}' /proc/meminfo),
-    "kernel": "$(uname -r)",
-    "cpu": "$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)",
-    "backing": "$(findmnt -n -o FSTYPE,SOURCE -T "$WORK" | tr -s ' ') ($(cat "/sys/block/$backing_dev/queue/rotational" 2>/dev/null | sed 's/1/rotational flag set/;s/0/non-rotational/'))",
-    "fio": "$(fio --version)"
-  }
+  $(provenance_json),
+  "machine": $(machine_json "\"fio\": \"$(fio --version)\"")
 }
 EOF
 python3 "$REPO/bench/report.py" "$OUT"

@@ -85,18 +85,17 @@ mkdir -p "$mnt" "$runs"
 
 server_pid=""
 
+# shellcheck source=lib/lsfs-mount.sh
+source "$here/scripts/lib/lsfs-mount.sh"
+
 unmount() {
     if mountpoint -q "$mnt" 2>/dev/null; then
-        fusermount3 -u "$mnt" 2>/dev/null || { sleep 2; fusermount3 -u "$mnt" 2>/dev/null; } ||
-            fusermount3 -uz "$mnt" 2>/dev/null || true
+        fuse_unmount "$mnt"
     fi
     # The server writes its final checkpoint after the unmount, then exits and frees the image.
     if [ -n "$server_pid" ]; then
-        for _ in $(seq 1 600); do
-            [ -d "/proc/$server_pid" ] || break
-            sleep 0.1
-        done
-        [ -d "/proc/$server_pid" ] && echo "warning: lsfs server $server_pid still running 60 s after unmount" >&2
+        wait_pid_exit "$server_pid" 60 ||
+            echo "warning: lsfs server $server_pid still running 60 s after unmount" >&2
         server_pid=""
     fi
     return 0

@@ -70,7 +70,9 @@ done
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "everyday.sh: --rounds needs a positive number" >&2; exit 2; }
 [[ $SQLITE_TX =~ ^[1-9][0-9]*$ ]] || { echo "everyday.sh: --sqlite-tx needs a positive number" >&2; exit 2; }
 
-die() { echo "everyday.sh: $*" >&2; exit 1; }
+PROG=everyday.sh
+# shellcheck source=lib/peer-fs.sh
+source "$REPO/scripts/lib/peer-fs.sh"
 [[ $(id -u) -eq 0 ]] || die "must run as root (losetup, mount)"
 for tool in tar git sqlite3 losetup mkfs.ext4 mkfs.btrfs mkfs.xfs fusermount3 python3 diff grep; do
     command -v "$tool" >/dev/null || die "$tool not found; run scripts/install-deps.sh"
@@ -104,80 +106,23 @@ mkdir -p "$OUT"
 rm -rf "$RAW"
 mkdir -p "$RAW"
 
-# --- state and cleanup ----------------------------------------------------------
-CUR_FS=""; CUR_MNT=""; CUR_LOOP=""; CUR_IMG=""; LSFS_PID=""
-
-unmount_fs() {
-    [[ -n $CUR_MNT ]] || return 0
-    if [[ $CUR_FS = lsfs ]]; then
-        fusermount3 -u "$CUR_MNT" 2>/dev/null || {
-            sleep 1
-            fusermount3 -u "$CUR_MNT" 2>/dev/null || fusermount3 -uz "$CUR_MNT" || true
-        }
-        if [[ -n $LSFS_PID ]]; then
-            local i
-            for ((i = 0; i < 600; i++)); do
-                kill -0 "$LSFS_PID" 2>/dev/null || break
-                sleep 0.1
-            done
-            kill -0 "$LSFS_PID" 2>/dev/null && { echo "everyday.sh: killing lsfs $LSFS_PID" >&2; kill "$LSFS_PID" || true; }
-            LSFS_PID=""
-        fi
-    else
-        umount "$CUR_MNT" 2>/dev/null || { sleep 1; umount "$CUR_MNT" || umount -l "$CUR_MNT" || true; }
-    fi
-    CUR_MNT=""
-}
-
-teardown_fs() {
-    unmount_fs
-    if [[ -n $CUR_LOOP ]]; then losetup -d "$CUR_LOOP" || true; CUR_LOOP=""; fi
-    if [[ -n $CUR_IMG ]]; then rm -f "$CUR_IMG"; CUR_IMG=""; fi
-    CUR_FS=""
-}
-
-cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM
-    teardown_fs
-    rm -rf "$WORK"
-    ((rc)) && echo "everyday.sh: failed (exit $rc); cleaned up" >&2
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+peer_fs_trap
 
 setup_fs() { # setup_fs FS: a fresh image with FS on it, mounted on $WORK/mnt
     CUR_FS=$1
     CUR_IMG=$WORK/$1.img
-    local mnt=$WORK/mnt
-    mkdir -p "$mnt"
+    local opts=()
     if [[ $1 = lsfs ]]; then
         "$LSFS" mkfs "$CUR_IMG" --size "$IMG_SIZE" >/dev/null
-        local opts=()
         [[ -n ${LSFS_MOUNT_OPTS:-} ]] && opts=(-o "$LSFS_MOUNT_OPTS")
         # shellcheck disable=SC2206
         [[ -n ${LSFS_MOUNT_ARGS:-} ]] && opts+=($LSFS_MOUNT_ARGS)
-        "$LSFS" mount "$CUR_IMG" "$mnt" --background "${opts[@]}" >/dev/null 2>>"$RAW/lsfs-mount.log"
-        LSFS_PID=$(pgrep -f -- "$LSFS mount $CUR_IMG $mnt" | head -n1 || true)
-        [[ -n $LSFS_PID ]] || die "cannot find the lsfs mount process"
     else
-        truncate -s "$IMG_SIZE" "$CUR_IMG"
-        CUR_LOOP=$(losetup --find --show "$CUR_IMG")
-        case $1 in
-            ext4) mkfs.ext4 -q -F "$CUR_LOOP" ;;
-            btrfs) mkfs.btrfs -q -f "$CUR_LOOP" >/dev/null ;;
-            xfs) mkfs.xfs -q -f "$CUR_LOOP" ;;
-            *) die "unknown file system $1" ;;
-        esac
-        mount "$CUR_LOOP" "$mnt"
+        attach_image "$IMG_SIZE"
+        mkfs_peer "$1" -q >/dev/null
     fi
-    CUR_MNT=$mnt
-    mountpoint -q "$mnt" || die "$1 did not mount on $mnt"
+    mount_fs "$RAW/lsfs-mount.log" "${opts[@]}"
 }
-
-now() { date +%s.%N; }
 
 # step NAME CMD...: runs CMD in the mount, writes its wall time to
 # $RAW/NAME-FS.rN.time and, for lsfs, the counters before and after.
@@ -237,8 +182,6 @@ for ((ROUND = 1; ROUND <= ROUNDS; ROUND++)); do
 done
 elapsed=$(echo "$t_all $(now)" | awk '{printf "%.1f", $2 - $1}')
 
-backing_src=$(findmnt -n -o SOURCE -T "$WORK")
-backing_dev=$(basename "$(readlink -f "$backing_src")")
 cat >"$RAW/meta.json" <<EOF
 {
   "suite": "everyday",
@@ -256,16 +199,8 @@ cat >"$RAW/meta.json" <<EOF
   "tree": "Linux 6.1 ($SRC_TAR): $TREE_DIRS; $TREE_FILES files, $TREE_MB MiB tar",
   "repository": "$(git -C "$REPO" rev-list --count HEAD) commits, first $FIRST_COMMIT",
   "sqlite_transactions": $SQLITE_TX,
-  "lsfs_binary": "$LSFS, built $(date -u -r "$LSFS" +%Y-%m-%dT%H:%M:%SZ 2>/dev/null || echo '?')",
-  "repo_head_at_run": "$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$REPO" diff --quiet HEAD -- crates 2>/dev/null || echo '+dirty')",
-  "machine": {
-    "nproc": $(nproc),
-    "mem_total_kib": $(awk '/MemTotal/ {print $2}' /proc/meminfo),
-    "kernel": "$(uname -r)",
-    "cpu": "$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)",
-    "backing": "$(findmnt -n -o FSTYPE,SOURCE -T "$WORK" | tr -s ' ') ($(cat "/sys/block/$backing_dev/queue/rotational" 2>/dev/null | sed 's/1/rotational flag set/;s/0/non-rotational/'))",
-    "tools": "$(tar --version | head -1); $(git --version); sqlite3 $(sqlite3 --version | cut -d' ' -f1)"
-  }
+  $(provenance_json),
+  "machine": $(machine_json "\"tools\": \"$(tar --version | head -1); $(git --version); sqlite3 $(sqlite3 --version | cut -d' ' -f1)\"")
 }
 EOF
 python3 "$REPO/bench/report.py" "$OUT"

@@ -29,19 +29,12 @@ cd "$here/.."
 cargo build --release -q -p lsfs
 lsfs=$PWD/target/release/lsfs
 
-work=$(mktemp -d /tmp/lsfs-fsx-soak.XXXXXX)
-img=$work/lsfs.img
-mnt=$work/mnt
-mkdir -p "$mnt" "$work/logs"
-cleanup() {
-    jobs -p | xargs -r kill 2>/dev/null || true
-    if mountpoint -q "$mnt"; then
-        fusermount3 -u "$mnt" || umount -l "$mnt" || true
-        for _ in $(seq 100); do pgrep -f "lsfs mount $img" >/dev/null || break; sleep 0.1; done
-    fi
-    rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=lib/lsfs-mount.sh
+source "$here/lib/lsfs-mount.sh"
+# The fsx workers go before the unmount.
+cleanup_first() { jobs -p | xargs -r kill 2>/dev/null || true; }
+lsfs_workdir fsx-soak
+mkdir -p "$work/logs"
 
 "$lsfs" mkfs "$img" --size "$size" >/dev/null
 config=()
@@ -93,8 +86,7 @@ fusermount3 -u "$mnt"
 # The server writes its final checkpoint and exits; fsck needs the image's
 # lock, so wait for that process itself (a long run's third soak once
 # reached fsck while the server still held the image).
-for _ in $(seq 6000); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-if kill -0 "$pid" 2>/dev/null; then
+if ! wait_pid_exit "$pid" 600; then
     echo "fsx-soak: the lsfs server (pid $pid) is still running 10 minutes after the unmount" >&2
     exit 1
 fi

@@ -102,7 +102,11 @@ FTL_OPS="0.07 0.28"
 FTL_KINDS=page-level,fast
 PARTS=3                     # the rewrite runs as three fio runs
 
-die() { echo "overwrite-bench.sh: $*" >&2; exit 1; }
+PROG=overwrite-bench.sh
+# shellcheck source=lib/peer-fs.sh
+source "$REPO/scripts/lib/peer-fs.sh"
+# The server writes its last checkpoint, then exits and frees the device.
+LSFS_EXIT_SECS=300
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "--rounds needs a positive number"
 [[ $MAX_REWRITE_SECS =~ ^[1-9][0-9]*$ ]] || die "--max-rewrite-secs needs a positive number"
 [[ $FILLS =~ ^[0-9]+(,[0-9]+)*$ ]] || die "--fill needs percentages like 70,85"
@@ -129,56 +133,11 @@ rm -rf "$RAW"
 mkdir -p "$RAW"
 
 # --- state and cleanup ------------------------------------------------------
-CUR_FS=""          # file system now set up, or ""
-CUR_MNT=""         # its mount point while mounted
-CUR_LOOP=""        # its loop device
-CUR_IMG=""         # its image file
-LSFS_PID=""        # the `lsfs mount` serving process
 TRACE_PID=""       # blktrace, or the reader of the tracefs pipe
 CHILD_PID=""       # the workload now running (fio, lsfs sim workload)
 TRACE_INST=""      # our tracefs instance directory
 MOUNTED_DEBUGFS=false
 MOUNTED_TRACEFS=false
-
-unmount_fs() {
-    [[ -n $CUR_MNT ]] || return 0
-    if [[ $CUR_FS = lsfs ]]; then
-        fusermount3 -u "$CUR_MNT" 2>/dev/null || {
-            sleep 1
-            fusermount3 -u "$CUR_MNT" 2>/dev/null || fusermount3 -uz "$CUR_MNT" || true
-        }
-        # The serving process writes its last checkpoint, then exits and frees the device.
-        if [[ -n $LSFS_PID ]]; then
-            local i
-            for ((i = 0; i < 3000; i++)); do
-                kill -0 "$LSFS_PID" 2>/dev/null || break
-                sleep 0.1
-            done
-            if kill -0 "$LSFS_PID" 2>/dev/null; then
-                echo "overwrite-bench.sh: lsfs mount $LSFS_PID did not exit in 300 s; killing it" >&2
-                kill "$LSFS_PID" 2>/dev/null || true
-                sleep 1
-            fi
-            LSFS_PID=""
-        fi
-    else
-        umount "$CUR_MNT" 2>/dev/null || { sleep 1; umount "$CUR_MNT" || umount -l "$CUR_MNT" || true; }
-    fi
-    CUR_MNT=""
-}
-
-teardown_fs() {
-    unmount_fs
-    if [[ -n $CUR_LOOP ]]; then
-        losetup -d "$CUR_LOOP" || true
-        CUR_LOOP=""
-    fi
-    if [[ -n $CUR_IMG ]]; then
-        rm -f "$CUR_IMG"
-        CUR_IMG=""
-    fi
-    CUR_FS=""
-}
 
 # run CMD...: runs CMD in the background and waits for it, so that a signal reaches the trap at
 # once instead of after CMD ends (and the trap can stop CMD).
@@ -212,12 +171,12 @@ stop_tracer_process() {
     fi
 }
 
-cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM
+cleanup_first() {
     stop_child
     stop_tracer_process
-    teardown_fs
+}
+
+cleanup_last() {
     if [[ -n $TRACE_INST && -d $TRACE_INST ]]; then rmdir "$TRACE_INST" 2>/dev/null || true; fi
     if $MOUNTED_TRACEFS; then umount /sys/kernel/tracing 2>/dev/null || true; fi
     if $MOUNTED_DEBUGFS; then umount /sys/kernel/debug 2>/dev/null || true; fi
@@ -226,17 +185,11 @@ cleanup() {
         keep=$(mktemp -d /var/tmp/lsfs-overwrite-traces.XXXXXX)
         mv "$TRACES"/* "$keep"/ && echo "overwrite-bench.sh: traces kept in $keep" >&2
     fi
-    rm -rf "$WORK"
-    if ((rc)); then echo "overwrite-bench.sh: failed (exit $rc); cleaned up" >&2; fi
-    exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+peer_fs_trap
 
 # --- file systems -----------------------------------------------------------
 log() { echo "overwrite-bench.sh: $(date -u +%H:%M:%S) $*"; }
-now() { date +%s.%N; }
 wsect() { awk '{print $7}' "/sys/block/$(basename "$CUR_LOOP")/stat"; }
 
 # setup_fs FS MB TAG [LSFS_MKFS_ARGS...]: a fresh loop device of MB MiB with FS on it, mounted.
@@ -245,27 +198,13 @@ setup_fs() {
     shift 3
     CUR_FS=$fs
     CUR_IMG=$WORK/$fs.img
-    rm -f "$CUR_IMG"
-    truncate -s "${mb}M" "$CUR_IMG"
-    CUR_LOOP=$(losetup --find --show "$CUR_IMG")
-    case $fs in
-        lsfs) "$LSFS" mkfs "$CUR_LOOP" "$@" >"$RAW/$tag.mkfs.txt" 2>&1 ;;
-        ext4) mkfs.ext4 -F "$CUR_LOOP" >"$RAW/$tag.mkfs.txt" 2>&1 ;;
-        btrfs) mkfs.btrfs -f "$CUR_LOOP" >"$RAW/$tag.mkfs.txt" 2>&1 ;;
-        xfs) mkfs.xfs -f "$CUR_LOOP" >"$RAW/$tag.mkfs.txt" 2>&1 ;;
-    esac
-    local mnt=$WORK/mnt
-    mkdir -p "$mnt"
+    attach_image "${mb}M"
     if [[ $fs = lsfs ]]; then
-        # The serving process keeps this stderr: its log goes to the raw dir.
-        "$LSFS" mount "$CUR_LOOP" "$mnt" --background >/dev/null 2>>"$RAW/$tag.lsfs.log"
-        LSFS_PID=$(pgrep -f -- "$LSFS mount $CUR_LOOP $mnt" | head -n1 || true)
-        [[ -n $LSFS_PID ]] || die "cannot find the lsfs mount process"
+        "$LSFS" mkfs "$CUR_LOOP" "$@" >"$RAW/$tag.mkfs.txt" 2>&1
     else
-        mount "$CUR_LOOP" "$mnt"
+        mkfs_peer "$fs" >"$RAW/$tag.mkfs.txt" 2>&1
     fi
-    CUR_MNT=$mnt
-    mountpoint -q "$mnt" || die "$fs did not mount on $mnt"
+    mount_fs "$RAW/$tag.lsfs.log"
 }
 
 # settle: everything the file system owes reaches the device. syncfs; FUSE has no syncfs, so
@@ -287,6 +226,21 @@ lsfs_stats() { # lsfs_stats PREFIX: lsfs stats and gc stats of the mount, as JSO
 fsck_fs() {
     [[ $CUR_FS = lsfs ]] || { echo "-"; return 0; }
     if "$LSFS" fsck "$CUR_LOOP" >"$RAW/$1.fsck.txt" 2>&1; then echo clean; else echo "exit $?"; fi
+}
+
+# finish_run ENV TAG T0 STATUS ERROR: unmount (what the unmount writes is counted too), fsck
+# lsfs, tear down, and record the run's outcome and its time since T0 in ENV.
+finish_run() {
+    local env=$1 tag=$2 t0=$3
+    unmount_fs
+    echo "sect_umount=$(wsect)" >>"$env"
+    echo "fsck=$(fsck_fs "$tag")" >>"$env"
+    teardown_fs
+    {
+        echo "status=$4"
+        echo "error=$5"
+        echo "elapsed_s=$(awk -v a="$t0" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}')"
+    } >>"$env"
 }
 
 # --- tracing the loop device ------------------------------------------------
@@ -471,15 +425,7 @@ run_large() {
     lsfs_stats "$RAW/$tag.after"
     if [[ $fs = lsfs ]]; then "$LSFS" checkpoint list --mount "$CUR_MNT" --json \
         >"$RAW/$tag.checkpoints.json" 2>/dev/null || true; fi
-    unmount_fs
-    echo "sect_umount=$(wsect)" >>"$env"
-    echo "fsck=$(fsck_fs "$tag")" >>"$env"
-    teardown_fs
-    {
-        echo "status=$status"
-        echo "error=$error"
-        echo "elapsed_s=$(awk -v a="$t0" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}')"
-    } >>"$env"
+    finish_run "$env" "$tag" "$t0" "$status" "$error"
     log "  $fs at $fill %: $status $error"
 }
 
@@ -538,15 +484,7 @@ run_small() {
     fi
     echo "steps_done=$steps_done" >>"$env"
     lsfs_stats "$RAW/$tag.after"
-    unmount_fs
-    echo "sect_umount=$(wsect)" >>"$env"
-    echo "fsck=$(fsck_fs "$tag")" >>"$env"
-    teardown_fs
-    {
-        echo "status=$status"
-        echo "error=$error"
-        echo "elapsed_s=$(awk -v a="$t0" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}')"
-    } >>"$env"
+    finish_run "$env" "$tag" "$t0" "$status" "$error"
     log "  small files on $fs: $status $error"
 }
 
@@ -623,8 +561,6 @@ elapsed=$(awk -v a="$t_all" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}')
 devices_s=$(awk -v a="$t_all" -v b="$t_devices" 'BEGIN {printf "%.1f", b - a}')
 
 # --- metadata and report ----------------------------------------------------
-backing_src=$(findmnt -n -o SOURCE -T "$WORK")
-backing_dev=$(basename "$(readlink -f "$backing_src")")
 cat >"$RAW/meta.json" <<EOF
 {
   "mode": "$mode",
@@ -652,17 +588,9 @@ cat >"$RAW/meta.json" <<EOF
   "ftl_over_provisioning": "$FTL_OPS",
   "tracer": "${TRACER:-none}",
   "tracer_note": "$(echo "$TRACER_NOTE" | tr -d '"\\' | tr -s ' ')",
-  "lsfs_binary": "$LSFS, built $(date -u -r "$LSFS" +%Y-%m-%dT%H:%M:%SZ 2>/dev/null || echo '?')",
-  "repo_head_at_run": "$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$REPO" diff --quiet HEAD -- crates 2>/dev/null || echo '+dirty')",
-  "machine": {
-    "nproc": $(nproc),
-    "mem_total_kib": $(awk '/MemTotal/ {print $2}' /proc/meminfo),
-    "kernel": "$(uname -r)",
-    "cpu": "$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)",
-    "backing": "$(findmnt -n -o FSTYPE,SOURCE -T "$WORK" | tr -s ' ') ($(cat "/sys/block/$backing_dev/queue/rotational" 2>/dev/null | sed 's/1/rotational flag set/;s/0/non-rotational/'))",
-    "fio": "$(fio --version)",
-    "mkfs": "$(mkfs.ext4 -V 2>&1 | head -n1); $(mkfs.btrfs --version 2>&1 | head -n1); $(mkfs.xfs -V 2>&1 | head -n1)"
-  }
+  $(provenance_json),
+  "machine": $(machine_json "\"fio\": \"$(fio --version)\",
+    \"mkfs\": \"$(mkfs.ext4 -V 2>&1 | head -n1); $(mkfs.btrfs --version 2>&1 | head -n1); $(mkfs.xfs -V 2>&1 | head -n1)\"")
 }
 EOF
 python3 "$REPO/bench/overwrite_report.py" "$OUT"

@@ -36,19 +36,10 @@ esac
 lsfs=$(realpath "${LSFS:-target/release/lsfs}")
 command -v stress-ng >/dev/null || { echo "stress.sh: stress-ng missing; run scripts/install-deps.sh" >&2; exit 2; }
 
-work=$(mktemp -d /tmp/lsfs-stress.XXXXXX)
+# shellcheck source=lib/lsfs-mount.sh
+source scripts/lib/lsfs-mount.sh
+lsfs_workdir stress
 chmod 0755 "$work"
-img=$work/lsfs.img
-mnt=$work/mnt
-mkdir -p "$mnt"
-cleanup() {
-    if mountpoint -q "$mnt"; then
-        fusermount3 -u "$mnt" || umount -l "$mnt" || true
-    fi
-    for _ in $(seq 100); do pgrep -f "lsfs mount $img" >/dev/null || break; sleep 0.1; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
 
 cat > "$work/lsfs.toml" <<TOML
 protection_secs = 0
@@ -123,7 +114,7 @@ echo "== cleaner"
 t0=$SECONDS
 fusermount3 -u "$mnt"
 # The server writes its last checkpoint after the kernel lets go.
-for _ in $(seq 1200); do pgrep -f "lsfs mount $img" >/dev/null || break; sleep 0.1; done
+wait_lsfs_exit "$img" 120 || true
 echo "== server exited $((SECONDS - t0)) s after the unmount"
 echo "== fsck"
 "$lsfs" fsck "$img"

@@ -9,20 +9,11 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 lsfs=$(realpath "${1:?usage: suites.sh PATH_TO_LSFS}")
 ops=${FSX_OPS:-100000}
 
-work=$(mktemp -d /tmp/lsfs-suites.XXXXXX)
+# shellcheck source=lib/lsfs-mount.sh
+source "$here/lib/lsfs-mount.sh"
+lsfs_workdir suites
 # pjdfstest acts as other users too: they must be able to reach the mount.
 chmod 0755 "$work"
-img=$work/lsfs.img
-mnt=$work/mnt
-mkdir -p "$mnt"
-cleanup() {
-    if mountpoint -q "$mnt"; then
-        fusermount3 -u "$mnt" || umount -l "$mnt" || true
-        for _ in $(seq 50); do pgrep -f "lsfs mount $img" >/dev/null || break; sleep 0.1; done
-    fi
-    rm -rf "$work"
-}
-trap cleanup EXIT
 
 "$lsfs" mkfs "$img" --size 2G
 opts=()
@@ -36,7 +27,7 @@ echo "== fsx ($ops operations)"
 "$here/fsx.sh" "$mnt/fsx.file" "$ops"
 
 fusermount3 -u "$mnt"
-for _ in $(seq 100); do pgrep -f "lsfs mount $img" >/dev/null || break; sleep 0.1; done
+wait_lsfs_exit "$img" 10 || true
 if "$lsfs" fsck --help >/dev/null 2>&1; then
     echo "== fsck"
     "$lsfs" fsck "$img"

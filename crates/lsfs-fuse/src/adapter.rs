@@ -83,22 +83,21 @@ impl<V: Vfs> FuseAdapter<V> {
         }
     }
 
-    /// Reply with an entry the kernel keeps as long as the policy allows.
-    fn entry(&self, reply: ReplyEntry, r: Result<Attr, fuser::Errno>) {
-        match r {
-            Ok(a) => {
-                let ttl = self.policy.ttl(a.ino);
-                reply.entry(&ttl, &file_attr(&a), Generation(0))
-            }
-            Err(e) => reply.error(e),
-        }
+    /// An inode's attributes as sent to the kernel, with how long it may
+    /// keep them (the policy's TTL for that inode).
+    fn cached_attr(&self, a: &Attr) -> (FileAttr, Duration) {
+        (file_attr(a), self.policy.ttl(a.ino))
     }
 
-    fn attr(&self, reply: ReplyAttr, r: Result<Attr, fuser::Errno>) {
-        match r {
-            Ok(a) => reply.attr(&self.policy.ttl(a.ino), &file_attr(&a)),
-            Err(e) => reply.error(e),
-        }
+    /// Reply with an entry the kernel keeps as long as the policy allows.
+    fn entry(&self, reply: ReplyEntry, a: Attr) {
+        let (attr, ttl) = self.cached_attr(&a);
+        reply.entry(&ttl, &attr, Generation(0))
+    }
+
+    fn attr(&self, reply: ReplyAttr, a: Attr) {
+        let (attr, ttl) = self.cached_attr(&a);
+        reply.attr(&ttl, &attr)
     }
 
     fn count(&self, op: Op) {
@@ -106,6 +105,78 @@ impl<V: Vfs> FuseAdapter<V> {
         if let Some(s) = self.spinner.get() {
             s.on_request();
         }
+    }
+
+    /// The shape of nearly every request: count it, run `f` on the `Vfs`
+    /// ([`FuseAdapter::call`]), and answer with `ok` or the error.
+    fn serve<T, R: ErrorReply>(
+        &self,
+        op: Op,
+        reply: R,
+        f: impl FnOnce(&mut V) -> VfsResult<T>,
+        ok: impl FnOnce(R, T),
+    ) {
+        self.count(op);
+        answer(reply, self.call(f), ok);
+    }
+
+    /// [`FuseAdapter::serve`] for a request that makes a new name: the
+    /// reply is its entry.
+    fn serve_entry(&self, op: Op, reply: ReplyEntry, f: impl FnOnce(&mut V) -> VfsResult<Attr>) {
+        self.serve(op, reply, f, |reply, a| self.entry(reply, a));
+    }
+
+    /// [`FuseAdapter::serve`] for a request answered with success alone.
+    fn serve_empty(&self, op: Op, reply: ReplyEmpty, f: impl FnOnce(&mut V) -> VfsResult<()>) {
+        self.serve(op, reply, f, |reply, ()| reply.ok());
+    }
+
+    /// An fsync of a file or a directory: durable, so it waits for every
+    /// write queued before it ([`FuseAdapter::call_durable`]).
+    fn serve_fsync(&self, op: Op, reply: ReplyEmpty, ino: INodeNo, datasync: bool) {
+        self.count(op);
+        answer(
+            reply,
+            self.call_durable(|v| v.fsync(ino.0, datasync)),
+            |reply, ()| reply.ok(),
+        );
+    }
+
+    /// The batching both listings share: the entries after `offset`,
+    /// fetched `batch` at a time, go to `add` (with the rest of their
+    /// batch) until it finds the reply full or the directory ends. `cookie`
+    /// is an entry's offset, where the next fetch resumes.
+    fn list<E>(
+        &self,
+        offset: u64,
+        batch: usize,
+        fetch: impl Fn(&mut V, u64, usize) -> VfsResult<Vec<E>>,
+        cookie: impl Fn(&E) -> u64,
+        mut add: impl FnMut(E, &mut std::vec::IntoIter<E>) -> bool,
+    ) -> Result<(), fuser::Errno> {
+        let mut after = offset;
+        loop {
+            let entries = self.call(|v| fetch(v, after, batch))?;
+            let n = entries.len();
+            let mut entries = entries.into_iter();
+            while let Some(e) = entries.next() {
+                let next = cookie(&e);
+                if add(e, &mut entries) {
+                    return Ok(());
+                }
+                after = next;
+            }
+            if n < batch {
+                return Ok(());
+            }
+        }
+    }
+
+    /// A request lsfs does not serve: ENOSYS, after which the kernel stops
+    /// sending most of them.
+    fn refuse<R: ErrorReply>(&self, op: Op, reply: R) {
+        self.count(op);
+        reply.error(fuser::Errno::ENOSYS);
     }
 
     /// Run `f` on the locked `Vfs`, then finish the device work it queued
@@ -187,21 +258,56 @@ fn placeholder_attr(ino: u64, kind: FileKind) -> FileAttr {
     }
 }
 
-fn reply_empty(reply: ReplyEmpty, r: Result<(), fuser::Errno>) {
+/// What every fuser reply type can do, which fuser gives each type as an
+/// inherent method of its own: fail with an errno.
+trait ErrorReply {
+    fn error(self, e: fuser::Errno);
+}
+
+macro_rules! error_reply {
+    ($($t:ty),* $(,)?) => {
+        $(impl ErrorReply for $t {
+            fn error(self, e: fuser::Errno) {
+                <$t>::error(self, e)
+            }
+        })*
+    };
+}
+
+error_reply!(
+    ReplyAttr,
+    ReplyCreate,
+    ReplyData,
+    ReplyDirectory,
+    ReplyDirectoryPlus,
+    ReplyEmpty,
+    ReplyEntry,
+    ReplyOpen,
+    ReplyStatfs,
+    ReplyWrite,
+    ReplyXattr,
+    fuser::ReplyBmap,
+    fuser::ReplyLock,
+    fuser::ReplyPoll,
+);
+
+/// Answer with `ok` and what the call returned, or with its error.
+fn answer<T, R: ErrorReply>(reply: R, r: Result<T, fuser::Errno>, ok: impl FnOnce(R, T)) {
     match r {
-        Ok(()) => reply.ok(),
+        Ok(v) => ok(reply, v),
         Err(e) => reply.error(e),
     }
 }
 
 /// Answer a getxattr/listxattr: a size probe (`size == 0`) gets the length,
 /// a buffer that is too small gets ERANGE.
-fn reply_xattr(reply: ReplyXattr, size: u32, r: Result<Vec<u8>, fuser::Errno>) {
-    match r {
-        Ok(v) if size == 0 => reply.size(v.len() as u32),
-        Ok(v) if v.len() > size as usize => reply.error(fuser::Errno::ERANGE),
-        Ok(v) => reply.data(&v),
-        Err(e) => reply.error(e),
+fn reply_xattr(reply: ReplyXattr, size: u32, v: Vec<u8>) {
+    if size == 0 {
+        reply.size(v.len() as u32)
+    } else if v.len() > size as usize {
+        reply.error(fuser::Errno::ERANGE)
+    } else {
+        reply.data(&v)
     }
 }
 
@@ -262,12 +368,13 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         self.count(Op::Lookup);
         match self.call(|v| v.lookup(parent.0, name.as_bytes())) {
+            Ok(a) => self.entry(reply, a),
             Err(fuser::Errno::ENOENT) => {
                 let ttl = self.policy.ttl(parent.0);
                 let none = placeholder_attr(0, FileKind::File);
                 reply.entry_with_ttls(&Duration::ZERO, &ttl, &none, Generation(0))
             }
-            r => self.entry(reply, r),
+            Err(e) => reply.error(e),
         }
     }
 
@@ -282,8 +389,12 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.count(Op::Getattr);
-        self.attr(reply, self.call(|v| v.getattr(ino.0)));
+        self.serve(
+            Op::Getattr,
+            reply,
+            |v| v.getattr(ino.0),
+            |reply, a| self.attr(reply, a),
+        );
     }
 
     fn setattr(
@@ -304,7 +415,6 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        self.count(Op::Setattr);
         let set = SetAttr {
             mode,
             uid,
@@ -316,24 +426,27 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         };
         // Privileges a chown or an unprivileged truncate drops (`privs`).
         let drop = set.uid.is_some() || set.gid.is_some() || (set.size.is_some() && req.uid() != 0);
-        self.attr(
+        self.serve(
+            Op::Setattr,
             reply,
-            self.call(|v| {
+            |v| {
                 let mut set = set;
                 if drop {
                     privs::drop_in(v, ino.0, &mut set)?;
                 }
                 v.setattr(ino.0, &set)
-            }),
+            },
+            |reply, a| self.attr(reply, a),
         );
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        self.count(Op::Readlink);
-        match self.call(|v| v.readlink(ino.0)) {
-            Ok(t) => reply.data(&t),
-            Err(e) => reply.error(e),
-        }
+        self.serve(
+            Op::Readlink,
+            reply,
+            |v| v.readlink(ino.0),
+            |reply, t| reply.data(&t),
+        );
     }
 
     fn mknod(
@@ -346,12 +459,10 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        self.count(Op::Mknod);
         let ctx = ctx(req, umask);
-        self.entry(
-            reply,
-            self.call(|v| v.mknod(parent.0, name.as_bytes(), mode, rdev, &ctx)),
-        );
+        self.serve_entry(Op::Mknod, reply, |v| {
+            v.mknod(parent.0, name.as_bytes(), mode, rdev, &ctx)
+        });
     }
 
     fn mkdir(
@@ -363,22 +474,18 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        self.count(Op::Mkdir);
         let ctx = ctx(req, umask);
-        self.entry(
-            reply,
-            self.call(|v| v.mkdir(parent.0, name.as_bytes(), mode, &ctx)),
-        );
+        self.serve_entry(Op::Mkdir, reply, |v| {
+            v.mkdir(parent.0, name.as_bytes(), mode, &ctx)
+        });
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.count(Op::Unlink);
-        reply_empty(reply, self.call(|v| v.unlink(parent.0, name.as_bytes())));
+        self.serve_empty(Op::Unlink, reply, |v| v.unlink(parent.0, name.as_bytes()));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.count(Op::Rmdir);
-        reply_empty(reply, self.call(|v| v.rmdir(parent.0, name.as_bytes())));
+        self.serve_empty(Op::Rmdir, reply, |v| v.rmdir(parent.0, name.as_bytes()));
     }
 
     fn symlink(
@@ -389,13 +496,11 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        self.count(Op::Symlink);
         let ctx = ctx(req, 0);
         let target = target.as_os_str().as_bytes();
-        self.entry(
-            reply,
-            self.call(|v| v.symlink(parent.0, link_name.as_bytes(), target, &ctx)),
-        );
+        self.serve_entry(Op::Symlink, reply, |v| {
+            v.symlink(parent.0, link_name.as_bytes(), target, &ctx)
+        });
     }
 
     fn rename(
@@ -408,8 +513,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        self.count(Op::Rename);
-        let r = self.call(|v| {
+        self.serve_empty(Op::Rename, reply, |v| {
             v.rename(
                 parent.0,
                 name.as_bytes(),
@@ -418,7 +522,6 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
                 flags.bits(),
             )
         });
-        reply_empty(reply, r);
     }
 
     fn link(
@@ -429,11 +532,9 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        self.count(Op::Link);
-        self.entry(
-            reply,
-            self.call(|v| v.link(ino.0, newparent.0, newname.as_bytes())),
-        );
+        self.serve_entry(Op::Link, reply, |v| {
+            v.link(ino.0, newparent.0, newname.as_bytes())
+        });
     }
 
     /// ENOSYS: the kernel stops sending OPEN (and RELEASE) for good and
@@ -444,8 +545,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
     /// file stays alive through the kernel's lookup reference, which it
     /// holds until the last close.
     fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.count(Op::Open);
-        reply.error(fuser::Errno::ENOSYS);
+        self.refuse(Op::Open, reply);
     }
 
     fn read(
@@ -459,11 +559,12 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.count(Op::Read);
-        match self.call(|v| v.read(ino.0, offset, size)) {
-            Ok(d) => reply.data(&d),
-            Err(e) => reply.error(e),
-        }
+        self.serve(
+            Op::Read,
+            reply,
+            |v| v.read(ino.0, offset, size),
+            |reply, d| reply.data(&d),
+        );
     }
 
     fn write(
@@ -478,17 +579,18 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        self.count(Op::Write);
         let drop = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
-        match self.call(|v| {
-            if drop {
-                privs::drop_now(v, ino.0)?;
-            }
-            v.write(ino.0, offset, data)
-        }) {
-            Ok(n) => reply.written(n),
-            Err(e) => reply.error(e),
-        }
+        self.serve(
+            Op::Write,
+            reply,
+            |v| {
+                if drop {
+                    privs::drop_now(v, ino.0)?;
+                }
+                v.write(ino.0, offset, data)
+            },
+            |reply, n| reply.written(n),
+        );
     }
 
     /// ENOSYS: the kernel stops sending FLUSH at every close. Nothing is
@@ -505,8 +607,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        self.count(Op::Flush);
-        reply.error(fuser::Errno::ENOSYS);
+        self.refuse(Op::Flush, reply);
     }
 
     /// The kernel sends no RELEASE once it has learned that OPEN is not
@@ -534,8 +635,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.count(Op::Fsync);
-        reply_empty(reply, self.call_durable(|v| v.fsync(ino.0, datasync)));
+        self.serve_fsync(Op::Fsync, reply, ino, datasync);
     }
 
     /// The kernel handles SEEK_SET, SEEK_CUR and SEEK_END itself and asks
@@ -578,8 +678,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
     /// it drops when the directory changes through it or is invalidated
     /// (`KernelCache`).
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.count(Op::Opendir);
-        reply.error(fuser::Errno::ENOSYS);
+        self.refuse(Op::Opendir, reply);
     }
 
     /// `offset` is the `Vfs` cookie of the last entry the kernel has seen,
@@ -593,29 +692,22 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         mut reply: ReplyDirectory,
     ) {
         self.count(Op::Readdir);
-        let mut cookie = offset;
-        loop {
-            let batch = match self.call(|v| v.readdir(ino.0, cookie, READDIR_BATCH)) {
-                Ok(b) => b,
-                Err(e) => return reply.error(e),
-            };
-            let n = batch.len();
-            for e in batch {
-                if reply.add(
+        let r = self.list(
+            offset,
+            READDIR_BATCH,
+            |v, cookie, n| v.readdir(ino.0, cookie, n),
+            |e| e.offset,
+            |e, _| {
+                // True when the buffer is full; this entry is sent next time.
+                reply.add(
                     INodeNo(e.ino),
                     e.offset,
                     file_type(e.kind),
                     OsStr::from_bytes(&e.name),
-                ) {
-                    // The buffer is full; this entry is sent next time.
-                    return reply.ok();
-                }
-                cookie = e.offset;
-            }
-            if n < READDIR_BATCH {
-                return reply.ok();
-            }
-        }
+                )
+            },
+        );
+        answer(reply, r, |reply, ()| reply.ok());
     }
 
     /// Like `readdir`, with each entry's attributes; every entry sent but
@@ -630,31 +722,29 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         mut reply: ReplyDirectoryPlus,
     ) {
         self.count(Op::Readdirplus);
-        let mut cookie = offset;
-        loop {
-            let batch = match self.call(|v| v.readdirplus(ino.0, cookie, READDIRPLUS_BATCH)) {
-                Ok(b) => b,
-                Err(e) => return reply.error(e),
-            };
-            let n = batch.len();
-            let mut entries = batch.into_iter();
-            while let Some((e, attr)) = entries.next() {
+        let r = self.list(
+            offset,
+            READDIRPLUS_BATCH,
+            |v, cookie, n| v.readdirplus(ino.0, cookie, n),
+            |(e, _)| e.offset,
+            |(e, attr), rest| {
                 let (fattr, ttl) = match &attr {
-                    Some(a) => (file_attr(a), self.policy.ttl(a.ino)),
+                    Some(a) => self.cached_attr(a),
                     None => (placeholder_attr(e.ino, e.kind), Duration::ZERO),
                 };
-                if reply.add(
+                let full = reply.add(
                     INodeNo(e.ino),
                     e.offset,
                     OsStr::from_bytes(&e.name),
                     &ttl,
                     &fattr,
                     Generation(0),
-                ) {
-                    // Full: this entry and the rest are sent next time,
-                    // so the kernel holds no reference to them yet.
+                );
+                if full {
+                    // This entry and the rest are sent next time, so the
+                    // kernel holds no reference to them yet.
                     let unsent: Vec<u64> = std::iter::once(attr)
-                        .chain(entries.map(|(_, a)| a))
+                        .chain(rest.map(|(_, a)| a))
                         .flatten()
                         .map(|a| a.ino)
                         .collect();
@@ -664,14 +754,11 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
                         }
                         Ok(())
                     });
-                    return reply.ok();
                 }
-                cookie = e.offset;
-            }
-            if n < READDIRPLUS_BATCH {
-                return reply.ok();
-            }
-        }
+                full
+            },
+        );
+        answer(reply, r, |reply, ()| reply.ok());
     }
 
     fn releasedir(
@@ -694,18 +781,20 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.count(Op::Fsyncdir);
-        reply_empty(reply, self.call_durable(|v| v.fsync(ino.0, datasync)));
+        self.serve_fsync(Op::Fsyncdir, reply, ino, datasync);
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        self.count(Op::Statfs);
-        match self.call(|v| v.statfs()) {
-            Ok(s) => reply.statfs(
-                s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
-            ),
-            Err(e) => reply.error(e),
-        }
+        self.serve(
+            Op::Statfs,
+            reply,
+            |v| v.statfs(),
+            |reply, s| {
+                reply.statfs(
+                    s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
+                )
+            },
+        );
     }
 
     fn setxattr(
@@ -718,45 +807,42 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        self.count(Op::Setxattr);
-        reply_empty(
-            reply,
-            self.call(|v| v.setxattr(ino.0, name.as_bytes(), value, flags)),
-        );
+        self.serve_empty(Op::Setxattr, reply, |v| {
+            v.setxattr(ino.0, name.as_bytes(), value, flags)
+        });
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        self.count(Op::Getxattr);
         if name.as_bytes() == b"security.capability" {
             self.counters.count_capability_probe();
         }
-        reply_xattr(
+        self.serve(
+            Op::Getxattr,
             reply,
-            size,
-            self.call(|v| v.getxattr(ino.0, name.as_bytes())),
+            |v| v.getxattr(ino.0, name.as_bytes()),
+            |reply, value| reply_xattr(reply, size, value),
         );
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        self.count(Op::Listxattr);
-        reply_xattr(
+        self.serve(
+            Op::Listxattr,
             reply,
-            size,
-            self.call(|v| v.listxattr(ino.0))
-                .map(|names| xattr_list(&names)),
+            |v| v.listxattr(ino.0),
+            |reply, names| reply_xattr(reply, size, xattr_list(&names)),
         );
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.count(Op::Removexattr);
-        reply_empty(reply, self.call(|v| v.removexattr(ino.0, name.as_bytes())));
+        self.serve_empty(Op::Removexattr, reply, |v| {
+            v.removexattr(ino.0, name.as_bytes())
+        });
     }
 
     /// Only called without `default_permissions`; the kernel checks
     /// permissions, so existence is all there is left to check.
     fn access(&self, _req: &Request, ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
-        self.count(Op::Access);
-        reply_empty(reply, self.call(|v| v.getattr(ino.0)).map(|_| ()));
+        self.serve_empty(Op::Access, reply, |v| v.getattr(ino.0).map(|_| ()));
     }
 
     /// ENOSYS: the kernel then makes new files with MKNOD and opens them
@@ -773,8 +859,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        self.count(Op::Create);
-        reply.error(fuser::Errno::ENOSYS);
+        self.refuse(Op::Create, reply);
     }
 
     /// See `ioctl`: nothing is implemented yet, and the refusal is quiet.
@@ -805,11 +890,9 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        self.count(Op::Fallocate);
-        reply_empty(
-            reply,
-            self.call(|v| v.fallocate(ino.0, offset, length, mode)),
-        );
+        self.serve_empty(Op::Fallocate, reply, |v| {
+            v.fallocate(ino.0, offset, length, mode)
+        });
     }
     // Requests lsfs does not serve, answered ENOSYS without fuser's warning
     // per request (the kernel stops sending most of them after the first).
@@ -826,8 +909,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _pid: u32,
         reply: fuser::ReplyLock,
     ) {
-        self.count(Op::Getlk);
-        reply.error(fuser::Errno::ENOSYS);
+        self.refuse(Op::Getlk, reply);
     }
 
     fn setlk(
@@ -843,8 +925,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _sleep: bool,
         reply: ReplyEmpty,
     ) {
-        self.count(Op::Setlk);
-        reply.error(fuser::Errno::ENOSYS);
+        self.refuse(Op::Setlk, reply);
     }
 
     fn bmap(
@@ -855,8 +936,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _idx: u64,
         reply: fuser::ReplyBmap,
     ) {
-        self.count(Op::Bmap);
-        reply.error(fuser::Errno::ENOSYS);
+        self.refuse(Op::Bmap, reply);
     }
 
     fn poll(
@@ -869,8 +949,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _flags: fuser::PollFlags,
         reply: fuser::ReplyPoll,
     ) {
-        self.count(Op::Poll);
-        reply.error(fuser::Errno::ENOSYS);
+        self.refuse(Op::Poll, reply);
     }
 
     fn copy_file_range(
@@ -886,7 +965,6 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _flags: fuser::CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        self.count(Op::CopyFileRange);
-        reply.error(fuser::Errno::ENOSYS);
+        self.refuse(Op::CopyFileRange, reply);
     }
 }

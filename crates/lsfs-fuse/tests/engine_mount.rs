@@ -14,7 +14,6 @@ posix_suite!(engine);
 /// (engine_mount_writeback.rs).
 #[test]
 fn seek_data_and_hole_through_the_mount() {
-    use std::os::unix::io::AsRawFd;
     if !common::fuse_available() {
         return;
     }
@@ -31,15 +30,7 @@ fn seek_data_and_hole_through_the_mount() {
     f.write_all_at(&[1; 4096], 0).unwrap();
     f.write_all_at(&[2; 4096], 1 << 20).unwrap();
     let size = (1 << 20) + 4096;
-    let seek = |off: i64, whence: i32| {
-        // SAFETY: lseek on a descriptor we own.
-        let r = unsafe { libc::lseek(f.as_raw_fd(), off, whence) };
-        if r < 0 {
-            Err(std::io::Error::last_os_error().raw_os_error().unwrap())
-        } else {
-            Ok(r)
-        }
-    };
+    let seek = |off: i64, whence: i32| common::seek(&f, off, whence);
     assert_eq!(seek(0, libc::SEEK_HOLE), Ok(4096));
     assert_eq!(seek(4096, libc::SEEK_DATA), Ok(1 << 20));
     assert_eq!(seek(1 << 20, libc::SEEK_HOLE), Ok(size));

@@ -62,7 +62,6 @@ fn writes_reach_the_engine_at_fsync() {
 #[test]
 fn seek_hole_does_not_hide_unwritten_back_data() {
     use std::os::unix::fs::FileExt;
-    use std::os::unix::io::AsRawFd;
     if !common::fuse_available() {
         return;
     }
@@ -71,15 +70,7 @@ fn seek_hole_does_not_hide_unwritten_back_data() {
     f.write_all_at(&[1; 4096], 0).unwrap();
     f.write_all_at(&[2; 4096], 1 << 20).unwrap();
     let size = (1 << 20) + 4096;
-    let seek = |off: i64, whence: i32| {
-        // SAFETY: lseek on a descriptor we own.
-        let r = unsafe { libc::lseek(f.as_raw_fd(), off, whence) };
-        if r < 0 {
-            Err(std::io::Error::last_os_error().raw_os_error().unwrap())
-        } else {
-            Ok(r)
-        }
-    };
+    let seek = |off: i64, whence: i32| common::seek(&f, off, whence);
     assert_eq!(
         seek(0, libc::SEEK_HOLE),
         Ok(size),
@@ -97,7 +88,6 @@ fn seek_hole_does_not_hide_unwritten_back_data() {
 #[test]
 fn a_read_only_mount_still_finds_holes() {
     use lsfs_vfs::{Ctx, Vfs, ROOT_INO};
-    use std::os::unix::io::AsRawFd;
     if !common::fuse_available() {
         return;
     }
@@ -123,9 +113,7 @@ fn a_read_only_mount_still_finds_holes() {
         },
     );
     let f = std::fs::File::open(mount.root().join("sparse")).unwrap();
-    // SAFETY: lseek on a descriptor we own.
-    let hole = unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_HOLE) };
-    assert_eq!(hole, 4096);
+    assert_eq!(common::seek(&f, 0, libc::SEEK_HOLE), Ok(4096));
     drop(f);
     mount.unmount();
 }

@@ -13,15 +13,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{fuse_available, TestMount};
-use lsfs_fuse::{MountOptions, Op, RequestCounters};
+use lsfs_fuse::{Op, RequestCounters};
 use lsfs_vfs::model::MemFs;
 
 fn mount(writeback_cache: bool) -> (TestMount<MemFs>, Arc<RequestCounters>) {
-    let opts = MountOptions {
-        fsname: "lsfs-test".into(),
-        writeback_cache,
-        ..MountOptions::default()
-    };
+    let opts = common::options(writeback_cache);
     let counters = opts.counters.clone();
     (TestMount::with_options(MemFs::new(), &opts), counters)
 }

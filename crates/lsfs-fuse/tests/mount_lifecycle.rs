@@ -63,9 +63,7 @@ fn drop_unmounts_even_when_a_test_panics() {
     if !fuse_available() {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let mnt = tmp.path().join("mnt");
-    fs::create_dir(&mnt).unwrap();
+    let (_tmp, mnt) = common::mount_point();
     let r = std::panic::catch_unwind(|| {
         let _handle = spawn_mount(memfs(), &mnt, &MountOptions::default()).unwrap();
         fs::write(mnt.join("f"), b"x").unwrap();
@@ -90,9 +88,7 @@ fn unmount_waits_for_busy_files_to_close() {
     if !fuse_available() {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let mnt = tmp.path().join("mnt");
-    fs::create_dir(&mnt).unwrap();
+    let (_tmp, mnt) = common::mount_point();
     let handle = spawn_mount(memfs(), &mnt, &MountOptions::default()).unwrap();
     let f = fs::File::create(mnt.join("busy")).unwrap();
     let closer = std::thread::spawn(move || {
@@ -109,9 +105,7 @@ fn external_unmount_ends_the_session() {
     if !fuse_available() {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let mnt = tmp.path().join("mnt");
-    fs::create_dir(&mnt).unwrap();
+    let (_tmp, mnt) = common::mount_point();
     let handle = spawn_mount(memfs(), &mnt, &MountOptions::default()).unwrap();
     let st = Command::new("fusermount3")
         .arg("-u")
@@ -219,9 +213,7 @@ fn foreground_mount_unmounts_on_sigterm_and_sigint() {
         return;
     }
     for sig in [libc::SIGTERM, libc::SIGINT] {
-        let tmp = tempfile::tempdir().unwrap();
-        let mnt = tmp.path().join("mnt");
-        fs::create_dir(&mnt).unwrap();
+        let (_tmp, mnt) = common::mount_point();
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
@@ -314,9 +306,7 @@ fn aborted_connection_is_unmounted() {
     if !fuse_available() {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let mnt = tmp.path().join("mnt");
-    fs::create_dir(&mnt).unwrap();
+    let (tmp, mnt) = common::mount_point();
     fs::create_dir(tmp.path().join("sub")).unwrap();
     // Mounted through a path that is not the one mountinfo shows: the handle
     // must still recognize its mount (it left dead mounts behind before).

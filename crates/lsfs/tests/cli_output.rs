@@ -2,6 +2,11 @@
 //! (`--json`): dates as UTC date-times, no JSON without `--json`, and a
 //! mount that reports itself only once it is there.
 
+// The FUSE tests' fixtures (crates/lsfs-fuse/tests/common): the check for
+// /dev/fuse and the mount table.
+#[path = "../../lsfs-fuse/tests/common/mod.rs"]
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -161,8 +166,7 @@ fn a_missing_mount_point_fails_before_claiming_a_mount() {
 
 #[test]
 fn reports_of_a_mount_are_text_unless_json_is_asked_for() {
-    if !Path::new("/dev/fuse").exists() {
-        eprintln!("SKIPPED: /dev/fuse does not exist");
+    if !common::fuse_available() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

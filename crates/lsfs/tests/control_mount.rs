@@ -5,20 +5,21 @@
 //! was asked for, although with the writeback cache those writes were still
 //! in the kernel's page cache.
 
+// The FUSE tests' fixtures (crates/lsfs-fuse/tests/common): the check for
+// /dev/fuse and the mount table.
+#[path = "../../lsfs-fuse/tests/common/mod.rs"]
+mod common;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::is_mounted;
 use serde_json::json;
 
 fn lsfs() -> Command {
     Command::new(env!("CARGO_BIN_EXE_lsfs"))
-}
-
-fn is_mounted(p: &Path) -> bool {
-    let table = fs::read_to_string("/proc/self/mounts").unwrap();
-    table.lines().any(|l| l.split(' ').nth(1) == p.to_str())
 }
 
 /// `lsfs mount` in the foreground, as a child; dropping it unmounts and
@@ -118,8 +119,7 @@ fn listing(dir: &Path) -> Vec<String> {
 
 #[test]
 fn snapshots_through_the_control_socket_show_at_once() {
-    if !Path::new("/dev/fuse").exists() {
-        eprintln!("SKIPPED: /dev/fuse does not exist");
+    if !common::fuse_available() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

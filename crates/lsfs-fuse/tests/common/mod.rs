@@ -12,6 +12,7 @@
 #![allow(dead_code)]
 
 pub mod cases;
+pub mod faulty;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -30,14 +31,9 @@ pub struct TestMount<V: Vfs + 'static> {
 }
 
 impl<V: Vfs + 'static> TestMount<V> {
+    /// Mounted with the default options (the kernel's writeback cache too).
     pub fn new(vfs: V) -> Self {
-        Self::with_options(
-            vfs,
-            &MountOptions {
-                fsname: "lsfs-test".into(),
-                ..MountOptions::default()
-            },
-        )
+        Self::with_options(vfs, &options(MountOptions::default().writeback_cache))
     }
 
     pub fn with_options(vfs: V, opts: &MountOptions) -> Self {
@@ -76,6 +72,29 @@ impl<V: Vfs + 'static> TestMount<V> {
     }
 }
 
+/// The options the tests mount with, with the kernel's writeback cache or
+/// without.
+pub fn options(writeback_cache: bool) -> MountOptions {
+    MountOptions {
+        fsname: "lsfs-test".into(),
+        writeback_cache,
+        ..MountOptions::default()
+    }
+}
+
+/// lseek(2) on `f` (for SEEK_DATA and SEEK_HOLE, which std does not
+/// offer): the new offset, or the errno.
+pub fn seek(f: &std::fs::File, offset: i64, whence: i32) -> Result<i64, i32> {
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: lseek on a descriptor `f` owns and keeps open.
+    let r = unsafe { libc::lseek(f.as_raw_fd(), offset, whence) };
+    if r < 0 {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap())
+    } else {
+        Ok(r)
+    }
+}
+
 /// The lsfs engine on a 256 MiB in-memory device with 1 MiB segments: room
 /// for every case, small enough to be quick.
 pub fn engine() -> lsfs_core::fs::Lsfs {
@@ -89,6 +108,15 @@ pub fn engine() -> lsfs_core::fs::Lsfs {
         lsfs_core::fs::MountConfig::default(),
     )
     .expect("mkfs")
+}
+
+/// An empty directory to mount on, inside a temporary directory that goes
+/// when the returned guard drops (unmount before that).
+pub fn mount_point() -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let mnt = tmp.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    (tmp, mnt)
 }
 
 /// Whether `path` appears in the mount table.
@@ -122,14 +150,7 @@ pub fn run_case_with<V: Vfs + 'static>(
     if !fuse_available() {
         return;
     }
-    let mount = TestMount::with_options(
-        make(),
-        &MountOptions {
-            fsname: "lsfs-test".into(),
-            writeback_cache,
-            ..MountOptions::default()
-        },
-    );
+    let mount = TestMount::with_options(make(), &options(writeback_cache));
     case(mount.root());
     mount.unmount();
 }

@@ -1,6 +1,10 @@
 //! CFLRU (Park et al. 2006): LRU, but within the *clean-first window* (the least recently used
 //! `window_fraction` of the cache) a clean page is evicted before any dirty page; only if the
 //! window holds no clean page does the LRU (dirty) page go. Kang uses a 25 % window.
+//!
+//! Plain LRU is the same policy with an empty window ([`Cflru::lru`]): the least recently used
+//! page goes whether clean or dirty, and only a caller that refuses dirty victims skips to the
+//! least recently used clean page.
 
 use std::collections::HashSet;
 use std::hash::Hash;
@@ -9,6 +13,7 @@ use super::recency_list::RecencyList;
 use super::Replacement;
 
 pub struct Cflru<K> {
+    name: &'static str,
     capacity_pages: usize,
     window_pages: usize,
     order: RecencyList<K>,
@@ -19,7 +24,18 @@ impl<K: Hash + Eq + Clone> Cflru<K> {
     pub fn new(capacity_pages: usize, window_fraction: f64) -> Self {
         assert!(capacity_pages > 0 && (0.0..=1.0).contains(&window_fraction));
         let window_pages = ((capacity_pages as f64 * window_fraction).ceil() as usize).max(1);
+        Self::with_window("cflru", capacity_pages, window_pages)
+    }
+
+    /// LRU: evict the least recently used page.
+    pub fn lru(capacity_pages: usize) -> Self {
+        Self::with_window("lru", capacity_pages, 0)
+    }
+
+    fn with_window(name: &'static str, capacity_pages: usize, window_pages: usize) -> Self {
+        assert!(capacity_pages > 0 && window_pages <= capacity_pages);
         Self {
+            name,
             capacity_pages,
             window_pages,
             order: RecencyList::new(),
@@ -30,7 +46,7 @@ impl<K: Hash + Eq + Clone> Cflru<K> {
 
 impl<K: Hash + Eq + Clone> Replacement<K> for Cflru<K> {
     fn name(&self) -> &'static str {
-        "cflru"
+        self.name
     }
     fn insert(&mut self, key: K, dirty: bool) {
         assert!(self.order.len() < self.capacity_pages && !self.order.contains(&key));

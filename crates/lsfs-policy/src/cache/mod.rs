@@ -10,7 +10,6 @@ mod cflru;
 mod clock;
 mod fab;
 mod lb_clock;
-mod lru;
 mod recency_list;
 mod sp_clock;
 mod ts_clock;
@@ -20,7 +19,6 @@ pub use cflru::Cflru;
 pub use clock::Clock;
 pub use fab::Fab;
 pub use lb_clock::LbClock;
-pub use lru::Lru;
 pub use sp_clock::SpClock;
 pub use ts_clock::TsClock;
 pub use two_q::TwoQ;
@@ -125,7 +123,7 @@ impl CachePolicyKind {
         pages_per_block: u32,
     ) -> Box<dyn Replacement<u64> + Send> {
         match self {
-            CachePolicyKind::Lru => Box::new(Lru::new(capacity_pages)),
+            CachePolicyKind::Lru => Box::new(Cflru::lru(capacity_pages)),
             CachePolicyKind::Clock => Box::new(Clock::new(capacity_pages)),
             CachePolicyKind::TwoQ => Box::new(TwoQ::new(capacity_pages)),
             CachePolicyKind::Cflru => Box::new(Cflru::new(capacity_pages, 0.25)),

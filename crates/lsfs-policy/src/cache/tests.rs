@@ -83,13 +83,22 @@ fn every_policy_honours_the_replacement_contract() {
 
 #[test]
 fn lru_evicts_the_least_recently_used() {
-    let mut p = Lru::new(3);
+    let mut p = Cflru::lru(3);
     for k in [1u64, 2, 3] {
         p.insert(k, false);
     }
     p.touch(&1, false);
     assert_eq!(p.victim(true), Some(2));
     assert_eq!(p.victim(true), Some(3));
+
+    // No clean-first window: the oldest page goes though it is dirty,
+    // unless the caller refuses dirty victims.
+    let mut p = Cflru::lru(3);
+    p.insert(1u64, true);
+    p.insert(2, false);
+    p.insert(3, false);
+    assert_eq!(p.victim(false), Some(2));
+    assert_eq!(p.victim(true), Some(1));
 }
 
 #[test]

@@ -12,6 +12,7 @@
 
 use std::collections::VecDeque;
 
+use super::page_map::PageMap;
 use super::{Ftl, FtlGeometry, FtlStats};
 
 const NONE: u32 = u32::MAX;
@@ -26,13 +27,9 @@ struct Sequential {
 #[derive(Clone)]
 pub struct FastFtl {
     ppb: u32,
-    /// logical page → physical page
-    l2p: Vec<u32>,
-    /// physical page → logical page
-    p2l: Vec<u32>,
+    map: PageMap,
+    /// logical block → its data block (`NONE` before its first merge)
     data_block: Vec<u32>,
-    valid: Vec<u32>,
-    erase_counts: Vec<u32>,
     free: Vec<u32>,
     sequential: Option<Sequential>,
     random_logs: VecDeque<u32>,
@@ -54,11 +51,8 @@ impl FastFtl {
         let ppb = g.pages_per_block;
         Self {
             ppb,
-            l2p: vec![NONE; g.logical_pages() as usize],
-            p2l: vec![NONE; blocks * ppb as usize],
+            map: PageMap::new(g.logical_pages(), blocks, ppb),
             data_block: vec![NONE; g.logical_blocks() as usize],
-            valid: vec![0; blocks],
-            erase_counts: vec![0; blocks],
             free: (0..blocks as u32).rev().collect(),
             sequential: None,
             random_logs: VecDeque::new(),
@@ -68,31 +62,8 @@ impl FastFtl {
         }
     }
 
-    fn invalidate(&mut self, lpn: u64) {
-        let ppn = self.l2p[lpn as usize];
-        if ppn != NONE {
-            self.p2l[ppn as usize] = NONE;
-            self.valid[(ppn / self.ppb) as usize] -= 1;
-            self.l2p[lpn as usize] = NONE;
-        }
-    }
-
-    fn program(&mut self, lpn: u64, block: u32, offset: u32) {
-        let ppn = block * self.ppb + offset;
-        debug_assert_eq!(self.p2l[ppn as usize], NONE);
-        self.p2l[ppn as usize] = lpn as u32;
-        self.l2p[lpn as usize] = ppn;
-        self.valid[block as usize] += 1;
-    }
-
     fn erase(&mut self, block: u32) {
-        debug_assert_eq!(
-            self.valid[block as usize], 0,
-            "erasing a block with valid pages"
-        );
-        let first = (block * self.ppb) as usize;
-        self.p2l[first..first + self.ppb as usize].fill(NONE);
-        self.erase_counts[block as usize] += 1;
+        self.map.erase(block);
         self.stats.erases += 1;
         self.free.push(block);
     }
@@ -103,8 +74,8 @@ impl FastFtl {
 
     /// Copy a valid page to `block` at its own offset.
     fn copy_to(&mut self, lpn: u64, block: u32) {
-        self.invalidate(lpn);
-        self.program(lpn, block, (lpn % self.ppb as u64) as u32);
+        self.map.invalidate(lpn);
+        self.map.program(lpn, block, (lpn % self.ppb as u64) as u32);
         self.stats.copied_pages += 1;
     }
 
@@ -116,7 +87,7 @@ impl FastFtl {
         let base = sw.logical_block as u64 * self.ppb as u64;
         for offset in sw.next_offset..self.ppb {
             let lpn = base + offset as u64;
-            if self.l2p[lpn as usize] != NONE {
+            if self.map.is_mapped(lpn) {
                 self.copy_to(lpn, sw.physical_block);
             }
         }
@@ -144,7 +115,7 @@ impl FastFtl {
         let target = self.allocate();
         let base = logical_block as u64 * self.ppb as u64;
         for offset in 0..self.ppb as u64 {
-            if self.l2p[(base + offset) as usize] != NONE {
+            if self.map.is_mapped(base + offset) {
                 self.copy_to(base + offset, target);
             }
         }
@@ -156,11 +127,11 @@ impl FastFtl {
             .random_logs
             .pop_front()
             .expect("a random log block to reclaim");
-        let first = (victim * self.ppb) as usize;
-        let mut logical: Vec<u32> = self.p2l[first..first + self.ppb as usize]
-            .iter()
-            .filter(|&&l| l != NONE)
-            .map(|&l| l / self.ppb)
+        let mut logical: Vec<u32> = self
+            .map
+            .live_pages(victim)
+            .into_iter()
+            .map(|lpn| (lpn / self.ppb as u64) as u32)
             .collect();
         logical.sort_unstable();
         logical.dedup();
@@ -182,41 +153,18 @@ impl FastFtl {
                 (b, 0)
             }
         };
-        self.program(lpn, block, offset);
+        self.map.program(lpn, block, offset);
         self.random_active = (offset + 1 < self.ppb).then_some((block, offset + 1));
     }
 
     /// Logical pages that currently have a valid copy.
     pub fn mapped_pages(&self) -> usize {
-        self.l2p.iter().filter(|&&p| p != NONE).count()
+        self.map.mapped_pages()
     }
 
-    /// l2p and p2l are inverse maps and every block's valid count matches its pages; `Err`
-    /// names the first violation. For tests.
+    /// See [`PageMap::check_consistency`]. For tests.
     pub fn check_consistency(&self) -> Result<(), String> {
-        let mut valid = vec![0u32; self.valid.len()];
-        for (lpn, &ppn) in self.l2p.iter().enumerate() {
-            if ppn == NONE {
-                continue;
-            }
-            if self.p2l[ppn as usize] != lpn as u32 {
-                return Err(format!(
-                    "logical {lpn} → physical {ppn}, which maps back elsewhere"
-                ));
-            }
-            valid[(ppn / self.ppb) as usize] += 1;
-        }
-        for (ppn, &lpn) in self.p2l.iter().enumerate() {
-            if lpn != NONE && self.l2p[lpn as usize] != ppn as u32 {
-                return Err(format!(
-                    "physical {ppn} claims logical {lpn}, which maps elsewhere"
-                ));
-            }
-        }
-        if valid != self.valid {
-            return Err("per-block valid counts disagree with the maps".into());
-        }
-        Ok(())
+        self.map.check_consistency()
     }
 }
 
@@ -224,12 +172,12 @@ impl Ftl for FastFtl {
     fn write(&mut self, lpn: u64) {
         let logical_block = (lpn / self.ppb as u64) as u32;
         let offset = (lpn % self.ppb as u64) as u32;
-        self.invalidate(lpn);
+        self.map.invalidate(lpn);
         self.stats.host_pages += 1;
         if offset == 0 {
             self.close_sequential();
             let block = self.allocate();
-            self.program(lpn, block, 0);
+            self.map.program(lpn, block, 0);
             self.sequential = Some(Sequential {
                 logical_block,
                 physical_block: block,
@@ -242,7 +190,7 @@ impl Ftl for FastFtl {
         {
             sw.next_offset += 1;
             let block = sw.physical_block;
-            self.program(lpn, block, offset);
+            self.map.program(lpn, block, offset);
         } else {
             self.write_random(lpn);
         }
@@ -261,7 +209,7 @@ impl Ftl for FastFtl {
         self.stats = FtlStats::default();
     }
     fn erase_counts(&self) -> &[u32] {
-        &self.erase_counts
+        self.map.erase_counts()
     }
     fn boxed_clone(&self) -> Box<dyn Ftl + Send + Sync> {
         Box::new(self.clone())

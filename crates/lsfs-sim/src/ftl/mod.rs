@@ -7,6 +7,7 @@ mod block_buckets;
 pub mod block_trace;
 mod fast;
 mod page_level;
+mod page_map;
 pub mod synthetic;
 
 use serde::Serialize;
