@@ -890,8 +890,23 @@ impl Checker {
 
     // ---- namespace ----
 
+    /// The namespace of the current file system, in the order its rules
+    /// build on each other: the inodes themselves, the two fixed
+    /// directories, the orphans, the tree from the root, and last the link
+    /// counts that tree implies.
     fn check_namespace(&mut self, s: &mut Store, w: &Walk) {
         let inodes = &w.inodes;
+        self.check_inodes(s, inodes);
+        self.check_fixed_dirs(inodes);
+        let mut names = Names::default();
+        self.check_orphan_dir(s, inodes, &mut names);
+        self.stats.orphans = names.orphans.len() as u64;
+        self.walk_tree(s, inodes, &mut names);
+        self.check_link_counts(inodes, &names);
+    }
+
+    /// Inode count and numbers, per-kind statistics, sizes.
+    fn check_inodes(&mut self, s: &Store, inodes: &BTreeMap<u64, Inode>) {
         self.stats.inodes = inodes.len() as u64;
         if inodes.len() as u64 != s.inodes_used {
             self.err(format!(
@@ -915,6 +930,10 @@ impl Checker {
             }
             self.check_sizes(i);
         }
+    }
+
+    /// The root and the orphan directory exist and are directories.
+    fn check_fixed_dirs(&mut self, inodes: &BTreeMap<u64, Inode>) {
         for (ino, what) in [(ROOT_INO, "root"), (ORPHAN_INO, "orphan")] {
             match inodes.get(&ino) {
                 Some(i) if i.kind() == FileKind::Dir => {}
@@ -922,54 +941,61 @@ impl Checker {
                 None => self.err(format!("the {what} directory (inode {ino}) is missing")),
             }
         }
-        let mut names: HashMap<u64, u32> = HashMap::new();
-        let mut subdirs: HashMap<u64, u32> = HashMap::new();
-        let mut orphans: HashSet<u64> = HashSet::new();
-        let mut visited: HashSet<u64> = HashSet::new();
-        let mut queue: VecDeque<(u64, u64)> = VecDeque::new();
-        queue.push_back((ROOT_INO, ROOT_INO));
-        visited.insert(ROOT_INO);
-        // The orphan directory: entries named by inode number, for unlinked inodes still open.
-        if let Some(od) = inodes
+    }
+
+    /// The orphan directory: entries named by inode number, for unlinked
+    /// inodes still open. Each names an existing inode with no links.
+    fn check_orphan_dir(&mut self, s: &mut Store, inodes: &BTreeMap<u64, Inode>, n: &mut Names) {
+        let Some(od) = inodes
             .get(&ORPHAN_INO)
             .filter(|i| i.kind() == FileKind::Dir)
-        {
-            visited.insert(ORPHAN_INO);
-            match dir::list_after(s, od, 0, usize::MAX) {
-                Ok(list) => {
-                    if od.size != list.len() as u64 {
-                        self.err(format!(
-                            "orphan directory size {} but it has {} entries",
-                            od.size,
-                            list.len()
-                        ));
-                    }
-                    for (_, ent) in list {
-                        if ent.name != ent.ino.to_le_bytes() {
-                            self.err(format!(
-                                "orphan directory entry {:?} does not name its inode {}",
-                                ent.name, ent.ino
-                            ));
-                        }
-                        match inodes.get(&ent.ino) {
-                            Some(i) if i.nlink == 0 => {
-                                orphans.insert(ent.ino);
-                            }
-                            Some(i) => self.err(format!(
-                                "orphan inode {} still has {} links",
-                                ent.ino, i.nlink
-                            )),
-                            None => self.err(format!(
-                                "orphan directory names inode {}, which does not exist",
-                                ent.ino
-                            )),
-                        }
-                    }
+        else {
+            return;
+        };
+        n.visited.insert(ORPHAN_INO);
+        let list = match dir::list_after(s, od, 0, usize::MAX) {
+            Ok(list) => list,
+            Err(e) => {
+                self.err(format!("orphan directory: {e}"));
+                return;
+            }
+        };
+        if od.size != list.len() as u64 {
+            self.err(format!(
+                "orphan directory size {} but it has {} entries",
+                od.size,
+                list.len()
+            ));
+        }
+        for (_, ent) in list {
+            if ent.name != ent.ino.to_le_bytes() {
+                self.err(format!(
+                    "orphan directory entry {:?} does not name its inode {}",
+                    ent.name, ent.ino
+                ));
+            }
+            match inodes.get(&ent.ino) {
+                Some(i) if i.nlink == 0 => {
+                    n.orphans.insert(ent.ino);
                 }
-                Err(e) => self.err(format!("orphan directory: {e}")),
+                Some(i) => self.err(format!(
+                    "orphan inode {} still has {} links",
+                    ent.ino, i.nlink
+                )),
+                None => self.err(format!(
+                    "orphan directory names inode {}, which does not exist",
+                    ent.ino
+                )),
             }
         }
-        self.stats.orphans = orphans.len() as u64;
+    }
+
+    /// Breadth first from the root: every directory is reached once, and
+    /// its entries, size and `..` are right. Counts names and subdirectories.
+    fn walk_tree(&mut self, s: &mut Store, inodes: &BTreeMap<u64, Inode>, n: &mut Names) {
+        let mut queue: VecDeque<(u64, u64)> = VecDeque::new();
+        queue.push_back((ROOT_INO, ROOT_INO));
+        n.visited.insert(ROOT_INO);
         while let Some((d, parent)) = queue.pop_front() {
             let Some(di) = inodes.get(&d) else { continue };
             let list = match dir::list_after(s, di, 0, usize::MAX) {
@@ -987,46 +1013,8 @@ impl Checker {
                     continue;
                 }
                 count += 1;
-                let what = format!(
-                    "entry {:?} of directory {d}",
-                    String::from_utf8_lossy(&ent.name)
-                );
-                if ent.name.is_empty()
-                    || ent.name == b"."
-                    || ent.name.contains(&b'/')
-                    || ent.name.contains(&0)
-                {
-                    self.err(format!("{what}: invalid name"));
-                }
-                let Some(child) = inodes.get(&ent.ino) else {
-                    self.err(format!(
-                        "{what} points at inode {}, which does not exist",
-                        ent.ino
-                    ));
-                    continue;
-                };
-                if child.kind() != ent.kind {
-                    self.err(format!(
-                        "{what} says {:?} but inode {} is {:?}",
-                        ent.kind,
-                        ent.ino,
-                        child.kind()
-                    ));
-                }
-                if orphans.contains(&ent.ino) {
-                    self.err(format!("{what} names orphan inode {}", ent.ino));
-                }
-                *names.entry(ent.ino).or_default() += 1;
-                if child.kind() == FileKind::Dir {
-                    *subdirs.entry(d).or_default() += 1;
-                    if !visited.insert(ent.ino) {
-                        self.err(format!(
-                            "{what}: directory {} is reached twice (hard-linked directory or cycle)",
-                            ent.ino
-                        ));
-                    } else {
-                        queue.push_back((ent.ino, d));
-                    }
+                if let Some(child) = self.check_entry(inodes, d, &ent, n) {
+                    queue.push_back((child, d));
                 }
             }
             if di.size != count {
@@ -1041,25 +1029,85 @@ impl Checker {
                 ));
             }
         }
+    }
+
+    /// One entry of directory `d`: a valid name for an existing inode of
+    /// the kind it says, not an orphan. Returns the child directory to
+    /// visit, if it is one seen for the first time.
+    fn check_entry(
+        &mut self,
+        inodes: &BTreeMap<u64, Inode>,
+        d: u64,
+        ent: &dir::Entry,
+        n: &mut Names,
+    ) -> Option<u64> {
+        let what = format!(
+            "entry {:?} of directory {d}",
+            String::from_utf8_lossy(&ent.name)
+        );
+        if ent.name.is_empty()
+            || ent.name == b"."
+            || ent.name.contains(&b'/')
+            || ent.name.contains(&0)
+        {
+            self.err(format!("{what}: invalid name"));
+        }
+        let Some(child) = inodes.get(&ent.ino) else {
+            self.err(format!(
+                "{what} points at inode {}, which does not exist",
+                ent.ino
+            ));
+            return None;
+        };
+        if child.kind() != ent.kind {
+            self.err(format!(
+                "{what} says {:?} but inode {} is {:?}",
+                ent.kind,
+                ent.ino,
+                child.kind()
+            ));
+        }
+        if n.orphans.contains(&ent.ino) {
+            self.err(format!("{what} names orphan inode {}", ent.ino));
+        }
+        *n.names.entry(ent.ino).or_default() += 1;
+        if child.kind() != FileKind::Dir {
+            return None;
+        }
+        *n.subdirs.entry(d).or_default() += 1;
+        if !n.visited.insert(ent.ino) {
+            self.err(format!(
+                "{what}: directory {} is reached twice (hard-linked directory or cycle)",
+                ent.ino
+            ));
+            return None;
+        }
+        Some(ent.ino)
+    }
+
+    /// Every inode's link count against the names the tree gave it: a
+    /// directory has 2 + its subdirectories, anything else one per entry;
+    /// orphans have none, and nothing else is unnamed.
+    fn check_link_counts(&mut self, inodes: &BTreeMap<u64, Inode>, n: &Names) {
         for (&ino, i) in inodes {
-            let n = names.get(&ino).copied().unwrap_or(0);
+            let named = n.names.get(&ino).copied().unwrap_or(0);
             if i.kind() == FileKind::Dir {
                 if ino == ORPHAN_INO {
                     continue;
                 }
-                if orphans.contains(&ino) {
+                if n.orphans.contains(&ino) {
                     if i.nlink != 0 {
                         self.err(format!("orphan directory {ino} has nlink {}", i.nlink));
                     }
                     continue;
                 }
-                if !visited.contains(&ino) {
+                if !n.visited.contains(&ino) {
                     self.err(format!(
                         "directory {ino} is allocated but not reachable from the root (lost, or in a cycle)"
                     ));
                     continue;
                 }
-                let want = 2 + subdirs.get(&ino).copied().unwrap_or(0);
+                let want = 2 + n.subdirs.get(&ino).copied().unwrap_or(0);
                 if i.nlink != want {
                     self.err(format!(
                         "directory {ino} has nlink {} but 2 + {} subdirectories = {want}",
@@ -1067,18 +1115,18 @@ impl Checker {
                         want - 2
                     ));
                 }
-            } else if orphans.contains(&ino) {
-                if n != 0 {
-                    self.err(format!("orphan inode {ino} is still named {n} times"));
+            } else if n.orphans.contains(&ino) {
+                if named != 0 {
+                    self.err(format!("orphan inode {ino} is still named {named} times"));
                 }
-            } else if n == 0 {
+            } else if named == 0 {
                 self.err(format!(
                     "inode {ino} ({:?}) is allocated but no directory names it (lost)",
                     i.kind()
                 ));
-            } else if i.nlink != n {
+            } else if i.nlink != named {
                 self.err(format!(
-                    "inode {ino} has nlink {} but {n} directory entries name it",
+                    "inode {ino} has nlink {} but {named} directory entries name it",
                     i.nlink
                 ));
             }
@@ -1215,6 +1263,19 @@ impl Checker {
             }
         }
     }
+}
+
+/// What the namespace walk learns about each inode.
+#[derive(Default)]
+struct Names {
+    /// Directory entries naming each inode.
+    names: HashMap<u64, u32>,
+    /// Subdirectories of each directory.
+    subdirs: HashMap<u64, u32>,
+    /// Inodes in the orphan directory.
+    orphans: HashSet<u64>,
+    /// Directories reached (the root and orphan directory included).
+    visited: HashSet<u64>,
 }
 
 /// The non-free DAT entries and the DAT's own placed blocks.
