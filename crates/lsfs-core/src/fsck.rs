@@ -16,9 +16,9 @@
 //! A corrupt image yields errors, never a panic: decoding errors are
 //! reported where they occur, and a panic anywhere becomes an error too.
 
-use crate::btree::NodeStore;
+use crate::btree::ReadOnly;
 use crate::device::BlockDevice;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::fs::inode::{Format, Inode, AREA_BYTES};
 use crate::fs::{dir, map, Lsfs, MountConfig};
 use crate::layout::{Geometry, BLOCK_BYTES, FIRST_USER_INO, ORPHAN_INO, ROOT_INO};
@@ -130,30 +130,8 @@ impl fmt::Display for Where {
 }
 
 /// The DAT's tree, read-only, over physical (or not yet placed, cached) addresses.
-struct PhysRo<'a> {
-    s: &'a mut Store,
-}
-
-fn read_phys(s: &mut Store, addr: u64) -> Result<Vec<u8>> {
-    s.read_dat_phys(addr)
-}
-
-impl NodeStore for PhysRo<'_> {
-    fn read_node(&mut self, ptr: u64) -> Result<Vec<u8>> {
-        read_phys(self.s, ptr)
-    }
-    fn make_writable(&mut self, _: u64) -> Result<u64> {
-        Err(Error::Errno(lsfs_vfs::Errno::ROFS))
-    }
-    fn write_node(&mut self, _: u64, _: Vec<u8>) -> Result<()> {
-        Err(Error::Errno(lsfs_vfs::Errno::ROFS))
-    }
-    fn alloc_node(&mut self) -> Result<u64> {
-        Err(Error::Errno(lsfs_vfs::Errno::ROFS))
-    }
-    fn free_node(&mut self, _: u64) -> Result<()> {
-        Err(Error::Errno(lsfs_vfs::Errno::ROFS))
-    }
+fn dat_nodes_ro(s: &mut Store) -> ReadOnly<impl FnMut(u64) -> Result<Vec<u8>> + '_> {
+    ReadOnly(move |addr| s.read_dat_phys(addr))
 }
 
 #[derive(Default)]
@@ -343,13 +321,13 @@ impl Checker {
         let mut dat = Dat::default();
         let tree = s.tree();
         let root = s.dat_root;
-        if let Err(e) = tree.check(&mut PhysRo { s }, root) {
+        if let Err(e) = tree.check(&mut dat_nodes_ro(s), root) {
             self.err(format!("DAT tree: {e}"));
             return dat;
         }
         let mut blocks: Vec<(u64, u64)> = Vec::new();
         let mut nodes: Vec<u64> = Vec::new();
-        let r = tree.visit(&mut PhysRo { s }, root, &mut |v| {
+        let r = tree.visit(&mut dat_nodes_ro(s), root, &mut |v| {
             nodes.push(v.ptr);
             if let Some(items) = v.items() {
                 for (idx, val) in items {
@@ -414,7 +392,7 @@ impl Checker {
                     s.next_vblock
                 ));
             }
-            let b = match read_phys(s, addr) {
+            let b = match s.read_dat_phys(addr) {
                 Ok(b) => b,
                 Err(e) => {
                     self.err(format!("DAT block {idx} at {addr}: {e}"));
