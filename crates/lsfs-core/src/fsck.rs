@@ -319,63 +319,13 @@ impl Checker {
     /// ownership. Returns every non-free entry by virtual block.
     fn check_dat(&mut self, s: &mut Store) -> Dat {
         let mut dat = Dat::default();
-        let tree = s.tree();
-        let root = s.dat_root;
-        if let Err(e) = tree.check(&mut dat_nodes_ro(s), root) {
-            self.err(format!("DAT tree: {e}"));
+        let mut blocks: Vec<(u64, u64)> = Vec::new();
+        let mut nodes: Vec<NodePtr> = Vec::new();
+        if !self.walk_dat_tree(s, &mut blocks, &mut nodes) {
             return dat;
         }
-        let mut blocks: Vec<(u64, u64)> = Vec::new();
-        let mut nodes: Vec<u64> = Vec::new();
-        let r = tree.visit(&mut dat_nodes_ro(s), root, &mut |v| {
-            nodes.push(v.ptr);
-            if let Some(items) = v.items() {
-                for (idx, val) in items {
-                    blocks.push((*idx, decode_u64(val, "DAT block map")?));
-                }
-            }
-            Ok(())
-        });
-        if let Err(e) = r {
-            self.err(format!("DAT tree: {e}"));
-        }
         let mut owner_of: HashMap<u64, String> = HashMap::new();
-        for &n in &nodes {
-            self.claim_phys(s, &mut owner_of, &mut dat, n, true, "DAT tree node".into());
-        }
-        // The DAT journal the checkpoint names (applied to the DAT's blocks
-        // in memory when the image was opened, so the entries below are
-        // the journaled ones).
-        let journal = s.dat_journal.written.clone();
-        for (i, &a) in journal.iter().enumerate() {
-            self.claim_phys(
-                s,
-                &mut owner_of,
-                &mut dat,
-                a,
-                true,
-                format!("DAT journal block {i}"),
-            );
-        }
-        // A DAT block the roll-forward copied on write keeps its base live
-        // until the next checkpoint writes it or journals the change.
-        let bases: Vec<(u64, u64)> = s
-            .dat_journal
-            .tracked
-            .iter()
-            .filter(|(_, t)| !t.at_base)
-            .map(|(&idx, t)| (idx, t.base))
-            .collect();
-        for (idx, a) in bases {
-            self.claim_phys(
-                s,
-                &mut owner_of,
-                &mut dat,
-                a,
-                true,
-                format!("base of DAT block {idx}"),
-            );
-        }
+        self.claim_dat_metadata(s, &mut owner_of, &mut dat, &nodes);
         let max_idx = s.next_vblock / DAT_PER_BLOCK;
         for &(idx, addr) in &blocks {
             self.claim_phys(
@@ -392,46 +342,137 @@ impl Checker {
                     s.next_vblock
                 ));
             }
-            let b = match s.read_dat_phys(addr) {
-                Ok(b) => b,
+            self.check_dat_block(s, &mut owner_of, &mut dat, idx, addr);
+        }
+        self.count_dat(s, &dat);
+        self.check_summaries(s, &dat);
+        dat
+    }
+
+    /// Check the DAT's tree and collect its blocks `(index, address)` and
+    /// its nodes; `false` if the tree is broken.
+    fn walk_dat_tree(
+        &mut self,
+        s: &mut Store,
+        blocks: &mut Vec<(u64, u64)>,
+        nodes: &mut Vec<NodePtr>,
+    ) -> bool {
+        let tree = s.tree();
+        let root = s.dat_root;
+        if let Err(e) = tree.check(&mut dat_nodes_ro(s), root) {
+            self.err(format!("DAT tree: {e}"));
+            return false;
+        }
+        let r = tree.visit(&mut dat_nodes_ro(s), root, &mut |v| {
+            nodes.push(v.ptr);
+            if let Some(items) = v.items() {
+                for (idx, val) in items {
+                    blocks.push((*idx, decode_u64(val, "DAT block map")?));
+                }
+            }
+            Ok(())
+        });
+        if let Err(e) = r {
+            self.err(format!("DAT tree: {e}"));
+        }
+        true
+    }
+
+    /// Claim the DAT's own blocks besides its data blocks: tree nodes, the
+    /// journal, and bases the roll-forward keeps.
+    fn claim_dat_metadata(
+        &mut self,
+        s: &mut Store,
+        owner_of: &mut HashMap<u64, String>,
+        dat: &mut Dat,
+        nodes: &[u64],
+    ) {
+        for &n in nodes {
+            self.claim_phys(s, owner_of, dat, n, true, "DAT tree node".into());
+        }
+        // The DAT journal the checkpoint names (applied to the DAT's blocks
+        // in memory when the image was opened, so the entries below are
+        // the journaled ones).
+        let journal = s.dat_journal.written.clone();
+        for (i, &a) in journal.iter().enumerate() {
+            self.claim_phys(s, owner_of, dat, a, true, format!("DAT journal block {i}"));
+        }
+        // A DAT block the roll-forward copied on write keeps its base live
+        // until the next checkpoint writes it or journals the change.
+        let bases: Vec<(u64, u64)> = s
+            .dat_journal
+            .tracked
+            .iter()
+            .filter(|(_, t)| !t.at_base)
+            .map(|(&idx, t)| (idx, t.base))
+            .collect();
+        for (idx, a) in bases {
+            self.claim_phys(
+                s,
+                owner_of,
+                dat,
+                a,
+                true,
+                format!("base of DAT block {idx}"),
+            );
+        }
+    }
+
+    /// One DAT block's entries: each non-free one checked, its physical
+    /// block claimed, and kept in `dat`. A block of only free entries
+    /// should not exist.
+    fn check_dat_block(
+        &mut self,
+        s: &mut Store,
+        owner_of: &mut HashMap<u64, String>,
+        dat: &mut Dat,
+        idx: u64,
+        addr: u64,
+    ) {
+        let b = match s.read_dat_phys(addr) {
+            Ok(b) => b,
+            Err(e) => {
+                self.err(format!("DAT block {idx} at {addr}: {e}"));
+                return;
+            }
+        };
+        let mut any = false;
+        for slot in 0..DAT_PER_BLOCK {
+            let v = idx * DAT_PER_BLOCK + slot;
+            let e = match DatEntry::read(&b, slot as usize) {
+                Ok(e) => e,
                 Err(e) => {
-                    self.err(format!("DAT block {idx} at {addr}: {e}"));
+                    self.err(format!("DAT entry {v}: {e}"));
                     continue;
                 }
             };
-            let mut any = false;
-            for slot in 0..DAT_PER_BLOCK {
-                let v = idx * DAT_PER_BLOCK + slot;
-                let e = match DatEntry::read(&b, slot as usize) {
-                    Ok(e) => e,
-                    Err(e) => {
-                        self.err(format!("DAT entry {v}: {e}"));
-                        continue;
-                    }
-                };
-                if e.is_free() {
-                    continue;
-                }
-                any = true;
-                self.check_dat_entry(s, v, &e);
-                if e.pblock != 0 {
-                    self.claim_phys(
-                        s,
-                        &mut owner_of,
-                        &mut dat,
-                        e.pblock,
-                        false,
-                        format!("virtual block {v}"),
-                    );
-                }
-                dat.entries.insert(v, e);
+            if e.is_free() {
+                continue;
             }
-            if !any {
-                self.err(format!(
-                    "DAT block {idx} at {addr} holds no entries (should have been removed)"
-                ));
+            any = true;
+            self.check_dat_entry(s, v, &e);
+            if e.pblock != 0 {
+                self.claim_phys(
+                    s,
+                    owner_of,
+                    dat,
+                    e.pblock,
+                    false,
+                    format!("virtual block {v}"),
+                );
             }
+            dat.entries.insert(v, e);
         }
+        if !any {
+            self.err(format!(
+                "DAT block {idx} at {addr} holds no entries (should have been removed)"
+            ));
+        }
+    }
+
+    /// The DAT's statistics; its current entries are the blocks in use
+    /// the super root counts.
+    fn count_dat(&mut self, s: &Store, dat: &Dat) {
         self.stats.dat_entries = dat.entries.len() as u64;
         self.stats.current_blocks =
             dat.entries.values().filter(|e| e.end == CNO_MAX).count() as u64;
@@ -443,8 +484,6 @@ impl Checker {
                 s.blocks_used, self.stats.current_blocks
             ));
         }
-        self.check_summaries(s, &dat);
-        dat
     }
 
     /// Record that `addr` holds `what` (a block of the DAT's own tree if
@@ -1255,6 +1294,9 @@ struct Names {
     /// Directories reached (the root and orphan directory included).
     visited: HashSet<u64>,
 }
+
+/// A B-tree node's address.
+type NodePtr = u64;
 
 /// The non-free DAT entries and the DAT's own placed blocks.
 #[derive(Default)]
