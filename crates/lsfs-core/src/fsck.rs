@@ -776,17 +776,42 @@ impl Checker {
     /// Check one inode's trees and extents; collect its virtual blocks.
     fn walk_inode(&mut self, s: &mut Store, i: &Inode, label: &str, out: &mut Vec<(u64, Where)>) {
         let ino = i.ino;
+        self.walk_inode_trees(s, i, label, out);
+        if i.format != Format::BTree && i.map_root != 0 {
+            self.err(format!(
+                "{label}: inode {ino} is {:?} but has map root {}",
+                i.format, i.map_root
+            ));
+        }
+        if i.xattr_root != 0 {
+            if let Err(e) = crate::fs::xattr::list(s, i) {
+                self.err(format!("{label}: inode {ino} xattrs: {e}"));
+            }
+        }
+        let kind = i.kind();
+        if kind == FileKind::Dir || i.format == Format::InlineData {
+            return;
+        }
+        self.walk_extents(s, i, label, out);
+    }
+
+    /// The nodes of the inode's map tree (if it has one) and xattr tree.
+    fn walk_inode_trees(
+        &mut self,
+        s: &mut Store,
+        i: &Inode,
+        label: &str,
+        out: &mut Vec<(u64, Where)>,
+    ) {
+        let ino = i.ino;
         let tree = s.tree();
+        let map_root = if i.format == Format::BTree {
+            i.map_root
+        } else {
+            0
+        };
         for (root, what, mk) in [
-            (
-                if i.format == Format::BTree {
-                    i.map_root
-                } else {
-                    0
-                },
-                "map tree",
-                Where::MapNode as fn(u64) -> Where,
-            ),
+            (map_root, "map tree", Where::MapNode as fn(u64) -> Where),
             (
                 i.xattr_root,
                 "xattr tree",
@@ -808,22 +833,12 @@ impl Checker {
                 self.err(format!("{label}: inode {ino} {what}: {e}"));
             }
         }
-        if i.format != Format::BTree && i.map_root != 0 {
-            self.err(format!(
-                "{label}: inode {ino} is {:?} but has map root {}",
-                i.format, i.map_root
-            ));
-        }
-        if i.xattr_root != 0 {
-            if let Err(e) = crate::fs::xattr::list(s, i) {
-                self.err(format!("{label}: inode {ino} xattrs: {e}"));
-            }
-        }
-        let kind = i.kind();
-        if kind == FileKind::Dir || i.format == Format::InlineData {
-            return;
-        }
-        // Extents: file block -> virtual blocks.
+    }
+
+    /// Extents: file block -> virtual blocks, each within the file's size
+    /// and the virtual blocks handed out, together as many as the inode counts.
+    fn walk_extents(&mut self, s: &mut Store, i: &Inode, label: &str, out: &mut Vec<(u64, Where)>) {
+        let ino = i.ino;
         let limit = i.size.div_ceil(BLOCK_BYTES as u64);
         let mut key = 0u64;
         let mut mapped = 0u64;
