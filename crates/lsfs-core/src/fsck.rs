@@ -563,91 +563,101 @@ impl Checker {
     /// says was written.
     fn check_summaries(&mut self, s: &mut Store, dat: &Dat) {
         let geo = s.geo;
-        let mut wanted: HashMap<u64, Vec<(u64, Option<u64>)>> = HashMap::new();
-        for (&v, e) in &dat.entries {
-            if e.pblock != 0 {
-                if let Some(seg) = geo.segment_of(e.pblock) {
-                    wanted.entry(seg).or_default().push((e.pblock, Some(v)));
-                }
-            }
-        }
-        for &a in &dat.tree_phys {
-            if let Some(seg) = geo.segment_of(a) {
-                wanted.entry(seg).or_default().push((a, None));
-            }
-        }
+        let mut wanted = placed_by_segment(&geo, dat);
         for seg in 0..geo.nsegments {
             let nblocks = s.segs.usage[seg as usize].nblocks as u64;
             let want = wanted.remove(&seg).unwrap_or_default();
             if nblocks == 0 && want.is_empty() {
                 continue;
             }
-            let start = geo.segment_start(seg);
-            let mut summary: HashMap<u64, (u64, BlockKind)> = HashMap::new();
-            let mut covered = 0u64;
-            if s.segment_is_plugged(seg) {
-                // Its summary is the SSA's; its records are partly overwritten.
-                match s.segment_entries(seg, true) {
-                    Ok(entries) => summary.extend(
-                        entries
-                            .into_iter()
-                            .map(|(p, ent)| (p, (ent.vblock, ent.kind))),
-                    ),
-                    Err(e) => self.err(format!("segment {seg}: reading its SSA entries: {e}")),
-                }
-                covered = geo.segment_blocks as u64;
-            } else {
-                let recs = match segment_records(&mut *s.dev, &geo, s.sb.fs_id, seg) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        self.err(format!("segment {seg}: reading its records: {e}"));
-                        continue;
-                    }
-                };
-                for r in &recs {
-                    if r.block >= start + nblocks {
-                        break;
-                    }
-                    covered = r.end_block() - start;
-                    for (i, ent) in r.header.entries.iter().enumerate() {
-                        summary.insert(r.payload_block(i), (ent.vblock, ent.kind));
-                    }
-                }
-            }
+            let Some((summary, covered)) = self.segment_summary(s, seg, nblocks) else {
+                continue;
+            };
             if covered != nblocks {
                 self.err(format!(
                     "segment {seg}: SUFILE says {nblocks} blocks written, its records cover {covered}"
                 ));
             }
-            for (p, v) in want {
-                if p >= start + nblocks {
-                    self.err(format!(
-                        "block {p} ({}) lies past the {nblocks} written blocks of segment {seg}",
-                        v.map(|v| format!("virtual block {v}"))
-                            .unwrap_or_else(|| "DAT tree".into())
-                    ));
-                    continue;
+            self.check_placed(&geo, seg, nblocks, want, &summary);
+        }
+    }
+
+    /// Segment `seg`'s summary entries by physical block, and how many of
+    /// its blocks its records cover; `None` if its records cannot be read.
+    fn segment_summary(&mut self, s: &mut Store, seg: u64, nblocks: u64) -> Option<(Summary, u64)> {
+        let geo = s.geo;
+        let start = geo.segment_start(seg);
+        let mut summary = Summary::new();
+        let mut covered = 0u64;
+        if s.segment_is_plugged(seg) {
+            // Its summary is the SSA's; its records are partly overwritten.
+            match s.segment_entries(seg, true) {
+                Ok(entries) => summary.extend(
+                    entries
+                        .into_iter()
+                        .map(|(p, ent)| (p, (ent.vblock, ent.kind))),
+                ),
+                Err(e) => self.err(format!("segment {seg}: reading its SSA entries: {e}")),
+            }
+            covered = geo.segment_blocks as u64;
+        } else {
+            let recs = match segment_records(&mut *s.dev, &geo, s.sb.fs_id, seg) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.err(format!("segment {seg}: reading its records: {e}"));
+                    return None;
                 }
-                match (summary.get(&p), v) {
-                    (Some(&(sv, k)), Some(v))
-                        if sv == v && matches!(k, BlockKind::Data | BlockKind::Node) => {}
-                    (
-                        Some(&(
-                            _,
-                            BlockKind::DatBlock | BlockKind::DatNode | BlockKind::DatJournal,
-                        )),
-                        None,
-                    ) => {}
-                    (found, _) => self.err(format!(
-                        "block {p} holds {} per the DAT, but its summary entry says {}",
-                        v.map(|v| format!("virtual block {v}"))
-                            .unwrap_or_else(|| "a DAT tree block".into()),
-                        match found {
-                            Some((sv, k)) => format!("{k:?} of virtual block {sv}"),
-                            None => "nothing (no record covers it)".into(),
-                        }
-                    )),
+            };
+            for r in &recs {
+                if r.block >= start + nblocks {
+                    break;
                 }
+                covered = r.end_block() - start;
+                for (i, ent) in r.header.entries.iter().enumerate() {
+                    summary.insert(r.payload_block(i), (ent.vblock, ent.kind));
+                }
+            }
+        }
+        Some((summary, covered))
+    }
+
+    /// The blocks the DAT places in segment `seg` (`want`: physical block,
+    /// and virtual block or `None` for the DAT's own) lie in its written
+    /// part, and its summary names each.
+    fn check_placed(
+        &mut self,
+        geo: &Geometry,
+        seg: u64,
+        nblocks: u64,
+        want: Vec<(u64, Option<u64>)>,
+        summary: &Summary,
+    ) {
+        let start = geo.segment_start(seg);
+        for (p, v) in want {
+            if p >= start + nblocks {
+                self.err(format!(
+                    "block {p} ({}) lies past the {nblocks} written blocks of segment {seg}",
+                    v.map(|v| format!("virtual block {v}"))
+                        .unwrap_or_else(|| "DAT tree".into())
+                ));
+                continue;
+            }
+            match (summary.get(&p), v) {
+                (Some(&(sv, k)), Some(v))
+                    if sv == v && matches!(k, BlockKind::Data | BlockKind::Node) => {}
+                (
+                    Some(&(_, BlockKind::DatBlock | BlockKind::DatNode | BlockKind::DatJournal)),
+                    None,
+                ) => {}
+                (found, _) => self.err(format!(
+                    "block {p} holds {} per the DAT, but its summary entry says {}",
+                    v.map(|v| format!("virtual block {v}"))
+                        .unwrap_or_else(|| "a DAT tree block".into()),
+                    match found {
+                        Some((sv, k)) => format!("{k:?} of virtual block {sv}"),
+                        None => "nothing (no record covers it)".into(),
+                    }
+                )),
             }
         }
     }
@@ -1308,6 +1318,29 @@ struct Names {
     orphans: HashSet<u64>,
     /// Directories reached (the root and orphan directory included).
     visited: HashSet<u64>,
+}
+
+/// A segment's summary: by physical block, the virtual block and kind
+/// its records (or the SSA) say it holds.
+type Summary = HashMap<u64, (u64, BlockKind)>;
+
+/// The blocks the DAT places, by segment: physical block, and its virtual
+/// block (`None` for the DAT's own blocks).
+fn placed_by_segment(geo: &Geometry, dat: &Dat) -> HashMap<u64, Vec<(u64, Option<u64>)>> {
+    let mut wanted: HashMap<u64, Vec<(u64, Option<u64>)>> = HashMap::new();
+    for (&v, e) in &dat.entries {
+        if e.pblock != 0 {
+            if let Some(seg) = geo.segment_of(e.pblock) {
+                wanted.entry(seg).or_default().push((e.pblock, Some(v)));
+            }
+        }
+    }
+    for &a in &dat.tree_phys {
+        if let Some(seg) = geo.segment_of(a) {
+            wanted.entry(seg).or_default().push((a, None));
+        }
+    }
+    wanted
 }
 
 /// A B-tree node's address.
