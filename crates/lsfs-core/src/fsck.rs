@@ -107,6 +107,21 @@ pub fn fsck(dev: Box<dyn BlockDevice>) -> Result<FsckReport> {
     Ok(report)
 }
 
+/// fsck's checks of the current file system (the CPFILE, the DAT and
+/// segment summaries, every tree and reachability, the namespace, segment
+/// accounting) on a mounted store as a checkpoint just left it: everything
+/// in memory is in its metadata files. Older checkpoints are not walked,
+/// to keep it affordable after every checkpoint. Returns the problems.
+pub(crate) fn check_mounted(s: &mut Store) -> Vec<String> {
+    let mut c = Checker::default();
+    c.check_store(s, false);
+    if c.suppressed > 0 {
+        c.errors
+            .push(format!("... and {} more problems not listed", c.suppressed));
+    }
+    c.errors
+}
+
 /// Where a reached virtual block belongs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Where {
@@ -187,7 +202,12 @@ impl Checker {
             self.err(format!("rolling forward fsync records: {e}"));
             return;
         }
-        let s = &mut fs.store;
+        self.check_store(&mut fs.store, true);
+    }
+
+    /// Everything but the superblocks, on an open store whose inodes are
+    /// all in its IFILE. Older checkpoints are walked if `checkpoints`.
+    fn check_store(&mut self, s: &mut Store, checkpoints: bool) {
         self.stats.cno = s.cur_cno - 1;
         self.check_cpfile(s);
         let dat = self.check_dat(s);
@@ -213,7 +233,9 @@ impl Checker {
         self.check_ssa_blocks(s, &blocks);
         self.check_reachability(&dat, &reached);
         self.check_namespace(s, &live);
-        self.check_checkpoints(s, &dat);
+        if checkpoints {
+            self.check_checkpoints(s, &dat);
+        }
         self.check_accounting(s, &dat);
     }
 
