@@ -16,9 +16,9 @@
 //! A corrupt image yields errors, never a panic: decoding errors are
 //! reported where they occur, and a panic anywhere becomes an error too.
 
-use crate::btree::NodeStore;
+use crate::btree::ReadOnly;
 use crate::device::BlockDevice;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::fs::inode::{Format, Inode, AREA_BYTES};
 use crate::fs::{dir, map, Lsfs, MountConfig};
 use crate::layout::{Geometry, BLOCK_BYTES, FIRST_USER_INO, ORPHAN_INO, ROOT_INO};
@@ -107,6 +107,21 @@ pub fn fsck(dev: Box<dyn BlockDevice>) -> Result<FsckReport> {
     Ok(report)
 }
 
+/// fsck's checks of the current file system (the CPFILE, the DAT and
+/// segment summaries, every tree and reachability, the namespace, segment
+/// accounting) on a mounted store as a checkpoint just left it: everything
+/// in memory is in its metadata files. Older checkpoints are not walked,
+/// to keep it affordable after every checkpoint. Returns the problems.
+pub(crate) fn check_mounted(s: &mut Store) -> Vec<String> {
+    let mut c = Checker::default();
+    c.check_store(s, false);
+    if c.suppressed > 0 {
+        c.errors
+            .push(format!("... and {} more problems not listed", c.suppressed));
+    }
+    c.errors
+}
+
 /// Where a reached virtual block belongs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Where {
@@ -130,30 +145,8 @@ impl fmt::Display for Where {
 }
 
 /// The DAT's tree, read-only, over physical (or not yet placed, cached) addresses.
-struct PhysRo<'a> {
-    s: &'a mut Store,
-}
-
-fn read_phys(s: &mut Store, addr: u64) -> Result<Vec<u8>> {
-    s.read_dat_phys(addr)
-}
-
-impl NodeStore for PhysRo<'_> {
-    fn read_node(&mut self, ptr: u64) -> Result<Vec<u8>> {
-        read_phys(self.s, ptr)
-    }
-    fn make_writable(&mut self, _: u64) -> Result<u64> {
-        Err(Error::Errno(lsfs_vfs::Errno::ROFS))
-    }
-    fn write_node(&mut self, _: u64, _: Vec<u8>) -> Result<()> {
-        Err(Error::Errno(lsfs_vfs::Errno::ROFS))
-    }
-    fn alloc_node(&mut self) -> Result<u64> {
-        Err(Error::Errno(lsfs_vfs::Errno::ROFS))
-    }
-    fn free_node(&mut self, _: u64) -> Result<()> {
-        Err(Error::Errno(lsfs_vfs::Errno::ROFS))
-    }
+fn dat_nodes_ro(s: &mut Store) -> ReadOnly<impl FnMut(u64) -> Result<Vec<u8>> + '_> {
+    ReadOnly(move |addr| s.read_dat_phys(addr))
 }
 
 #[derive(Default)]
@@ -209,7 +202,12 @@ impl Checker {
             self.err(format!("rolling forward fsync records: {e}"));
             return;
         }
-        let s = &mut fs.store;
+        self.check_store(&mut fs.store, true);
+    }
+
+    /// Everything but the superblocks, on an open store whose inodes are
+    /// all in its IFILE. Older checkpoints are walked if `checkpoints`.
+    fn check_store(&mut self, s: &mut Store, checkpoints: bool) {
         self.stats.cno = s.cur_cno - 1;
         self.check_cpfile(s);
         let dat = self.check_dat(s);
@@ -235,7 +233,9 @@ impl Checker {
         self.check_ssa_blocks(s, &blocks);
         self.check_reachability(&dat, &reached);
         self.check_namespace(s, &live);
-        self.check_checkpoints(s, &dat);
+        if checkpoints {
+            self.check_checkpoints(s, &dat);
+        }
         self.check_accounting(s, &dat);
     }
 
@@ -341,63 +341,13 @@ impl Checker {
     /// ownership. Returns every non-free entry by virtual block.
     fn check_dat(&mut self, s: &mut Store) -> Dat {
         let mut dat = Dat::default();
-        let tree = s.tree();
-        let root = s.dat_root;
-        if let Err(e) = tree.check(&mut PhysRo { s }, root) {
-            self.err(format!("DAT tree: {e}"));
+        let mut blocks: Vec<(u64, u64)> = Vec::new();
+        let mut nodes: Vec<NodePtr> = Vec::new();
+        if !self.walk_dat_tree(s, &mut blocks, &mut nodes) {
             return dat;
         }
-        let mut blocks: Vec<(u64, u64)> = Vec::new();
-        let mut nodes: Vec<u64> = Vec::new();
-        let r = tree.visit(&mut PhysRo { s }, root, &mut |v| {
-            nodes.push(v.ptr);
-            if let Some(items) = v.items() {
-                for (idx, val) in items {
-                    blocks.push((*idx, decode_u64(val, "DAT block map")?));
-                }
-            }
-            Ok(())
-        });
-        if let Err(e) = r {
-            self.err(format!("DAT tree: {e}"));
-        }
         let mut owner_of: HashMap<u64, String> = HashMap::new();
-        for &n in &nodes {
-            self.claim_phys(s, &mut owner_of, &mut dat, n, true, "DAT tree node".into());
-        }
-        // The DAT journal the checkpoint names (applied to the DAT's blocks
-        // in memory when the image was opened, so the entries below are
-        // the journaled ones).
-        let journal = s.dat_journal.written.clone();
-        for (i, &a) in journal.iter().enumerate() {
-            self.claim_phys(
-                s,
-                &mut owner_of,
-                &mut dat,
-                a,
-                true,
-                format!("DAT journal block {i}"),
-            );
-        }
-        // A DAT block the roll-forward copied on write keeps its base live
-        // until the next checkpoint writes it or journals the change.
-        let bases: Vec<(u64, u64)> = s
-            .dat_journal
-            .tracked
-            .iter()
-            .filter(|(_, t)| !t.at_base)
-            .map(|(&idx, t)| (idx, t.base))
-            .collect();
-        for (idx, a) in bases {
-            self.claim_phys(
-                s,
-                &mut owner_of,
-                &mut dat,
-                a,
-                true,
-                format!("base of DAT block {idx}"),
-            );
-        }
+        self.claim_dat_metadata(s, &mut owner_of, &mut dat, &nodes);
         let max_idx = s.next_vblock / DAT_PER_BLOCK;
         for &(idx, addr) in &blocks {
             self.claim_phys(
@@ -414,46 +364,137 @@ impl Checker {
                     s.next_vblock
                 ));
             }
-            let b = match read_phys(s, addr) {
-                Ok(b) => b,
+            self.check_dat_block(s, &mut owner_of, &mut dat, idx, addr);
+        }
+        self.count_dat(s, &dat);
+        self.check_summaries(s, &dat);
+        dat
+    }
+
+    /// Check the DAT's tree and collect its blocks `(index, address)` and
+    /// its nodes; `false` if the tree is broken.
+    fn walk_dat_tree(
+        &mut self,
+        s: &mut Store,
+        blocks: &mut Vec<(u64, u64)>,
+        nodes: &mut Vec<NodePtr>,
+    ) -> bool {
+        let tree = s.tree();
+        let root = s.dat_root;
+        if let Err(e) = tree.check(&mut dat_nodes_ro(s), root) {
+            self.err(format!("DAT tree: {e}"));
+            return false;
+        }
+        let r = tree.visit(&mut dat_nodes_ro(s), root, &mut |v| {
+            nodes.push(v.ptr);
+            if let Some(items) = v.items() {
+                for (idx, val) in items {
+                    blocks.push((*idx, decode_u64(val, "DAT block map")?));
+                }
+            }
+            Ok(())
+        });
+        if let Err(e) = r {
+            self.err(format!("DAT tree: {e}"));
+        }
+        true
+    }
+
+    /// Claim the DAT's own blocks besides its data blocks: tree nodes, the
+    /// journal, and bases the roll-forward keeps.
+    fn claim_dat_metadata(
+        &mut self,
+        s: &mut Store,
+        owner_of: &mut HashMap<u64, String>,
+        dat: &mut Dat,
+        nodes: &[u64],
+    ) {
+        for &n in nodes {
+            self.claim_phys(s, owner_of, dat, n, true, "DAT tree node".into());
+        }
+        // The DAT journal the checkpoint names (applied to the DAT's blocks
+        // in memory when the image was opened, so the entries below are
+        // the journaled ones).
+        let journal = s.dat_journal.written.clone();
+        for (i, &a) in journal.iter().enumerate() {
+            self.claim_phys(s, owner_of, dat, a, true, format!("DAT journal block {i}"));
+        }
+        // A DAT block the roll-forward copied on write keeps its base live
+        // until the next checkpoint writes it or journals the change.
+        let bases: Vec<(u64, u64)> = s
+            .dat_journal
+            .tracked
+            .iter()
+            .filter(|(_, t)| !t.at_base)
+            .map(|(&idx, t)| (idx, t.base))
+            .collect();
+        for (idx, a) in bases {
+            self.claim_phys(
+                s,
+                owner_of,
+                dat,
+                a,
+                true,
+                format!("base of DAT block {idx}"),
+            );
+        }
+    }
+
+    /// One DAT block's entries: each non-free one checked, its physical
+    /// block claimed, and kept in `dat`. A block of only free entries
+    /// should not exist.
+    fn check_dat_block(
+        &mut self,
+        s: &mut Store,
+        owner_of: &mut HashMap<u64, String>,
+        dat: &mut Dat,
+        idx: u64,
+        addr: u64,
+    ) {
+        let b = match s.read_dat_phys(addr) {
+            Ok(b) => b,
+            Err(e) => {
+                self.err(format!("DAT block {idx} at {addr}: {e}"));
+                return;
+            }
+        };
+        let mut any = false;
+        for slot in 0..DAT_PER_BLOCK {
+            let v = idx * DAT_PER_BLOCK + slot;
+            let e = match DatEntry::read(&b, slot as usize) {
+                Ok(e) => e,
                 Err(e) => {
-                    self.err(format!("DAT block {idx} at {addr}: {e}"));
+                    self.err(format!("DAT entry {v}: {e}"));
                     continue;
                 }
             };
-            let mut any = false;
-            for slot in 0..DAT_PER_BLOCK {
-                let v = idx * DAT_PER_BLOCK + slot;
-                let e = match DatEntry::read(&b, slot as usize) {
-                    Ok(e) => e,
-                    Err(e) => {
-                        self.err(format!("DAT entry {v}: {e}"));
-                        continue;
-                    }
-                };
-                if e.is_free() {
-                    continue;
-                }
-                any = true;
-                self.check_dat_entry(s, v, &e);
-                if e.pblock != 0 {
-                    self.claim_phys(
-                        s,
-                        &mut owner_of,
-                        &mut dat,
-                        e.pblock,
-                        false,
-                        format!("virtual block {v}"),
-                    );
-                }
-                dat.entries.insert(v, e);
+            if e.is_free() {
+                continue;
             }
-            if !any {
-                self.err(format!(
-                    "DAT block {idx} at {addr} holds no entries (should have been removed)"
-                ));
+            any = true;
+            self.check_dat_entry(s, v, &e);
+            if e.pblock != 0 {
+                self.claim_phys(
+                    s,
+                    owner_of,
+                    dat,
+                    e.pblock,
+                    false,
+                    format!("virtual block {v}"),
+                );
             }
+            dat.entries.insert(v, e);
         }
+        if !any {
+            self.err(format!(
+                "DAT block {idx} at {addr} holds no entries (should have been removed)"
+            ));
+        }
+    }
+
+    /// The DAT's statistics; its current entries are the blocks in use
+    /// the super root counts.
+    fn count_dat(&mut self, s: &Store, dat: &Dat) {
         self.stats.dat_entries = dat.entries.len() as u64;
         self.stats.current_blocks =
             dat.entries.values().filter(|e| e.end == CNO_MAX).count() as u64;
@@ -465,8 +506,6 @@ impl Checker {
                 s.blocks_used, self.stats.current_blocks
             ));
         }
-        self.check_summaries(s, &dat);
-        dat
     }
 
     /// Record that `addr` holds `what` (a block of the DAT's own tree if
@@ -546,91 +585,101 @@ impl Checker {
     /// says was written.
     fn check_summaries(&mut self, s: &mut Store, dat: &Dat) {
         let geo = s.geo;
-        let mut wanted: HashMap<u64, Vec<(u64, Option<u64>)>> = HashMap::new();
-        for (&v, e) in &dat.entries {
-            if e.pblock != 0 {
-                if let Some(seg) = geo.segment_of(e.pblock) {
-                    wanted.entry(seg).or_default().push((e.pblock, Some(v)));
-                }
-            }
-        }
-        for &a in &dat.tree_phys {
-            if let Some(seg) = geo.segment_of(a) {
-                wanted.entry(seg).or_default().push((a, None));
-            }
-        }
+        let mut wanted = placed_by_segment(&geo, dat);
         for seg in 0..geo.nsegments {
             let nblocks = s.segs.usage[seg as usize].nblocks as u64;
             let want = wanted.remove(&seg).unwrap_or_default();
             if nblocks == 0 && want.is_empty() {
                 continue;
             }
-            let start = geo.segment_start(seg);
-            let mut summary: HashMap<u64, (u64, BlockKind)> = HashMap::new();
-            let mut covered = 0u64;
-            if s.segment_is_plugged(seg) {
-                // Its summary is the SSA's; its records are partly overwritten.
-                match s.segment_entries(seg, true) {
-                    Ok(entries) => summary.extend(
-                        entries
-                            .into_iter()
-                            .map(|(p, ent)| (p, (ent.vblock, ent.kind))),
-                    ),
-                    Err(e) => self.err(format!("segment {seg}: reading its SSA entries: {e}")),
-                }
-                covered = geo.segment_blocks as u64;
-            } else {
-                let recs = match segment_records(&mut *s.dev, &geo, s.sb.fs_id, seg) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        self.err(format!("segment {seg}: reading its records: {e}"));
-                        continue;
-                    }
-                };
-                for r in &recs {
-                    if r.block >= start + nblocks {
-                        break;
-                    }
-                    covered = r.end_block() - start;
-                    for (i, ent) in r.header.entries.iter().enumerate() {
-                        summary.insert(r.payload_block(i), (ent.vblock, ent.kind));
-                    }
-                }
-            }
+            let Some((summary, covered)) = self.segment_summary(s, seg, nblocks) else {
+                continue;
+            };
             if covered != nblocks {
                 self.err(format!(
                     "segment {seg}: SUFILE says {nblocks} blocks written, its records cover {covered}"
                 ));
             }
-            for (p, v) in want {
-                if p >= start + nblocks {
-                    self.err(format!(
-                        "block {p} ({}) lies past the {nblocks} written blocks of segment {seg}",
-                        v.map(|v| format!("virtual block {v}"))
-                            .unwrap_or_else(|| "DAT tree".into())
-                    ));
-                    continue;
+            self.check_placed(&geo, seg, nblocks, want, &summary);
+        }
+    }
+
+    /// Segment `seg`'s summary entries by physical block, and how many of
+    /// its blocks its records cover; `None` if its records cannot be read.
+    fn segment_summary(&mut self, s: &mut Store, seg: u64, nblocks: u64) -> Option<(Summary, u64)> {
+        let geo = s.geo;
+        let start = geo.segment_start(seg);
+        let mut summary = Summary::new();
+        let mut covered = 0u64;
+        if s.segment_is_plugged(seg) {
+            // Its summary is the SSA's; its records are partly overwritten.
+            match s.segment_entries(seg, true) {
+                Ok(entries) => summary.extend(
+                    entries
+                        .into_iter()
+                        .map(|(p, ent)| (p, (ent.vblock, ent.kind))),
+                ),
+                Err(e) => self.err(format!("segment {seg}: reading its SSA entries: {e}")),
+            }
+            covered = geo.segment_blocks as u64;
+        } else {
+            let recs = match segment_records(&mut *s.dev, &geo, s.sb.fs_id, seg) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.err(format!("segment {seg}: reading its records: {e}"));
+                    return None;
                 }
-                match (summary.get(&p), v) {
-                    (Some(&(sv, k)), Some(v))
-                        if sv == v && matches!(k, BlockKind::Data | BlockKind::Node) => {}
-                    (
-                        Some(&(
-                            _,
-                            BlockKind::DatBlock | BlockKind::DatNode | BlockKind::DatJournal,
-                        )),
-                        None,
-                    ) => {}
-                    (found, _) => self.err(format!(
-                        "block {p} holds {} per the DAT, but its summary entry says {}",
-                        v.map(|v| format!("virtual block {v}"))
-                            .unwrap_or_else(|| "a DAT tree block".into()),
-                        match found {
-                            Some((sv, k)) => format!("{k:?} of virtual block {sv}"),
-                            None => "nothing (no record covers it)".into(),
-                        }
-                    )),
+            };
+            for r in &recs {
+                if r.block >= start + nblocks {
+                    break;
                 }
+                covered = r.end_block() - start;
+                for (i, ent) in r.header.entries.iter().enumerate() {
+                    summary.insert(r.payload_block(i), (ent.vblock, ent.kind));
+                }
+            }
+        }
+        Some((summary, covered))
+    }
+
+    /// The blocks the DAT places in segment `seg` (`want`: physical block,
+    /// and virtual block or `None` for the DAT's own) lie in its written
+    /// part, and its summary names each.
+    fn check_placed(
+        &mut self,
+        geo: &Geometry,
+        seg: u64,
+        nblocks: u64,
+        want: Vec<(u64, Option<u64>)>,
+        summary: &Summary,
+    ) {
+        let start = geo.segment_start(seg);
+        for (p, v) in want {
+            if p >= start + nblocks {
+                self.err(format!(
+                    "block {p} ({}) lies past the {nblocks} written blocks of segment {seg}",
+                    v.map(|v| format!("virtual block {v}"))
+                        .unwrap_or_else(|| "DAT tree".into())
+                ));
+                continue;
+            }
+            match (summary.get(&p), v) {
+                (Some(&(sv, k)), Some(v))
+                    if sv == v && matches!(k, BlockKind::Data | BlockKind::Node) => {}
+                (
+                    Some(&(_, BlockKind::DatBlock | BlockKind::DatNode | BlockKind::DatJournal)),
+                    None,
+                ) => {}
+                (found, _) => self.err(format!(
+                    "block {p} holds {} per the DAT, but its summary entry says {}",
+                    v.map(|v| format!("virtual block {v}"))
+                        .unwrap_or_else(|| "a DAT tree block".into()),
+                    match found {
+                        Some((sv, k)) => format!("{k:?} of virtual block {sv}"),
+                        None => "nothing (no record covers it)".into(),
+                    }
+                )),
             }
         }
     }
@@ -759,17 +808,42 @@ impl Checker {
     /// Check one inode's trees and extents; collect its virtual blocks.
     fn walk_inode(&mut self, s: &mut Store, i: &Inode, label: &str, out: &mut Vec<(u64, Where)>) {
         let ino = i.ino;
+        self.walk_inode_trees(s, i, label, out);
+        if i.format != Format::BTree && i.map_root != 0 {
+            self.err(format!(
+                "{label}: inode {ino} is {:?} but has map root {}",
+                i.format, i.map_root
+            ));
+        }
+        if i.xattr_root != 0 {
+            if let Err(e) = crate::fs::xattr::list(s, i) {
+                self.err(format!("{label}: inode {ino} xattrs: {e}"));
+            }
+        }
+        let kind = i.kind();
+        if kind == FileKind::Dir || i.format == Format::InlineData {
+            return;
+        }
+        self.walk_extents(s, i, label, out);
+    }
+
+    /// The nodes of the inode's map tree (if it has one) and xattr tree.
+    fn walk_inode_trees(
+        &mut self,
+        s: &mut Store,
+        i: &Inode,
+        label: &str,
+        out: &mut Vec<(u64, Where)>,
+    ) {
+        let ino = i.ino;
         let tree = s.tree();
+        let map_root = if i.format == Format::BTree {
+            i.map_root
+        } else {
+            0
+        };
         for (root, what, mk) in [
-            (
-                if i.format == Format::BTree {
-                    i.map_root
-                } else {
-                    0
-                },
-                "map tree",
-                Where::MapNode as fn(u64) -> Where,
-            ),
+            (map_root, "map tree", Where::MapNode as fn(u64) -> Where),
             (
                 i.xattr_root,
                 "xattr tree",
@@ -791,22 +865,12 @@ impl Checker {
                 self.err(format!("{label}: inode {ino} {what}: {e}"));
             }
         }
-        if i.format != Format::BTree && i.map_root != 0 {
-            self.err(format!(
-                "{label}: inode {ino} is {:?} but has map root {}",
-                i.format, i.map_root
-            ));
-        }
-        if i.xattr_root != 0 {
-            if let Err(e) = crate::fs::xattr::list(s, i) {
-                self.err(format!("{label}: inode {ino} xattrs: {e}"));
-            }
-        }
-        let kind = i.kind();
-        if kind == FileKind::Dir || i.format == Format::InlineData {
-            return;
-        }
-        // Extents: file block -> virtual blocks.
+    }
+
+    /// Extents: file block -> virtual blocks, each within the file's size
+    /// and the virtual blocks handed out, together as many as the inode counts.
+    fn walk_extents(&mut self, s: &mut Store, i: &Inode, label: &str, out: &mut Vec<(u64, Where)>) {
+        let ino = i.ino;
         let limit = i.size.div_ceil(BLOCK_BYTES as u64);
         let mut key = 0u64;
         let mut mapped = 0u64;
@@ -890,8 +954,23 @@ impl Checker {
 
     // ---- namespace ----
 
+    /// The namespace of the current file system, in the order its rules
+    /// build on each other: the inodes themselves, the two fixed
+    /// directories, the orphans, the tree from the root, and last the link
+    /// counts that tree implies.
     fn check_namespace(&mut self, s: &mut Store, w: &Walk) {
         let inodes = &w.inodes;
+        self.check_inodes(s, inodes);
+        self.check_fixed_dirs(inodes);
+        let mut names = Names::default();
+        self.check_orphan_dir(s, inodes, &mut names);
+        self.stats.orphans = names.orphans.len() as u64;
+        self.walk_tree(s, inodes, &mut names);
+        self.check_link_counts(inodes, &names);
+    }
+
+    /// Inode count and numbers, per-kind statistics, sizes.
+    fn check_inodes(&mut self, s: &Store, inodes: &BTreeMap<u64, Inode>) {
         self.stats.inodes = inodes.len() as u64;
         if inodes.len() as u64 != s.inodes_used {
             self.err(format!(
@@ -915,6 +994,10 @@ impl Checker {
             }
             self.check_sizes(i);
         }
+    }
+
+    /// The root and the orphan directory exist and are directories.
+    fn check_fixed_dirs(&mut self, inodes: &BTreeMap<u64, Inode>) {
         for (ino, what) in [(ROOT_INO, "root"), (ORPHAN_INO, "orphan")] {
             match inodes.get(&ino) {
                 Some(i) if i.kind() == FileKind::Dir => {}
@@ -922,54 +1005,61 @@ impl Checker {
                 None => self.err(format!("the {what} directory (inode {ino}) is missing")),
             }
         }
-        let mut names: HashMap<u64, u32> = HashMap::new();
-        let mut subdirs: HashMap<u64, u32> = HashMap::new();
-        let mut orphans: HashSet<u64> = HashSet::new();
-        let mut visited: HashSet<u64> = HashSet::new();
-        let mut queue: VecDeque<(u64, u64)> = VecDeque::new();
-        queue.push_back((ROOT_INO, ROOT_INO));
-        visited.insert(ROOT_INO);
-        // The orphan directory: entries named by inode number, for unlinked inodes still open.
-        if let Some(od) = inodes
+    }
+
+    /// The orphan directory: entries named by inode number, for unlinked
+    /// inodes still open. Each names an existing inode with no links.
+    fn check_orphan_dir(&mut self, s: &mut Store, inodes: &BTreeMap<u64, Inode>, n: &mut Names) {
+        let Some(od) = inodes
             .get(&ORPHAN_INO)
             .filter(|i| i.kind() == FileKind::Dir)
-        {
-            visited.insert(ORPHAN_INO);
-            match dir::list_after(s, od, 0, usize::MAX) {
-                Ok(list) => {
-                    if od.size != list.len() as u64 {
-                        self.err(format!(
-                            "orphan directory size {} but it has {} entries",
-                            od.size,
-                            list.len()
-                        ));
-                    }
-                    for (_, ent) in list {
-                        if ent.name != ent.ino.to_le_bytes() {
-                            self.err(format!(
-                                "orphan directory entry {:?} does not name its inode {}",
-                                ent.name, ent.ino
-                            ));
-                        }
-                        match inodes.get(&ent.ino) {
-                            Some(i) if i.nlink == 0 => {
-                                orphans.insert(ent.ino);
-                            }
-                            Some(i) => self.err(format!(
-                                "orphan inode {} still has {} links",
-                                ent.ino, i.nlink
-                            )),
-                            None => self.err(format!(
-                                "orphan directory names inode {}, which does not exist",
-                                ent.ino
-                            )),
-                        }
-                    }
+        else {
+            return;
+        };
+        n.visited.insert(ORPHAN_INO);
+        let list = match dir::list_after(s, od, 0, usize::MAX) {
+            Ok(list) => list,
+            Err(e) => {
+                self.err(format!("orphan directory: {e}"));
+                return;
+            }
+        };
+        if od.size != list.len() as u64 {
+            self.err(format!(
+                "orphan directory size {} but it has {} entries",
+                od.size,
+                list.len()
+            ));
+        }
+        for (_, ent) in list {
+            if ent.name != ent.ino.to_le_bytes() {
+                self.err(format!(
+                    "orphan directory entry {:?} does not name its inode {}",
+                    ent.name, ent.ino
+                ));
+            }
+            match inodes.get(&ent.ino) {
+                Some(i) if i.nlink == 0 => {
+                    n.orphans.insert(ent.ino);
                 }
-                Err(e) => self.err(format!("orphan directory: {e}")),
+                Some(i) => self.err(format!(
+                    "orphan inode {} still has {} links",
+                    ent.ino, i.nlink
+                )),
+                None => self.err(format!(
+                    "orphan directory names inode {}, which does not exist",
+                    ent.ino
+                )),
             }
         }
-        self.stats.orphans = orphans.len() as u64;
+    }
+
+    /// Breadth first from the root: every directory is reached once, and
+    /// its entries, size and `..` are right. Counts names and subdirectories.
+    fn walk_tree(&mut self, s: &mut Store, inodes: &BTreeMap<u64, Inode>, n: &mut Names) {
+        let mut queue: VecDeque<(u64, u64)> = VecDeque::new();
+        queue.push_back((ROOT_INO, ROOT_INO));
+        n.visited.insert(ROOT_INO);
         while let Some((d, parent)) = queue.pop_front() {
             let Some(di) = inodes.get(&d) else { continue };
             let list = match dir::list_after(s, di, 0, usize::MAX) {
@@ -987,46 +1077,8 @@ impl Checker {
                     continue;
                 }
                 count += 1;
-                let what = format!(
-                    "entry {:?} of directory {d}",
-                    String::from_utf8_lossy(&ent.name)
-                );
-                if ent.name.is_empty()
-                    || ent.name == b"."
-                    || ent.name.contains(&b'/')
-                    || ent.name.contains(&0)
-                {
-                    self.err(format!("{what}: invalid name"));
-                }
-                let Some(child) = inodes.get(&ent.ino) else {
-                    self.err(format!(
-                        "{what} points at inode {}, which does not exist",
-                        ent.ino
-                    ));
-                    continue;
-                };
-                if child.kind() != ent.kind {
-                    self.err(format!(
-                        "{what} says {:?} but inode {} is {:?}",
-                        ent.kind,
-                        ent.ino,
-                        child.kind()
-                    ));
-                }
-                if orphans.contains(&ent.ino) {
-                    self.err(format!("{what} names orphan inode {}", ent.ino));
-                }
-                *names.entry(ent.ino).or_default() += 1;
-                if child.kind() == FileKind::Dir {
-                    *subdirs.entry(d).or_default() += 1;
-                    if !visited.insert(ent.ino) {
-                        self.err(format!(
-                            "{what}: directory {} is reached twice (hard-linked directory or cycle)",
-                            ent.ino
-                        ));
-                    } else {
-                        queue.push_back((ent.ino, d));
-                    }
+                if let Some(child) = self.check_entry(inodes, d, &ent, n) {
+                    queue.push_back((child, d));
                 }
             }
             if di.size != count {
@@ -1041,25 +1093,85 @@ impl Checker {
                 ));
             }
         }
+    }
+
+    /// One entry of directory `d`: a valid name for an existing inode of
+    /// the kind it says, not an orphan. Returns the child directory to
+    /// visit, if it is one seen for the first time.
+    fn check_entry(
+        &mut self,
+        inodes: &BTreeMap<u64, Inode>,
+        d: u64,
+        ent: &dir::Entry,
+        n: &mut Names,
+    ) -> Option<u64> {
+        let what = format!(
+            "entry {:?} of directory {d}",
+            String::from_utf8_lossy(&ent.name)
+        );
+        if ent.name.is_empty()
+            || ent.name == b"."
+            || ent.name.contains(&b'/')
+            || ent.name.contains(&0)
+        {
+            self.err(format!("{what}: invalid name"));
+        }
+        let Some(child) = inodes.get(&ent.ino) else {
+            self.err(format!(
+                "{what} points at inode {}, which does not exist",
+                ent.ino
+            ));
+            return None;
+        };
+        if child.kind() != ent.kind {
+            self.err(format!(
+                "{what} says {:?} but inode {} is {:?}",
+                ent.kind,
+                ent.ino,
+                child.kind()
+            ));
+        }
+        if n.orphans.contains(&ent.ino) {
+            self.err(format!("{what} names orphan inode {}", ent.ino));
+        }
+        *n.names.entry(ent.ino).or_default() += 1;
+        if child.kind() != FileKind::Dir {
+            return None;
+        }
+        *n.subdirs.entry(d).or_default() += 1;
+        if !n.visited.insert(ent.ino) {
+            self.err(format!(
+                "{what}: directory {} is reached twice (hard-linked directory or cycle)",
+                ent.ino
+            ));
+            return None;
+        }
+        Some(ent.ino)
+    }
+
+    /// Every inode's link count against the names the tree gave it: a
+    /// directory has 2 + its subdirectories, anything else one per entry;
+    /// orphans have none, and nothing else is unnamed.
+    fn check_link_counts(&mut self, inodes: &BTreeMap<u64, Inode>, n: &Names) {
         for (&ino, i) in inodes {
-            let n = names.get(&ino).copied().unwrap_or(0);
+            let named = n.names.get(&ino).copied().unwrap_or(0);
             if i.kind() == FileKind::Dir {
                 if ino == ORPHAN_INO {
                     continue;
                 }
-                if orphans.contains(&ino) {
+                if n.orphans.contains(&ino) {
                     if i.nlink != 0 {
                         self.err(format!("orphan directory {ino} has nlink {}", i.nlink));
                     }
                     continue;
                 }
-                if !visited.contains(&ino) {
+                if !n.visited.contains(&ino) {
                     self.err(format!(
                         "directory {ino} is allocated but not reachable from the root (lost, or in a cycle)"
                     ));
                     continue;
                 }
-                let want = 2 + subdirs.get(&ino).copied().unwrap_or(0);
+                let want = 2 + n.subdirs.get(&ino).copied().unwrap_or(0);
                 if i.nlink != want {
                     self.err(format!(
                         "directory {ino} has nlink {} but 2 + {} subdirectories = {want}",
@@ -1067,18 +1179,18 @@ impl Checker {
                         want - 2
                     ));
                 }
-            } else if orphans.contains(&ino) {
-                if n != 0 {
-                    self.err(format!("orphan inode {ino} is still named {n} times"));
+            } else if n.orphans.contains(&ino) {
+                if named != 0 {
+                    self.err(format!("orphan inode {ino} is still named {named} times"));
                 }
-            } else if n == 0 {
+            } else if named == 0 {
                 self.err(format!(
                     "inode {ino} ({:?}) is allocated but no directory names it (lost)",
                     i.kind()
                 ));
-            } else if i.nlink != n {
+            } else if i.nlink != named {
                 self.err(format!(
-                    "inode {ino} has nlink {} but {n} directory entries name it",
+                    "inode {ino} has nlink {} but {named} directory entries name it",
                     i.nlink
                 ));
             }
@@ -1216,6 +1328,45 @@ impl Checker {
         }
     }
 }
+
+/// What the namespace walk learns about each inode.
+#[derive(Default)]
+struct Names {
+    /// Directory entries naming each inode.
+    names: HashMap<u64, u32>,
+    /// Subdirectories of each directory.
+    subdirs: HashMap<u64, u32>,
+    /// Inodes in the orphan directory.
+    orphans: HashSet<u64>,
+    /// Directories reached (the root and orphan directory included).
+    visited: HashSet<u64>,
+}
+
+/// A segment's summary: by physical block, the virtual block and kind
+/// its records (or the SSA) say it holds.
+type Summary = HashMap<u64, (u64, BlockKind)>;
+
+/// The blocks the DAT places, by segment: physical block, and its virtual
+/// block (`None` for the DAT's own blocks).
+fn placed_by_segment(geo: &Geometry, dat: &Dat) -> HashMap<u64, Vec<(u64, Option<u64>)>> {
+    let mut wanted: HashMap<u64, Vec<(u64, Option<u64>)>> = HashMap::new();
+    for (&v, e) in &dat.entries {
+        if e.pblock != 0 {
+            if let Some(seg) = geo.segment_of(e.pblock) {
+                wanted.entry(seg).or_default().push((e.pblock, Some(v)));
+            }
+        }
+    }
+    for &a in &dat.tree_phys {
+        if let Some(seg) = geo.segment_of(a) {
+            wanted.entry(seg).or_default().push((a, None));
+        }
+    }
+    wanted
+}
+
+/// A B-tree node's address.
+type NodePtr = u64;
 
 /// The non-free DAT entries and the DAT's own placed blocks.
 #[derive(Default)]

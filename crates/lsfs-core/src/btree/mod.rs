@@ -12,7 +12,7 @@ mod tree;
 pub use node::{Node, Value, NODE_MAGIC};
 pub use tree::{BTree, NodeVisit};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Largest value a leaf item may hold, so that any two items fit in one node.
 pub const MAX_VALUE_BYTES: usize = 1800;
@@ -40,4 +40,26 @@ pub trait NodeStore {
     }
     /// The bytes at `ptr` passed a full node check.
     fn set_node_verified(&mut self, _ptr: u64) {}
+}
+
+/// A [`NodeStore`] that only reads, through `read`: for checkers and views
+/// that must not change a tree. Every change is refused with EROFS.
+pub struct ReadOnly<F>(pub F);
+
+impl<F: FnMut(u64) -> Result<Vec<u8>>> NodeStore for ReadOnly<F> {
+    fn read_node(&mut self, ptr: u64) -> Result<Vec<u8>> {
+        (self.0)(ptr)
+    }
+    fn make_writable(&mut self, _: u64) -> Result<u64> {
+        Err(Error::Errno(lsfs_vfs::Errno::ROFS))
+    }
+    fn write_node(&mut self, _: u64, _: Vec<u8>) -> Result<()> {
+        Err(Error::Errno(lsfs_vfs::Errno::ROFS))
+    }
+    fn alloc_node(&mut self) -> Result<u64> {
+        Err(Error::Errno(lsfs_vfs::Errno::ROFS))
+    }
+    fn free_node(&mut self, _: u64) -> Result<()> {
+        Err(Error::Errno(lsfs_vfs::Errno::ROFS))
+    }
 }

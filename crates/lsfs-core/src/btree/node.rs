@@ -246,6 +246,39 @@ impl<'a> NodeRef<'a> {
     /// skipped, for bytes that passed them before (`NodeStore::node_verified`).
     /// Bounds are always checked, so no byte pattern can cause a panic.
     pub fn parse_checked(block: &'a [u8], block_bytes: usize, full: bool) -> Result<NodeRef<'a>> {
+        let (mut r, level, nitems) = Self::parse_header(block, block_bytes, full)?;
+        let items = Self::parse_items(&mut r, level, nitems, Node::max_value_bytes(block_bytes))?;
+        if full && !is_zero(&block[r.pos..]) {
+            return Err(Error::corrupt(format!(
+                "B-tree node has nonzero bytes after its items at offset {}",
+                r.pos
+            )));
+        }
+        if !full {
+            debug_assert!(
+                items.windows(2).all(|w| w[0].0 < w[1].0),
+                "verified node changed"
+            );
+        } else if let Some(i) = items.windows(2).position(|w| w[0].0 >= w[1].0) {
+            return Err(Error::corrupt(format!(
+                "B-tree node keys not strictly increasing at item {}",
+                i + 1
+            )));
+        }
+        Ok(NodeRef {
+            block,
+            level,
+            items,
+        })
+    }
+
+    /// The header: block size, magic, crc (if `full`), flags and reserved
+    /// fields. Returns the reader past it, the level and the item count.
+    fn parse_header(
+        block: &'a [u8],
+        block_bytes: usize,
+        full: bool,
+    ) -> Result<(Reader<'a>, u8, usize)> {
         Node::check_block_bytes(block_bytes)?;
         if block.len() != block_bytes {
             return Err(Error::corrupt(format!(
@@ -279,7 +312,17 @@ impl<'a> NodeRef<'a> {
         if nitems == 0 {
             return Err(Error::corrupt("B-tree node has no items"));
         }
-        let max_value = Node::max_value_bytes(block_bytes);
+        Ok((r, level, nitems))
+    }
+
+    /// Locate `nitems` items: keys, and child pointers (never null) or
+    /// values within `max_value` bytes.
+    fn parse_items(
+        r: &mut Reader<'a>,
+        level: u8,
+        nitems: usize,
+        max_value: usize,
+    ) -> Result<Vec<(u64, u64)>> {
         let mut items = Vec::with_capacity(nitems);
         for i in 0..nitems {
             let key = r.u64()?;
@@ -304,28 +347,7 @@ impl<'a> NodeRef<'a> {
             };
             items.push((key, second));
         }
-        if full && !is_zero(&block[r.pos..]) {
-            return Err(Error::corrupt(format!(
-                "B-tree node has nonzero bytes after its items at offset {}",
-                r.pos
-            )));
-        }
-        if !full {
-            debug_assert!(
-                items.windows(2).all(|w| w[0].0 < w[1].0),
-                "verified node changed"
-            );
-        } else if let Some(i) = items.windows(2).position(|w| w[0].0 >= w[1].0) {
-            return Err(Error::corrupt(format!(
-                "B-tree node keys not strictly increasing at item {}",
-                i + 1
-            )));
-        }
-        Ok(NodeRef {
-            block,
-            level,
-            items,
-        })
+        Ok(items)
     }
 
     pub fn level(&self) -> u8 {

@@ -129,6 +129,16 @@ impl State {
 }
 
 /// Counters of the queue's work, shown by `lsfs stats` (section `io`).
+/// Where a running batch stands.
+struct BatchRun {
+    /// Everything up to here is complete; a durability flush left to a
+    /// later one (`held`) holds it back until that one runs.
+    covered: Ticket,
+    held: bool,
+    /// Something was written since the device's last flush.
+    unflushed: bool,
+}
+
 #[derive(Default)]
 struct Counters {
     fsync_flushes: AtomicU64,
@@ -447,6 +457,43 @@ impl IoQueue {
     /// run and at the end.
     fn run_batch<'a>(&'a self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
         let taken = st.taken;
+        let batch = Self::take_batch(&mut st);
+        let last = batch.last().expect("a batch has operations").0;
+        let mut run = BatchRun {
+            covered: taken,
+            held: false,
+            unflushed: st.unflushed,
+        };
+        drop(st);
+        self.count_batch(&batch);
+        let error = self.execute_batch(&batch, &mut run);
+        let mut st = self.lock();
+        st.running = false;
+        match error {
+            None => {
+                assert!(
+                    !run.held && run.covered == last,
+                    "a batch ends complete: covered {} of {last}",
+                    run.covered
+                );
+                st.unflushed = run.unflushed;
+                st.publish(last);
+            }
+            Some(e) => {
+                // Conservatively: a failed write may have left something
+                // unflushed, and nothing after it runs anyway.
+                st.unflushed = true;
+                st.publish(run.covered);
+                self.fail(&mut st, &e);
+            }
+        }
+        self.progress.notify_all();
+        st
+    }
+
+    /// Everything queued and not yet taken, marked taken and running.
+    fn take_batch(st: &mut State) -> Vec<(Ticket, Op)> {
+        let taken = st.taken;
         let batch: Vec<(Ticket, Op)> = st
             .entries
             .iter()
@@ -457,8 +504,10 @@ impl IoQueue {
         assert_eq!(batch[0].0, taken + 1, "batches follow each other");
         st.taken = last;
         st.running = true;
-        let mut unflushed = st.unflushed;
-        drop(st);
+        batch
+    }
+
+    fn count_batch(&self, batch: &[(Ticket, Op)]) {
         self.counters.batches.fetch_add(1, Ordering::Relaxed);
         let fsyncs = batch
             .iter()
@@ -467,78 +516,57 @@ impl IoQueue {
         self.counters
             .max_batch_fsyncs
             .fetch_max(fsyncs, Ordering::Relaxed);
+    }
+
+    /// Run the batch's operations in order, without the state's lock,
+    /// until one fails (returned). Only the batch's last flush and flushes
+    /// that are not for durability run; each one run publishes what it covers.
+    fn execute_batch(&self, batch: &[(Ticket, Op)], run: &mut BatchRun) -> Option<Error> {
         let last_flush = batch
             .iter()
             .rposition(|(_, op)| matches!(op, Op::Flush { .. }));
-        // Everything up to `covered` is complete; a durability flush left to
-        // a later one holds it back until that one runs.
-        let mut covered = taken;
-        let mut held = false;
-        let mut error = None;
         for (i, (t, op)) in batch.iter().enumerate() {
             match op {
                 Op::Write { offset, data } => {
                     if let Err(e) = self.dev.write_at(*offset, data) {
-                        error = Some(e);
-                        break;
+                        return Some(e);
                     }
                     self.counters.writes.fetch_add(1, Ordering::Relaxed);
-                    unflushed = true;
-                    if !held {
-                        covered = *t;
+                    run.unflushed = true;
+                    if !run.held {
+                        run.covered = *t;
                     }
                 }
-                Op::Flush { .. } if !unflushed => {
+                Op::Flush { .. } if !run.unflushed => {
                     // Nothing written since the last flush (so nothing held).
-                    debug_assert!(!held);
+                    debug_assert!(!run.held);
                     self.counters.empty_flushes.fetch_add(1, Ordering::Relaxed);
-                    covered = *t;
+                    run.covered = *t;
                 }
                 Op::Flush { durable: true } if Some(i) != last_flush => {
                     self.counters
                         .fsync_flushes_shared
                         .fetch_add(1, Ordering::Relaxed);
-                    held = true;
+                    run.held = true;
                 }
                 Op::Flush { .. } => {
                     if let Err(e) = self.dev.flush() {
-                        error = Some(e);
-                        break;
+                        return Some(e);
                     }
                     self.counters.flushes.fetch_add(1, Ordering::Relaxed);
-                    unflushed = false;
-                    held = false;
-                    covered = *t;
+                    run.unflushed = false;
+                    run.held = false;
+                    run.covered = *t;
                     // Let the fsyncs this flush covered reply now, not at the
                     // end of the batch.
                     let mut st = self.lock();
-                    st.publish(covered);
+                    st.publish(run.covered);
                     drop(st);
                     self.progress.notify_all();
                 }
             }
         }
-        let mut st = self.lock();
-        st.running = false;
-        match error {
-            None => {
-                assert!(
-                    !held && covered == last,
-                    "a batch ends complete: covered {covered} of {last}"
-                );
-                st.unflushed = unflushed;
-                st.publish(last);
-            }
-            Some(e) => {
-                // Conservatively: a failed write may have left something
-                // unflushed, and nothing after it runs anyway.
-                st.unflushed = true;
-                st.publish(covered);
-                self.fail(&mut st, &e);
-            }
-        }
-        self.progress.notify_all();
-        st
+        None
     }
 
     /// Read `buf.len()` bytes at `offset`: the device, with the queued

@@ -199,9 +199,44 @@ fn remap_run(
     overlapping: &[Extent],
 ) -> Result<Vec<u64>> {
     let end = b + n;
+    let (replaced, right_piece) = cut_overlapping(s, ino, b, end, overlapping)?;
+    let new = Extent {
+        file_block: b,
+        vstart: vs,
+        len: n,
+    };
+    // An old extent that started before `b` left its own piece there, whose
+    // numbers are in use, so nothing new can continue it.
+    let starts_before = overlapping.first().is_some_and(|e| e.file_block < b);
+    let new = if starts_before {
+        new
+    } else {
+        merge_before(s, ino, new)?
+    };
+    let new = merge_after(s, ino, new, right_piece)?;
+    if new.file_block != b {
+        // Merged into the extent before: the old key `b`, if any, goes.
+        if overlapping.iter().any(|e| e.file_block == b) {
+            map::remove(s, ino, b)?;
+        }
+    }
+    map::insert(s, ino, new.file_block, &encode_ext(&new))?;
+    Ok(replaced)
+}
+
+/// Cut file blocks `[b, end)` out of the `overlapping` extents: the pieces
+/// before and after stay mapped. Returns the virtual blocks cut out, and the
+/// piece after `end` if one was left. The new extent takes key `b` itself
+/// when an old one starts there, so that one is replaced by its insert
+/// rather than removed here.
+fn cut_overlapping(
+    s: &mut Store,
+    ino: &mut Inode,
+    b: u64,
+    end: u64,
+    overlapping: &[Extent],
+) -> Result<(Vec<u64>, Option<Extent>)> {
     let mut replaced = Vec::new();
-    // The new extent takes key `b` itself when an old one starts there, so
-    // that one is replaced by the insert below rather than removed first.
     let mut right_piece = None;
     for e in overlapping {
         debug_assert!(e.file_block < end && e.file_block + e.len > b);
@@ -228,31 +263,44 @@ fn remap_run(
             right_piece = Some(right);
         }
     }
-    let mut new = Extent {
-        file_block: b,
-        vstart: vs,
-        len: n,
-    };
-    // Merge with the extents right before and after when contiguous in both
-    // spaces. An old extent that started before `b` left its own piece there,
-    // whose numbers are in use, so nothing new can continue it.
-    let starts_before = overlapping.first().is_some_and(|e| e.file_block < b);
-    if b > 0 && !starts_before {
-        if let Some(p) = extent_at(s, ino, b - 1)? {
-            if p.file_block + p.len == b && p.vstart + p.len == vs && p.len + n <= u32::MAX as u64 {
-                map::remove(s, ino, p.file_block)?;
-                new = Extent {
-                    file_block: p.file_block,
-                    vstart: p.vstart,
-                    len: p.len + n,
-                };
-            }
+    Ok((replaced, right_piece))
+}
+
+/// Merge `new` into the extent right before it when contiguous in both
+/// spaces (removing that one's key: the caller inserts the result).
+fn merge_before(s: &mut Store, ino: &mut Inode, new: Extent) -> Result<Extent> {
+    let (b, vs, n) = (new.file_block, new.vstart, new.len);
+    if b == 0 {
+        return Ok(new);
+    }
+    if let Some(p) = extent_at(s, ino, b - 1)? {
+        if p.file_block + p.len == b && p.vstart + p.len == vs && p.len + n <= u32::MAX as u64 {
+            map::remove(s, ino, p.file_block)?;
+            return Ok(Extent {
+                file_block: p.file_block,
+                vstart: p.vstart,
+                len: p.len + n,
+            });
         }
     }
-    // Only with a fresh extent after: along an extent, the blocks after a
-    // fresh one must be fresh too (`write_blocks` rewrites them in place).
-    // New numbers at the end of the DAT always were; a reused number can sit
-    // right before the older extent of the next file block.
+    Ok(new)
+}
+
+/// Merge the extent right after `new` (the piece `cut_overlapping` left,
+/// else the one at the next key) into it, only when that one is fresh:
+/// along an extent, the blocks after a fresh one must be fresh too
+/// (`write_blocks` rewrites them in place). New numbers at the end of the
+/// DAT always were; a reused number can sit right before the older extent
+/// of the next file block.
+fn merge_after(
+    s: &mut Store,
+    ino: &mut Inode,
+    mut new: Extent,
+    right_piece: Option<Extent>,
+) -> Result<Extent> {
+    // The run being mapped ends where `new` does.
+    let end = new.file_block + new.len;
+    let vend = new.vstart + new.len;
     let after = match right_piece {
         Some(r) => Some(r),
         None => match map::get_ceil(s, ino, end)? {
@@ -261,20 +309,12 @@ fn remap_run(
         },
     };
     if let Some(next) = after {
-        if next.vstart == vs + n && s.is_fresh(next.vstart) && new.len + next.len <= u32::MAX as u64
-        {
+        if next.vstart == vend && s.is_fresh(next.vstart) && new.len + next.len <= u32::MAX as u64 {
             map::remove(s, ino, next.file_block)?;
             new.len += next.len;
         }
     }
-    if new.file_block != b {
-        // Merged into the extent before: the old key `b`, if any, goes.
-        if overlapping.iter().any(|e| e.file_block == b) {
-            map::remove(s, ino, b)?;
-        }
-    }
-    map::insert(s, ino, new.file_block, &encode_ext(&new))?;
-    Ok(replaced)
+    Ok(new)
 }
 
 /// Give file blocks `[b0, b0 + data.len() / BLOCK)` the contents `data`:

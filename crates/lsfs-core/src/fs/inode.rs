@@ -163,27 +163,7 @@ impl Inode {
         let xattr_root = r.u64()?;
         let map_root = r.u64()?;
         let area_len = r.u16()? as usize;
-        if area_len > AREA_BYTES || FileKind::from_mode(mode).is_none() {
-            return Err(Error::corrupt(format!(
-                "{what}: bad area length {area_len} or mode {mode:o}"
-            )));
-        }
-        // Inline bytes live in the area, so an inline file is never longer
-        // than the area (writes past it move the bytes to a block first) and
-        // never shorter than its bytes. A size past the area would make the
-        // next write grow the area beyond what `encode` can store.
-        if format == Format::InlineData && (size > AREA_BYTES as u64 || area_len as u64 > size) {
-            return Err(Error::corrupt(format!(
-                "{what}: inline data of {area_len} bytes in a file of {size} bytes \
-                 (inline files hold at most {AREA_BYTES})"
-            )));
-        }
-        // Reading a link reads its whole size: bound it here.
-        if FileKind::from_mode(mode) == Some(FileKind::Symlink) && size > SYMLINK_MAX_BYTES as u64 {
-            return Err(Error::corrupt(format!(
-                "{what}: symlink of {size} bytes, longer than {SYMLINK_MAX_BYTES}"
-            )));
-        }
+        Self::check_fields(&what, mode, format, size, area_len)?;
         let area = Reader::at(b, AREA_AT, &what).bytes(area_len)?.to_vec();
         let ts = |sec, nsec: u32| Timespec {
             sec,
@@ -207,6 +187,39 @@ impl Inode {
             map_root,
             area,
         })
+    }
+
+    /// What the fields must agree on before the area is read: a known kind,
+    /// an area that fits, and sizes every later operation can handle.
+    fn check_fields(
+        what: &str,
+        mode: u32,
+        format: Format,
+        size: u64,
+        area_len: usize,
+    ) -> Result<()> {
+        if area_len > AREA_BYTES || FileKind::from_mode(mode).is_none() {
+            return Err(Error::corrupt(format!(
+                "{what}: bad area length {area_len} or mode {mode:o}"
+            )));
+        }
+        // Inline bytes live in the area, so an inline file is never longer
+        // than the area (writes past it move the bytes to a block first) and
+        // never shorter than its bytes. A size past the area would make the
+        // next write grow the area beyond what `encode` can store.
+        if format == Format::InlineData && (size > AREA_BYTES as u64 || area_len as u64 > size) {
+            return Err(Error::corrupt(format!(
+                "{what}: inline data of {area_len} bytes in a file of {size} bytes \
+                 (inline files hold at most {AREA_BYTES})"
+            )));
+        }
+        // Reading a link reads its whole size: bound it here.
+        if FileKind::from_mode(mode) == Some(FileKind::Symlink) && size > SYMLINK_MAX_BYTES as u64 {
+            return Err(Error::corrupt(format!(
+                "{what}: symlink of {size} bytes, longer than {SYMLINK_MAX_BYTES}"
+            )));
+        }
+        Ok(())
     }
 }
 

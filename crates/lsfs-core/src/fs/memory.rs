@@ -28,57 +28,78 @@ fn hashed(payload: u64) -> u64 {
     (payload + 1) * 4 / 3
 }
 
+impl MemoryItem {
+    fn new(name: &'static str, entries: u64, max_entries: Option<u64>, each: u64) -> MemoryItem {
+        MemoryItem {
+            name,
+            entries,
+            max_entries,
+            bytes: entries * each,
+            max_bytes: max_entries.unwrap_or(entries) * each,
+        }
+    }
+}
+
 impl Lsfs {
     /// The mount's in-memory structures, biggest bound first.
     pub fn memory(&self) -> Vec<MemoryItem> {
+        let mut items = self.memory_caches();
+        items.extend(self.memory_queues());
+        items.extend(self.memory_tables());
+        items.sort_by_key(|i| std::cmp::Reverse(i.max_bytes));
+        items
+    }
+
+    /// Caches and mirrors with a fixed bound.
+    fn memory_caches(&self) -> Vec<MemoryItem> {
         let s = &self.store;
         let bb = s.geo.block_bytes as u64;
-        let item = |name, entries: u64, max: Option<u64>, each: u64| MemoryItem {
-            name,
-            entries,
-            max_entries: max,
-            bytes: entries * each,
-            max_bytes: max.unwrap_or(entries) * each,
-        };
         // A cached block: its bytes, its map entry and the policy's page
         // state (cache/mod.rs). The cache may exceed its capacity by what one
         // operation dirties; writes are cut into quarters of it.
         let cache_each = bb + hashed(8 + 48) + 32;
         let cache_max = s.cache.capacity_blocks() as u64 * 5 / 4;
-        let segs = s.segs.nsegments();
         let (reuse_now, reuse_max) = s.dat_reuse.tracked_blocks();
-        let mut items = vec![
-            item(
+        vec![
+            MemoryItem::new(
                 "block cache",
                 s.cache.len() as u64,
                 Some(cache_max),
                 cache_each,
             ),
-            item(
+            MemoryItem::new(
                 "DAT block map mirror",
                 s.dat_map.len() as u64,
                 Some(crate::meta::store::DAT_MAP_MAX_ENTRIES as u64),
                 hashed(16),
             ),
-            item(
+            MemoryItem::new(
                 "inode cache",
                 self.inodes.len() as u64,
                 Some(super::INODE_CACHE_MAX as u64),
                 hashed(8 + std::mem::size_of::<super::Cached>() as u64),
             ),
-            item(
+            MemoryItem::new(
                 "write streams: per-file history",
                 s.streams.history_len() as u64,
                 Some(crate::meta::stream::FILE_HISTORY_MAX as u64),
                 hashed(16),
             ),
-            item(
+            MemoryItem::new(
                 "DAT reuse: tracked DAT blocks",
                 reuse_now,
                 Some(reuse_max),
                 hashed(8 + 16) + 24,
             ),
-            item(
+        ]
+    }
+
+    /// Work prepared or queued, bounded by the pass or queue that holds it.
+    fn memory_queues(&self) -> Vec<MemoryItem> {
+        let s = &self.store;
+        let bb = s.geo.block_bytes as u64;
+        vec![
+            MemoryItem::new(
                 // A pass prepares victims until the cap, so it ends at most
                 // one victim past it.
                 "threaded logging: prepared holes",
@@ -86,7 +107,7 @@ impl Lsfs {
                 Some((super::clean::PLUG_HOLES_SEGMENTS + 1) * s.geo.segment_blocks as u64),
                 4,
             ),
-            item(
+            MemoryItem::new(
                 // Writes queued and not done (device/io_queue.rs): at most
                 // its bound plus one write, which never spans segments.
                 "I/O queue: writes not done",
@@ -94,21 +115,26 @@ impl Lsfs {
                 Some(s.io.limit() as u64 / bb + s.geo.segment_blocks as u64),
                 bb,
             ),
-            item(
+        ]
+    }
+
+    /// Mirrors that grow with the device (no fixed bound).
+    fn memory_tables(&self) -> Vec<MemoryItem> {
+        let s = &self.store;
+        vec![
+            MemoryItem::new(
                 "segment table (SUFILE mirror)",
-                segs,
+                s.segs.nsegments(),
                 None,
                 std::mem::size_of::<crate::meta::sufile::SegUsage>() as u64 + 8 + 8,
             ),
-            item(
+            MemoryItem::new(
                 "checkpoint table (CPFILE mirror)",
                 s.cps.entries.len() as u64,
                 None,
                 std::mem::size_of::<crate::meta::cpfile::CpEntry>() as u64 + 48,
             ),
-        ];
-        items.sort_by_key(|i| std::cmp::Reverse(i.max_bytes));
-        items
+        ]
     }
 }
 

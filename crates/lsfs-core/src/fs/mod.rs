@@ -11,6 +11,7 @@ pub mod clean;
 pub mod dir;
 pub mod file;
 pub mod inode;
+mod invariants;
 pub mod locked;
 pub mod map;
 pub mod memory;
@@ -94,6 +95,9 @@ pub struct Lsfs {
     /// Namespace and metadata changes since the last checkpoint, for
     /// fsync records.
     pub oplog: oplog::OpLog,
+    /// Run fsck's checks after each checkpoint and panic on a violation
+    /// (`fs/invariants.rs`).
+    pub check_checkpoints: bool,
 }
 
 fn e(err: Error) -> Errno {
@@ -187,6 +191,7 @@ impl Lsfs {
             read_errors: Default::default(),
             write_amp: Default::default(),
             oplog: Default::default(),
+            check_checkpoints: invariants::on_by_default(),
         }
     }
 
@@ -333,6 +338,7 @@ impl Lsfs {
         let cno = self.store.checkpoint()?;
         self.oplog.clear();
         self.last_checkpoint = std::time::Instant::now();
+        self.check_after_checkpoint(cno);
         Ok(cno)
     }
 

@@ -240,39 +240,7 @@ impl Lsfs {
         let RenamePlan { src, dst } = plan;
         if flags & RENAME_EXCHANGE != 0 {
             let d = dst.expect("checked");
-            let mut pd = self.dir_inode(parent)?;
-            dir::replace(&mut self.store, &mut pd, &src, d.ino, d.kind).map_err(e)?;
-            pd.mtime = now;
-            pd.ctime = now;
-            if parent != newparent && src.kind != d.kind {
-                if src.kind == FileKind::Dir {
-                    pd.nlink = pd.nlink.saturating_sub(1);
-                } else if d.kind == FileKind::Dir {
-                    pd.nlink += 1;
-                }
-            }
-            self.put(pd);
-            let mut nd = self.dir_inode(newparent)?;
-            dir::replace(&mut self.store, &mut nd, &d, src.ino, src.kind).map_err(e)?;
-            nd.mtime = now;
-            nd.ctime = now;
-            if parent != newparent && src.kind != d.kind {
-                if src.kind == FileKind::Dir {
-                    nd.nlink += 1;
-                } else if d.kind == FileKind::Dir {
-                    nd.nlink = nd.nlink.saturating_sub(1);
-                }
-            }
-            self.put(nd);
-            if src.kind == FileKind::Dir {
-                self.set_dotdot(src.ino, newparent)?;
-            }
-            if d.kind == FileKind::Dir {
-                self.set_dotdot(d.ino, parent)?;
-            }
-            self.touch_ctime(src.ino, now).map_err(e)?;
-            self.touch_ctime(d.ino, now).map_err(e)?;
-            return Ok(vec![parent, newparent, src.ino, d.ino]);
+            return self.rename_exchange(parent, newparent, src, d, now);
         }
         if let Some(d) = &dst {
             match (src.kind == FileKind::Dir, d.kind == FileKind::Dir) {
@@ -284,7 +252,75 @@ impl Lsfs {
                 _ => {}
             }
         }
-        // Remove the source entry.
+        self.rename_unlink_source(parent, name, &src, now)?;
+        self.rename_link_target(newparent, newname, &src, dst.as_ref(), now)?;
+        if src.kind == FileKind::Dir && parent != newparent {
+            self.set_dotdot(src.ino, newparent)?;
+        }
+        self.touch_ctime(src.ino, now).map_err(e)?;
+        let mut touched = vec![parent, newparent, src.ino];
+        if let Some(d) = dst {
+            self.rename_release_replaced(&d, now)?;
+            touched.push(d.ino);
+        }
+        Ok(touched)
+    }
+
+    /// RENAME_EXCHANGE: each name now points at the other's inode; when a
+    /// directory and a non-directory trade parents, the parents' link counts
+    /// follow the directory.
+    fn rename_exchange(
+        &mut self,
+        parent: u64,
+        newparent: u64,
+        src: dir::Entry,
+        d: dir::Entry,
+        now: Timespec,
+    ) -> VfsResult<Vec<u64>> {
+        let mut pd = self.dir_inode(parent)?;
+        dir::replace(&mut self.store, &mut pd, &src, d.ino, d.kind).map_err(e)?;
+        pd.mtime = now;
+        pd.ctime = now;
+        if parent != newparent && src.kind != d.kind {
+            if src.kind == FileKind::Dir {
+                pd.nlink = pd.nlink.saturating_sub(1);
+            } else if d.kind == FileKind::Dir {
+                pd.nlink += 1;
+            }
+        }
+        self.put(pd);
+        let mut nd = self.dir_inode(newparent)?;
+        dir::replace(&mut self.store, &mut nd, &d, src.ino, src.kind).map_err(e)?;
+        nd.mtime = now;
+        nd.ctime = now;
+        if parent != newparent && src.kind != d.kind {
+            if src.kind == FileKind::Dir {
+                nd.nlink += 1;
+            } else if d.kind == FileKind::Dir {
+                nd.nlink = nd.nlink.saturating_sub(1);
+            }
+        }
+        self.put(nd);
+        if src.kind == FileKind::Dir {
+            self.set_dotdot(src.ino, newparent)?;
+        }
+        if d.kind == FileKind::Dir {
+            self.set_dotdot(d.ino, parent)?;
+        }
+        self.touch_ctime(src.ino, now).map_err(e)?;
+        self.touch_ctime(d.ino, now).map_err(e)?;
+        Ok(vec![parent, newparent, src.ino, d.ino])
+    }
+
+    /// Remove the source entry; a directory moving out takes its `..` link
+    /// from the old parent.
+    fn rename_unlink_source(
+        &mut self,
+        parent: u64,
+        name: &[u8],
+        src: &dir::Entry,
+        now: Timespec,
+    ) -> VfsResult<()> {
         let mut pd = self.dir_inode(parent)?;
         dir::remove(&mut self.store, &mut pd, name).map_err(e)?;
         pd.mtime = now;
@@ -293,9 +329,22 @@ impl Lsfs {
             pd.nlink = pd.nlink.saturating_sub(1);
         }
         self.put(pd);
-        // Point the target name at the source inode.
+        Ok(())
+    }
+
+    /// Point the target name at the source inode, replacing `dst` if there
+    /// is one; the new parent gains the `..` link of a directory moving in
+    /// and loses that of a directory replaced.
+    fn rename_link_target(
+        &mut self,
+        newparent: u64,
+        newname: &[u8],
+        src: &dir::Entry,
+        dst: Option<&dir::Entry>,
+        now: Timespec,
+    ) -> VfsResult<()> {
         let mut nd = self.dir_inode(newparent)?;
-        match &dst {
+        match dst {
             Some(d) => {
                 dir::replace(&mut self.store, &mut nd, d, src.ino, src.kind).map_err(e)?;
                 if d.kind == FileKind::Dir {
@@ -310,26 +359,23 @@ impl Lsfs {
         nd.mtime = now;
         nd.ctime = now;
         self.put(nd);
-        if src.kind == FileKind::Dir && parent != newparent {
-            self.set_dotdot(src.ino, newparent)?;
+        Ok(())
+    }
+
+    /// The inode a rename replaced loses its name: a directory (empty, as
+    /// checked) loses everything, anything else one link.
+    fn rename_release_replaced(&mut self, d: &dir::Entry, now: Timespec) -> VfsResult<()> {
+        let mut v = self.get(d.ino).map_err(e)?;
+        if v.kind() == FileKind::Dir {
+            let _ = dir::remove(&mut self.store, &mut v, b"..").map_err(e)?;
+            v.nlink = 0;
+            v.size = 0;
+        } else {
+            v.nlink = v.nlink.saturating_sub(1);
         }
-        self.touch_ctime(src.ino, now).map_err(e)?;
-        let mut touched = vec![parent, newparent, src.ino];
-        if let Some(d) = dst {
-            let mut v = self.get(d.ino).map_err(e)?;
-            if v.kind() == FileKind::Dir {
-                let _ = dir::remove(&mut self.store, &mut v, b"..").map_err(e)?;
-                v.nlink = 0;
-                v.size = 0;
-            } else {
-                v.nlink = v.nlink.saturating_sub(1);
-            }
-            v.ctime = now;
-            self.put(v);
-            self.drop_link(d.ino).map_err(e)?;
-            touched.push(d.ino);
-        }
-        Ok(touched)
+        v.ctime = now;
+        self.put(v);
+        self.drop_link(d.ino).map_err(e)
     }
 
     pub(super) fn setxattr_apply(

@@ -155,27 +155,9 @@ impl Views {
         max: usize,
     ) -> Result<Vec<DirEntry>> {
         let mut out = Vec::new();
-        let dots = |out: &mut Vec<DirEntry>, me: u64, parent: u64| {
-            if offset < dir::COOKIE_DOT {
-                out.push(DirEntry {
-                    ino: me,
-                    offset: dir::COOKIE_DOT,
-                    kind: FileKind::Dir,
-                    name: b".".to_vec(),
-                });
-            }
-            if offset < dir::COOKIE_DOTDOT {
-                out.push(DirEntry {
-                    ino: parent,
-                    offset: dir::COOKIE_DOTDOT,
-                    kind: FileKind::Dir,
-                    name: b"..".to_vec(),
-                });
-            }
-        };
         match ino {
             CTL_INO => {
-                dots(&mut out, CTL_INO, ROOT_INO);
+                dots(&mut out, offset, CTL_INO, ROOT_INO);
                 if offset < 3 {
                     out.push(DirEntry {
                         ino: SNAPSHOT_DIR_INO,
@@ -186,44 +168,67 @@ impl Views {
                 }
             }
             SNAPSHOT_DIR_INO => {
-                dots(&mut out, SNAPSHOT_DIR_INO, CTL_INO);
-                for cno in s.cps.snapshots() {
-                    // Cookie: cno + 3, stable while snapshots come and go.
-                    if cno + 3 > offset {
-                        let slot = self.slot_for(cno)?;
-                        out.push(DirEntry {
-                            ino: encode(slot, ROOT_INO),
-                            offset: cno + 3,
-                            kind: FileKind::Dir,
-                            name: cno.to_string().into_bytes(),
-                        });
-                    }
-                }
+                dots(&mut out, offset, SNAPSHOT_DIR_INO, CTL_INO);
+                self.list_snapshots(s, offset, &mut out)?;
             }
-            _ => {
-                let (d, slot) = self.inode(s, ino)?;
-                if d.kind() != FileKind::Dir {
-                    return Err(Error::Errno(Errno::NOTDIR));
-                }
-                let parent = match dir::lookup(s, &d, b"..")? {
-                    Some(p) => encode(slot, p.ino),
-                    None => SNAPSHOT_DIR_INO,
-                };
-                dots(&mut out, ino, parent);
-                for (c, e) in dir::list_after(s, &d, offset, max)? {
-                    if e.name != b".." {
-                        out.push(DirEntry {
-                            ino: encode(slot, e.ino),
-                            offset: c,
-                            kind: e.kind,
-                            name: e.name,
-                        });
-                    }
-                }
-            }
+            _ => self.list_dir(s, ino, offset, max, &mut out)?,
         }
         out.truncate(max);
         Ok(out)
+    }
+
+    /// The snapshot directory: one entry per snapshot, named by its number.
+    fn list_snapshots(
+        &mut self,
+        s: &mut Store,
+        offset: u64,
+        out: &mut Vec<DirEntry>,
+    ) -> Result<()> {
+        for cno in s.cps.snapshots() {
+            // Cookie: cno + 3, stable while snapshots come and go.
+            if cno + 3 > offset {
+                let slot = self.slot_for(cno)?;
+                out.push(DirEntry {
+                    ino: encode(slot, ROOT_INO),
+                    offset: cno + 3,
+                    kind: FileKind::Dir,
+                    name: cno.to_string().into_bytes(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// A directory inside a snapshot; its root's `..` is the snapshot
+    /// directory.
+    fn list_dir(
+        &mut self,
+        s: &mut Store,
+        ino: u64,
+        offset: u64,
+        max: usize,
+        out: &mut Vec<DirEntry>,
+    ) -> Result<()> {
+        let (d, slot) = self.inode(s, ino)?;
+        if d.kind() != FileKind::Dir {
+            return Err(Error::Errno(Errno::NOTDIR));
+        }
+        let parent = match dir::lookup(s, &d, b"..")? {
+            Some(p) => encode(slot, p.ino),
+            None => SNAPSHOT_DIR_INO,
+        };
+        dots(out, offset, ino, parent);
+        for (c, e) in dir::list_after(s, &d, offset, max)? {
+            if e.name != b".." {
+                out.push(DirEntry {
+                    ino: encode(slot, e.ino),
+                    offset: c,
+                    kind: e.kind,
+                    name: e.name,
+                });
+            }
+        }
+        Ok(())
     }
 
     pub fn read(&mut self, s: &mut Store, ino: u64, off: u64, len: u64) -> Result<Vec<u8>> {
@@ -250,5 +255,25 @@ impl Views {
         }
         let (i, _) = self.inode(s, ino)?;
         xattr::list(s, &i)
+    }
+}
+
+/// The `.` and `..` entries of directory `me`, those past `offset`.
+fn dots(out: &mut Vec<DirEntry>, offset: u64, me: u64, parent: u64) {
+    if offset < dir::COOKIE_DOT {
+        out.push(DirEntry {
+            ino: me,
+            offset: dir::COOKIE_DOT,
+            kind: FileKind::Dir,
+            name: b".".to_vec(),
+        });
+    }
+    if offset < dir::COOKIE_DOTDOT {
+        out.push(DirEntry {
+            ino: parent,
+            offset: dir::COOKIE_DOTDOT,
+            kind: FileKind::Dir,
+            name: b"..".to_vec(),
+        });
     }
 }

@@ -273,46 +273,12 @@ pub fn decode(bytes: &[u8], what: &str) -> Result<Vec<Item>> {
     Ok(out)
 }
 
+/// One item's fields, by type; the body must hold exactly them.
 fn decode_body(t: u8, body: &[u8], ctx: &str) -> Result<Item> {
     let mut r = Reader::new(body, ctx);
     let item = match t {
-        T_INODE => {
-            let ino = r.u64()?;
-            let n = r.u16()? as usize;
-            if !(INODE_HEAD_BYTES..=INODE_BYTES).contains(&n) {
-                return Err(Error::corrupt(format!(
-                    "{ctx}: inode image of {n} bytes (must be {INODE_HEAD_BYTES} to {INODE_BYTES})"
-                )));
-            }
-            Item::Inode {
-                ino,
-                image: r.bytes(n)?.to_vec(),
-            }
-        }
-        T_CREATE => {
-            let (parent, ino, mode) = (r.u64()?, r.u64()?, r.u32()?);
-            let (uid, gid, rdev) = (r.u32()?, r.u32()?, r.u32()?);
-            let name = entry_name(&mut r, ctx)?;
-            let n = r.u16()? as usize;
-            let target = r.bytes(n)?.to_vec();
-            let kind = FileKind::from_mode(mode)
-                .ok_or_else(|| Error::corrupt(format!("{ctx}: mode {mode:o} has no file type")))?;
-            if (kind == FileKind::Symlink) == target.is_empty() || n > SYMLINK_MAX_BYTES {
-                return Err(Error::corrupt(format!(
-                    "{ctx}: a {kind:?} with a target of {n} bytes (symlinks have 1 to {SYMLINK_MAX_BYTES}, others none)"
-                )));
-            }
-            Item::Create {
-                parent,
-                ino,
-                mode,
-                uid,
-                gid,
-                rdev,
-                name,
-                target,
-            }
-        }
+        T_INODE => decode_inode(&mut r, ctx)?,
+        T_CREATE => decode_create(&mut r, ctx)?,
         T_LINK => Item::Link {
             ino: r.u64()?,
             parent: r.u64()?,
@@ -327,56 +293,17 @@ fn decode_body(t: u8, body: &[u8], ctx: &str) -> Result<Item> {
                 Item::Rmdir { parent, name }
             }
         }
-        T_RENAME => {
-            let (parent, newparent, flags) = (r.u64()?, r.u64()?, r.u32()?);
-            if flags & !RENAME_FLAGS != 0 || flags == RENAME_FLAGS {
-                return Err(Error::corrupt(format!("{ctx}: rename flags {flags:#x}")));
-            }
-            Item::Rename {
-                parent,
-                name: entry_name(&mut r, ctx)?,
-                newparent,
-                newname: entry_name(&mut r, ctx)?,
-                flags,
-            }
-        }
+        T_RENAME => decode_rename(&mut r, ctx)?,
         T_TRUNCATE => Item::Truncate {
             ino: r.u64()?,
             size: r.u64()?,
         },
-        T_SETXATTR => {
-            let ino = r.u64()?;
-            let name = xattr_name(&mut r, ctx)?;
-            let n = r.u32()? as usize;
-            if n > XATTR_VALUE_MAX {
-                return Err(Error::corrupt(format!(
-                    "{ctx}: xattr value of {n} bytes (at most {XATTR_VALUE_MAX})"
-                )));
-            }
-            Item::SetXattr {
-                ino,
-                name,
-                value: r.bytes(n)?.to_vec(),
-            }
-        }
+        T_SETXATTR => decode_setxattr(&mut r, ctx)?,
         T_REMOVEXATTR => Item::RemoveXattr {
             ino: r.u64()?,
             name: xattr_name(&mut r, ctx)?,
         },
-        T_STREAM_RECORD => {
-            let (block, seq, nblocks) = (r.u64()?, r.u64()?, r.u32()?);
-            // A header block and at least one data block.
-            if nblocks < 2 || nblocks as usize > crate::log::record::MAX_RECORD_BLOCKS {
-                return Err(Error::corrupt(format!(
-                    "{ctx}: a stream record of {nblocks} blocks"
-                )));
-            }
-            Item::StreamRecord {
-                block,
-                seq,
-                nblocks,
-            }
-        }
+        T_STREAM_RECORD => decode_stream_record(&mut r, ctx)?,
         _ => return Err(Error::corrupt(format!("{ctx}: unknown item type {t}"))),
     };
     if r.pos() != body.len() {
@@ -386,6 +313,90 @@ fn decode_body(t: u8, body: &[u8], ctx: &str) -> Result<Item> {
         )));
     }
     Ok(item)
+}
+
+fn decode_inode(r: &mut Reader, ctx: &str) -> Result<Item> {
+    let ino = r.u64()?;
+    let n = r.u16()? as usize;
+    if !(INODE_HEAD_BYTES..=INODE_BYTES).contains(&n) {
+        return Err(Error::corrupt(format!(
+            "{ctx}: inode image of {n} bytes (must be {INODE_HEAD_BYTES} to {INODE_BYTES})"
+        )));
+    }
+    Ok(Item::Inode {
+        ino,
+        image: r.bytes(n)?.to_vec(),
+    })
+}
+
+fn decode_create(r: &mut Reader, ctx: &str) -> Result<Item> {
+    let (parent, ino, mode) = (r.u64()?, r.u64()?, r.u32()?);
+    let (uid, gid, rdev) = (r.u32()?, r.u32()?, r.u32()?);
+    let name = entry_name(r, ctx)?;
+    let n = r.u16()? as usize;
+    let target = r.bytes(n)?.to_vec();
+    let kind = FileKind::from_mode(mode)
+        .ok_or_else(|| Error::corrupt(format!("{ctx}: mode {mode:o} has no file type")))?;
+    if (kind == FileKind::Symlink) == target.is_empty() || n > SYMLINK_MAX_BYTES {
+        return Err(Error::corrupt(format!(
+            "{ctx}: a {kind:?} with a target of {n} bytes (symlinks have 1 to {SYMLINK_MAX_BYTES}, others none)"
+        )));
+    }
+    Ok(Item::Create {
+        parent,
+        ino,
+        mode,
+        uid,
+        gid,
+        rdev,
+        name,
+        target,
+    })
+}
+
+fn decode_rename(r: &mut Reader, ctx: &str) -> Result<Item> {
+    let (parent, newparent, flags) = (r.u64()?, r.u64()?, r.u32()?);
+    if flags & !RENAME_FLAGS != 0 || flags == RENAME_FLAGS {
+        return Err(Error::corrupt(format!("{ctx}: rename flags {flags:#x}")));
+    }
+    Ok(Item::Rename {
+        parent,
+        name: entry_name(r, ctx)?,
+        newparent,
+        newname: entry_name(r, ctx)?,
+        flags,
+    })
+}
+
+fn decode_setxattr(r: &mut Reader, ctx: &str) -> Result<Item> {
+    let ino = r.u64()?;
+    let name = xattr_name(r, ctx)?;
+    let n = r.u32()? as usize;
+    if n > XATTR_VALUE_MAX {
+        return Err(Error::corrupt(format!(
+            "{ctx}: xattr value of {n} bytes (at most {XATTR_VALUE_MAX})"
+        )));
+    }
+    Ok(Item::SetXattr {
+        ino,
+        name,
+        value: r.bytes(n)?.to_vec(),
+    })
+}
+
+fn decode_stream_record(r: &mut Reader, ctx: &str) -> Result<Item> {
+    let (block, seq, nblocks) = (r.u64()?, r.u64()?, r.u32()?);
+    // A header block and at least one data block.
+    if nblocks < 2 || nblocks as usize > crate::log::record::MAX_RECORD_BLOCKS {
+        return Err(Error::corrupt(format!(
+            "{ctx}: a stream record of {nblocks} blocks"
+        )));
+    }
+    Ok(Item::StreamRecord {
+        block,
+        seq,
+        nblocks,
+    })
 }
 
 /// A directory entry's name: 1 to 255 bytes, no '/' or NUL, not "." or "..".

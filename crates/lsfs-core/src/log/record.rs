@@ -256,9 +256,46 @@ impl RecordHeader {
         Self::decode_inner(buf, where_, true)
     }
 
+    /// The fixed header, the bytes it says the record spans (and their CRC
+    /// when the payload is there), then the summary entries and inline bytes.
     fn decode_inner(buf: &[u8], where_: &str, with_payload: bool) -> Result<RecordHeader> {
         let what = format!("log record at {where_}");
-        let mut r = Reader::new(buf, &what);
+        let (mut h, counts) = Self::decode_fixed(buf, &what)?;
+        let need = if with_payload {
+            h.nblocks as usize
+        } else {
+            h.nsum_blocks as usize
+        } * BLOCK_BYTES;
+        if buf.len() < need {
+            return Err(Error::corrupt(format!(
+                "{what}: {} bytes, needs {need}",
+                buf.len()
+            )));
+        }
+        let body = &buf[..need];
+        if with_payload {
+            let crc = crc_with_hole(body, CRC_AT);
+            if crc != counts.stored_crc {
+                return Err(Error::corrupt(format!(
+                    "{what}: checksum mismatch (stored {:#010x}, computed {crc:#010x})",
+                    counts.stored_crc
+                )));
+            }
+        }
+        let mut r = Reader::at(body, HEADER_BYTES, &what);
+        h.entries = Vec::with_capacity(counts.nentries);
+        for i in 0..counts.nentries {
+            h.entries.push(SummaryEntry::decode(&mut r, &what, i)?);
+        }
+        h.inline = r.bytes(counts.ninline)?.to_vec();
+        Ok(h)
+    }
+
+    /// The header block's fixed fields, checked for magic, version, zero
+    /// padding, counter limits and consistent sizes. The entries and inline
+    /// bytes are left empty; `HeaderCounts` says how many follow.
+    fn decode_fixed(buf: &[u8], what: &str) -> Result<(RecordHeader, HeaderCounts)> {
+        let mut r = Reader::new(buf, what);
         if r.u32()? != RECORD_MAGIC {
             return Err(Error::corrupt(format!("{what}: bad magic")));
         }
@@ -269,7 +306,7 @@ impl RecordHeader {
             )));
         }
         r.skip(2)?;
-        let stored = r.u32()?;
+        let stored_crc = r.u32()?;
         let flags = r.u32()?;
         let fs_id = r.u64()?;
         let seq = r.u64()?;
@@ -297,43 +334,8 @@ impl RecordHeader {
                 crate::layout::COUNTER_LIMIT
             )));
         }
-        if nentries > MAX_RECORD_PAYLOAD
-            || ninline > MAX_INLINE_BYTES
-            || (nentries == 0 && ninline == 0)
-            || summary_blocks_with(nentries, ninline) as u32 != nsum_blocks
-            || nsum_blocks as usize + nentries != nblocks as usize
-        {
-            return Err(Error::corrupt(format!(
-                "{what}: inconsistent sizes ({nblocks} blocks, {nsum_blocks} summary blocks, {nentries} entries, {ninline} inline bytes)"
-            )));
-        }
-        let need = if with_payload {
-            nblocks as usize
-        } else {
-            nsum_blocks as usize
-        } * BLOCK_BYTES;
-        if buf.len() < need {
-            return Err(Error::corrupt(format!(
-                "{what}: {} bytes, needs {need}",
-                buf.len()
-            )));
-        }
-        let body = &buf[..need];
-        if with_payload {
-            let crc = crc_with_hole(body, CRC_AT);
-            if crc != stored {
-                return Err(Error::corrupt(format!(
-                    "{what}: checksum mismatch (stored {stored:#010x}, computed {crc:#010x})"
-                )));
-            }
-        }
-        let mut r = Reader::at(body, HEADER_BYTES, &what);
-        let mut entries = Vec::with_capacity(nentries);
-        for i in 0..nentries {
-            entries.push(SummaryEntry::decode(&mut r, &what, i)?);
-        }
-        let inline = r.bytes(ninline)?.to_vec();
-        Ok(RecordHeader {
+        check_sizes(what, nblocks, nsum_blocks, nentries, ninline)?;
+        let h = RecordHeader {
             flags,
             fs_id,
             seq,
@@ -344,10 +346,45 @@ impl RecordHeader {
             next_seg,
             created_secs,
             seq_gap,
-            entries,
-            inline,
-        })
+            entries: Vec::new(),
+            inline: Vec::new(),
+        };
+        let counts = HeaderCounts {
+            stored_crc,
+            nentries,
+            ninline,
+        };
+        Ok((h, counts))
     }
+}
+
+/// A record's sizes agree: payload and inline bytes within bounds and not
+/// both empty, summary blocks just enough for them, blocks adding up.
+fn check_sizes(
+    what: &str,
+    nblocks: u32,
+    nsum_blocks: u32,
+    nentries: usize,
+    ninline: usize,
+) -> Result<()> {
+    if nentries > MAX_RECORD_PAYLOAD
+        || ninline > MAX_INLINE_BYTES
+        || (nentries == 0 && ninline == 0)
+        || summary_blocks_with(nentries, ninline) as u32 != nsum_blocks
+        || nsum_blocks as usize + nentries != nblocks as usize
+    {
+        return Err(Error::corrupt(format!(
+            "{what}: inconsistent sizes ({nblocks} blocks, {nsum_blocks} summary blocks, {nentries} entries, {ninline} inline bytes)"
+        )));
+    }
+    Ok(())
+}
+
+/// What a record's fixed header says about the rest of it.
+struct HeaderCounts {
+    stored_crc: u32,
+    nentries: usize,
+    ninline: usize,
 }
 
 #[cfg(test)]
