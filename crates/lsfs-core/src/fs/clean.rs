@@ -8,7 +8,9 @@
 use crate::error::{Error, Result};
 use crate::fs::Lsfs;
 use crate::gc::relocate::KeepCheckpoints;
-use crate::gc::{on_battery, CleanerConfig, CleanerStats, PassReport, SelectionPolicy};
+use crate::gc::{
+    on_battery, CleanerConfig, CleanerStats, FixedPower, PassReport, PowerSource, SelectionPolicy,
+};
 use std::time::Instant;
 
 /// Segments of room for copies the low-water mark keeps above the reserve
@@ -40,6 +42,8 @@ pub struct Cleaner {
     gate: lsfs_policy::gc::PlugGate,
     /// When the log last said how far back checkpoints are kept, and what.
     window_said: Option<(Instant, u64)>,
+    /// What `power = "auto"` asks (set by the front end; AC by default).
+    power: Box<dyn PowerSource>,
 }
 
 /// How often at most the log repeats how far back checkpoints are kept,
@@ -92,7 +96,18 @@ impl Cleaner {
             futile: Default::default(),
             gate,
             window_said: None,
+            power: Box::new(FixedPower::AC),
         }
+    }
+
+    /// Where `power = "auto"` learns the power state from now on.
+    pub fn set_power_source(&mut self, source: Box<dyn PowerSource>) {
+        self.power = source;
+    }
+
+    /// Whether background cleaning counts the machine as on battery now.
+    pub fn on_battery(&self) -> bool {
+        on_battery(&self.config, &*self.power)
     }
 
     /// Say in the log how far back plain checkpoints are kept after space
@@ -531,7 +546,7 @@ impl Lsfs {
         if start.elapsed().as_secs() < 1 && copied >= cfg.max_copy_blocks_per_sec {
             return Ok(()); // rate bound: foreground I/O first
         }
-        let battery = on_battery(&cfg);
+        let battery = self.cleaner.on_battery();
         let idle =
             cfg.idle_secs > 0 && self.cleaner.last_activity.elapsed().as_secs() >= cfg.idle_secs;
         let due = self.cleaner.last_check.elapsed().as_secs() >= cfg.check_interval_secs;
