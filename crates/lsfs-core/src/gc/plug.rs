@@ -51,7 +51,7 @@ impl Store {
                 }
                 BlockKind::DatBlock => {
                     // The DAT's copy, or a base the DAT journal keeps live.
-                    let k = self.dat_block_addr_pub(ent.offset)? == Some(pos)
+                    let k = self.dat_block_addr(ent.offset)? == Some(pos)
                         || self.dat_journal.base_of(ent.offset) == Some(pos);
                     (k, k)
                 }

@@ -22,19 +22,14 @@
 
 use crate::error::{Error, Result};
 use crate::meta::dat_entry::{DatEntry, CNO_MAX, DAT_PER_BLOCK};
-use crate::meta::store::{dat_nodes, decode_u64, Store};
+use crate::meta::store::{decode_u64, Store};
 
 /// Queued snapshot changes at most; one more drains the oldest in the
 /// foreground first (it bounds the super root's size, see FORMAT.md).
 pub const RECONCILE_QUEUE_MAX: usize = 128;
 
-/// One promotion (`on`) or demotion of checkpoint `cno`, not yet applied
-/// to every segment counter.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct SnapChange {
-    pub cno: u64,
-    pub on: bool,
-}
+/// A queued snapshot change (its format is the super root's).
+pub use crate::log::super_root::SnapChange;
 
 /// The reconciliation queue, its cursor and the two counted sets it implies.
 #[derive(Clone, Debug, Default)]
@@ -140,7 +135,7 @@ impl Store {
             let tree = self.tree;
             let root = self.dat_root;
             let from = self.recon.cursor / DAT_PER_BLOCK;
-            let Some((idx, val)) = tree.ceil(&mut dat_nodes!(self), root, from)? else {
+            let Some((idx, val)) = tree.ceil(&mut self.dat_nodes(), root, from)? else {
                 // Past the end of the DAT: the head change is everywhere.
                 self.recon.queue.remove(0);
                 self.recon.cursor = 0;

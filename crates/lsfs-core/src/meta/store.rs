@@ -380,26 +380,24 @@ impl NodeStore for VNodesRo<'_> {
     }
 }
 
-macro_rules! dat_nodes {
-    ($s:ident) => {
-        $crate::meta::store::DatNodes {
-            dev: &mut *$s.dev,
-            cache: &mut $s.cache,
-            segs: &mut $s.segs,
-            geo: $s.geo,
-            next_temp: &mut $s.next_temp,
-            now: $s
-                .now_override
-                .unwrap_or_else($crate::meta::store::wall_secs),
-        }
-    };
-}
-#[allow(unused_imports)]
-pub(crate) use dat_nodes;
-
 impl Store {
     pub fn now(&self) -> u64 {
         self.now_override.unwrap_or_else(wall_secs)
+    }
+
+    /// The DAT's block map as a node store: the device, the cache, the
+    /// segment counters (copying a node kills its old block) and the
+    /// temporary address counter.
+    pub(crate) fn dat_nodes(&mut self) -> DatNodes<'_> {
+        let now = self.now();
+        DatNodes {
+            dev: &mut *self.dev,
+            cache: &mut self.cache,
+            segs: &mut self.segs,
+            geo: self.geo,
+            next_temp: &mut self.next_temp,
+            now,
+        }
     }
 
     /// The B-tree operations (block size) every tree of this store uses.
@@ -432,13 +430,13 @@ impl Store {
     // ---- the DAT ----
 
     /// The address of DAT block `idx`, if it exists.
-    fn dat_block_addr(&mut self, idx: u64) -> Result<Option<u64>> {
+    pub(crate) fn dat_block_addr(&mut self, idx: u64) -> Result<Option<u64>> {
         if let Some(&a) = self.dat_map.get(&idx) {
             return Ok(Some(a));
         }
         let tree = self.tree;
         let root = self.dat_root;
-        let v = tree.get(&mut dat_nodes!(self), root, idx)?;
+        let v = tree.get(&mut self.dat_nodes(), root, idx)?;
         let a = v.map(|b| decode_u64(&b, "DAT block map")).transpose()?;
         if let Some(a) = a {
             self.remember_dat_block(idx, a);
@@ -451,7 +449,7 @@ impl Store {
         let tree = self.tree;
         let root = self.dat_root;
         Ok(tree
-            .floor(&mut dat_nodes!(self), root, u64::MAX)?
+            .floor(&mut self.dat_nodes(), root, u64::MAX)?
             .map(|(idx, _)| idx))
     }
 
@@ -459,7 +457,7 @@ impl Store {
     pub(crate) fn dat_map_point(&mut self, idx: u64, addr: u64) -> Result<()> {
         let tree = self.tree;
         let mut root = self.dat_root;
-        let r = tree.insert(&mut dat_nodes!(self), &mut root, idx, &addr.to_le_bytes());
+        let r = tree.insert(&mut self.dat_nodes(), &mut root, idx, &addr.to_le_bytes());
         self.dat_root = root;
         r?;
         self.remember_dat_block(idx, addr);
@@ -488,7 +486,7 @@ impl Store {
         let tree = self.tree;
         let root = self.dat_root;
         let mut n = 0u64;
-        tree.visit(&mut dat_nodes!(self), root, &mut |node| {
+        tree.visit(&mut self.dat_nodes(), root, &mut |node| {
             n += node.items().map_or(0, |items| items.len() as u64);
             Ok(())
         })?;
@@ -497,7 +495,7 @@ impl Store {
 
     /// A block of the DAT or its tree at `addr` (physical, or temporary and cached).
     pub(crate) fn read_dat_phys(&mut self, addr: u64) -> Result<Vec<u8>> {
-        dat_nodes!(self).read_phys(addr, DAT_NODE_OWNER)
+        self.dat_nodes().read_phys(addr, DAT_NODE_OWNER)
     }
 
     /// A copy of DAT block `idx`, zeros if it does not exist.
@@ -510,7 +508,7 @@ impl Store {
             offset: idx,
             kind: BlockKind::DatBlock,
         };
-        dat_nodes!(self).read_phys(addr, owner)
+        self.dat_nodes().read_phys(addr, owner)
     }
 
     pub fn dat_get(&mut self, vblock: u64) -> Result<DatEntry> {
@@ -570,7 +568,8 @@ impl Store {
             None => false,
         };
         let tree = self.tree;
-        let mut n = dat_nodes!(self);
+        let block_bytes = self.geo.block_bytes;
+        let mut n = self.dat_nodes();
         let (t, mut block) = match addr {
             // Journaled (kept dirty under its base), or copied already.
             Some(a) if journaled || is_temp(a) => (a, n.read_phys(a, owner)?),
@@ -582,7 +581,7 @@ impl Store {
                 n.cache.remove(pkey(a));
                 (t, b)
             }
-            None => (n.new_temp(), vec![0; self.geo.block_bytes]),
+            None => (n.new_temp(), vec![0; block_bytes]),
         };
         if let Some(a) = addr.filter(|&a| !journaled && !is_temp(a)) {
             self.dat_track(idx, a);
@@ -591,7 +590,6 @@ impl Store {
             idx,
             changes.iter().fold(0u128, |m, (slot, _)| m | 1 << slot),
         );
-        let mut n = dat_nodes!(self);
         if clean {
             // As in the durable checkpoint: its free slots may be reused,
             // but for those this change hands out (a reused one among them).
@@ -622,8 +620,11 @@ impl Store {
             // Every entry of this DAT block is free: punch it out of the DAT.
             self.stats.dat_blocks_punched += 1;
             self.dat_reuse.forget_block(idx);
-            n.cache.remove(pkey(t));
-            tree.remove(&mut n, &mut self.dat_root, idx)?;
+            self.cache.remove(pkey(t));
+            let mut root = self.dat_root;
+            let r = tree.remove(&mut self.dat_nodes(), &mut root, idx);
+            self.dat_root = root;
+            r?;
             self.dat_map.remove(&idx);
             if journaled {
                 // Let go of the journal, written as nothing (see the stats).
@@ -631,10 +632,9 @@ impl Store {
             }
             self.dat_release_base(idx)?;
         } else {
-            n.cache.put_dirty(pkey(t), block, owner);
+            self.cache.put_dirty(pkey(t), block, owner);
             if Some(t) != addr {
-                tree.insert(&mut n, &mut self.dat_root, idx, &t.to_le_bytes())?;
-                self.remember_dat_block(idx, t);
+                self.dat_map_point(idx, t)?;
             }
         }
         Ok(())
