@@ -518,7 +518,7 @@ impl Lsfs {
                     - u.nsnapshot.min(u.nblocks - u.nlive.min(u.nblocks))) as u64
             })
             .sum();
-        c.snapshot_changes_pending = self.store.recon.queue.len() as u64;
+        c.snapshot_changes_pending = self.store.recon.queue().len() as u64;
         c.checkpoints_kept_secs = self.store.kept_window_secs(self.store.now());
         c.threaded_logging = self.store.plugs.stats.clone();
         c.holes_ready = self.store.plugs.holes();
@@ -526,7 +526,7 @@ impl Lsfs {
         c.reconcile_progress = if self.store.recon.is_settled() {
             1.0
         } else {
-            (self.store.recon.cursor as f64 / self.store.next_vblock.max(1) as f64).min(1.0)
+            (self.store.recon.cursor() as f64 / self.store.next_vblock.max(1) as f64).min(1.0)
         };
         c.unaccounted_fraction = if used == 0 {
             0.0

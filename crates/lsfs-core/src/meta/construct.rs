@@ -547,8 +547,8 @@ impl Store {
             nsegments: self.geo.nsegments,
             inodes_used: self.inodes_used,
             blocks_used: self.blocks_used,
-            reconcile_cursor: self.recon.cursor,
-            reconcile_queue: self.recon.queue.clone(),
+            reconcile_cursor: self.recon.cursor(),
+            reconcile_queue: self.recon.queue().to_vec(),
             dat_journal: journal_addrs.clone(),
         }
         .encode();

@@ -14,6 +14,7 @@
 //! - [`open`]: mkfs, and opening an image with recovery;
 //! - [`reclaim`]: deleting expired checkpoints and freeing dead segments;
 //! - [`reconcile`]: O(1) snapshot changes, applied to the counters in the background;
+//! - [`snapshots`]: promoting and demoting checkpoints, and the reconcile step, on the store;
 //! - [`stream`]: write streams (hot, cold, cleaner output, metadata) and the temperature signal;
 //! - [`ssa`]: out-of-band summaries of plugged segments;
 //! - [`plug`]: threaded logging, user data written into the holes of plugged segments.
@@ -28,6 +29,7 @@ pub mod open;
 pub mod plug;
 pub mod reclaim;
 pub mod reconcile;
+pub mod snapshots;
 pub mod ssa;
 pub mod store;
 pub mod stream;

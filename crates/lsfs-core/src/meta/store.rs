@@ -160,7 +160,7 @@ pub struct Store {
     /// DAT block index → address, mirroring the DAT's block map.
     pub(crate) dat_map: std::collections::HashMap<u64, u64>,
     /// Snapshot changes not yet applied to every segment counter.
-    pub recon: crate::meta::reconcile::Reconcile,
+    pub(crate) recon: crate::meta::reconcile::Reconcile,
     /// Blocks that died since the last checkpoint (a snapshot of that
     /// checkpoint then changes no counter if this is 0).
     pub(crate) deaths_since_checkpoint: u64,
