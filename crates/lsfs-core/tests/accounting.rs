@@ -140,7 +140,7 @@ fn run(seed: u64, steps: usize) -> u64 {
                 fs.checkpoint().unwrap();
                 let after_cp = (fs.store.reconcile().queue().to_vec(), fs.store.reconcile().cursor());
                 let crash = rng.gen_bool(0.5);
-                plugged += fs.store.plugs.stats.blocks_plugged;
+                plugged += fs.store.plugs().stats().blocks_plugged;
                 fs = reopen(&mut fs, !crash);
                 assert_eq!(
                     (fs.store.reconcile().queue().to_vec(), fs.store.reconcile().cursor()),
@@ -158,7 +158,7 @@ fn run(seed: u64, steps: usize) -> u64 {
     fs.reconcile_all().unwrap();
     assert!(fs.store.reconcile().is_settled());
     recount_agrees(&mut fs, &format!("seed {seed}, settled"));
-    plugged += fs.store.plugs.stats.blocks_plugged;
+    plugged += fs.store.plugs().stats().blocks_plugged;
     let fs2 = reopen(&mut fs, true);
     assert!(fs2.store.reconcile().is_settled());
     plugged

@@ -520,7 +520,7 @@ impl Lsfs {
             .sum();
         c.snapshot_changes_pending = self.store.recon.queue().len() as u64;
         c.checkpoints_kept_secs = self.store.kept_window_secs(self.store.now());
-        c.threaded_logging = self.store.plugs.stats.clone();
+        c.threaded_logging = self.store.plugs.stats().clone();
         c.holes_ready = self.store.plugs.holes();
         c.measured_clean_cost = self.cleaner.gate.measured_cost();
         c.reconcile_progress = if self.store.recon.is_settled() {

@@ -304,7 +304,7 @@ impl Store {
                     && !self.segs.pending_free.contains(&s)
                     && self.segs.last_seq[s as usize] < chain_from
                     // Prepared for plugging: its holes are about to be used.
-                    && (plug_targets || !self.plugs.targets.contains_key(&s))
+                    && (plug_targets || !self.plugs.is_target(s))
             })
             .map(|s| {
                 let u = &self.segs.usage[s as usize];

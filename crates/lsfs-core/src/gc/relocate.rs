@@ -376,7 +376,7 @@ impl Store {
         };
         self.dat_set(v, DatEntry { pblock: 0, ..e })?;
         self.cache.put_dirty(vkey(v), data, owner);
-        self.plugs.cleaner_moved.insert(v);
+        self.plugs.note_cleaner_moved(v);
         Ok(())
     }
 }

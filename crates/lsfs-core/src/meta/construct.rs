@@ -242,7 +242,7 @@ impl Store {
     fn stream_counts(&self, journal_blocks: usize) -> [usize; 4] {
         let mut c = [0usize; 4];
         for k in self.cache.dirty_keys() {
-            if key_is_virtual(k) && self.plugs.assigned.contains_key(&key_addr(k)) {
+            if key_is_virtual(k) && self.plugs.assigned(key_addr(k)).is_some() {
                 continue; // placed in a hole
             }
             if !key_is_virtual(k) && self.dat_journal.is_journaled_addr(key_addr(k)) {
@@ -331,7 +331,7 @@ impl Store {
         // Holes for user data (meta/plug.rs), but not in a checkpoint that
         // ends an fsync: it promises one flush.
         if one_flush {
-            self.plugs.assigned.clear();
+            self.plugs.clear_assigned();
         } else {
             self.assign_plugs(cno)?;
         }
@@ -411,7 +411,7 @@ impl Store {
             let Item::Virtual(v) = item else {
                 unreachable!("virtual_order gives virtual blocks")
             };
-            if self.plugs.assigned.contains_key(&v) {
+            if self.plugs.assigned(v).is_some() {
                 plugged.push(v);
                 continue;
             }
@@ -436,7 +436,7 @@ impl Store {
         // Then the blocks placed in holes.
         for &v in &plugged {
             items.push(Item::Virtual(v));
-            places.push(self.plugs.assigned[&v]);
+            places.push(self.plugs.assigned(v).expect("assigned above"));
         }
         assert_eq!(
             items.len(),
@@ -585,8 +585,7 @@ impl Store {
             self.commit_data(st, &plans[st as usize]);
         }
         self.streams.checkpoint_done();
-        self.plugs.assigned.clear();
-        self.plugs.cleaner_moved.clear();
+        self.plugs.checkpoint_done();
         for item in &items {
             match *item {
                 Item::Virtual(v) => self.cache.mark_clean(vkey(v)),
@@ -972,7 +971,7 @@ impl Store {
             // checkpoint finds them where they were (their victim is not
             // reused before the next checkpoint), and one may be an old
             // version the file has overwritten since, at the same offset.
-            .filter(|&k| !self.plugs.cleaner_moved.contains(&key_addr(k)))
+            .filter(|&k| !self.plugs.is_cleaner_moved(key_addr(k)))
             .filter_map(|k| {
                 let o = self.cache.owner(k)?;
                 (inos.contains(&o.ino) && o.kind == BlockKind::Data).then_some((
@@ -1125,12 +1124,12 @@ impl Store {
     }
 
     fn write_moved_ahead_inner(&mut self) -> Result<usize> {
-        if !self.streams_can_run() || self.plugs.cleaner_moved.is_empty() {
+        if !self.streams_can_run() || self.plugs.cleaner_moved().next().is_none() {
             return Ok(0);
         }
         let was_active = std::mem::replace(&mut self.streams.active, true);
         let mut per: [Vec<(u64, u64, u64)>; 4] = Default::default();
-        let moved: Vec<u64> = self.plugs.cleaner_moved.iter().copied().collect();
+        let moved: Vec<u64> = self.plugs.cleaner_moved().collect();
         for v in moved {
             if !self.cache.is_dirty(vkey(v)) {
                 continue;

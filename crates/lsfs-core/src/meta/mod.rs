@@ -17,7 +17,8 @@
 //! - [`snapshots`]: promoting and demoting checkpoints, and the reconcile step, on the store;
 //! - [`stream`]: write streams (hot, cold, cleaner output, metadata) and the temperature signal;
 //! - [`ssa`]: out-of-band summaries of plugged segments;
-//! - [`plug`]: threaded logging, user data written into the holes of plugged segments.
+//! - [`plug`]: threaded logging, user data written into the holes of plugged segments;
+//! - [`plug_write`]: the segment constructor's side of it (assigning holes, writing them).
 
 pub mod construct;
 pub mod cpfile;
@@ -27,6 +28,7 @@ pub mod dat_reuse;
 pub mod ifile;
 pub mod open;
 pub mod plug;
+pub mod plug_write;
 pub mod reclaim;
 pub mod reconcile;
 pub mod snapshots;

@@ -174,7 +174,7 @@ pub struct Store {
     /// Free DAT entries that new virtual blocks may take (meta/dat_reuse.rs).
     pub dat_reuse: crate::meta::dat_reuse::DatReuse,
     /// Threaded logging: prepared holes and this checkpoint's use of them.
-    pub plugs: crate::meta::plug::Plugs,
+    pub(crate) plugs: crate::meta::plug::Plugs,
     /// DAT blocks kept in memory with their changed entries journaled
     /// (meta/dat_journal.rs).
     pub dat_journal: crate::meta::dat_journal::DatJournal,
@@ -398,6 +398,11 @@ impl Store {
             next_temp: &mut self.next_temp,
             now,
         }
+    }
+
+    /// Threaded logging's prepared holes and counters (meta/plug.rs).
+    pub fn plugs(&self) -> &crate::meta::plug::Plugs {
+        &self.plugs
     }
 
     /// The B-tree operations (block size) every tree of this store uses.
