@@ -75,6 +75,13 @@ fn clean_cost_terms(plan: &crate::gc::relocate::RelocationPlan) -> (u64, u64, u6
     )
 }
 
+/// Whether a pass runs under space pressure ("foreground": before ENOSPC,
+/// "low space": below the low-water mark): it then reclaims fastest, gives
+/// up plain checkpoints its victims need gone, and never aborts late.
+fn pass_is_pressed(reason: &str) -> bool {
+    matches!(reason, "foreground" | "low space")
+}
+
 /// How long a futile verdict stands while its segment's counts do not
 /// change (protection ends and checkpoints expire with time alone).
 const FUTILE_PLAN_SECS: u64 = 30;
@@ -213,16 +220,17 @@ impl Lsfs {
         let now = self.store.now();
         // Relocation must see the checkpoints the coming checkpoint keeps.
         self.store.expire_checkpoints(now);
+        let picked = self.pick_victims(max_victims, reason, now);
+        let rep = self.relocate_victims(picked, max_victims, reason, now)?;
+        self.finish_pass(rep, reason, now)
+    }
+
+    /// The candidates of a pass, best first, more than `max_victims` (late
+    /// aborts do not count).
+    fn pick_victims(&mut self, max_victims: usize, reason: &str, now: u64) -> Vec<u64> {
         // Before ENOSPC reclaim fastest (greedy, as F2FS's foreground GC);
-        // otherwise the configured policy; late abort saves copies only when
-        // there is time.
-        let pressed = matches!(reason, "foreground" | "low space");
-        let late_abort = !pressed;
-        let keep = if pressed {
-            KeepCheckpoints::LatestOnly
-        } else {
-            KeepCheckpoints::Kept
-        };
+        // otherwise the configured policy.
+        let pressed = pass_is_pressed(reason);
         let mut candidates = self.store.cleanable_segments_with(reason == "foreground");
         if !pressed {
             // A segment whose blocks died after the oldest kept checkpoint
@@ -247,6 +255,26 @@ impl Lsfs {
             let chosen: std::collections::HashSet<u64> = picked.iter().copied().collect();
             picked.extend(greedy.into_iter().filter(|s| !chosen.contains(s)));
         }
+        picked
+    }
+
+    /// Plan each candidate in turn: hold it back, abort it late, plug it,
+    /// or relocate what it still holds, within the pass's copy budget.
+    fn relocate_victims(
+        &mut self,
+        picked: Vec<u64>,
+        max_victims: usize,
+        reason: &str,
+        now: u64,
+    ) -> Result<PassReport> {
+        let pressed = pass_is_pressed(reason);
+        // Late abort saves copies only when there is time.
+        let late_abort = !pressed;
+        let keep = if pressed {
+            KeepCheckpoints::LatestOnly
+        } else {
+            KeepCheckpoints::Kept
+        };
         let seg_blocks = self.store.geo.segment_blocks as u64;
         let budget = self.pass_budget(reason);
         let mut rep = PassReport {
@@ -329,6 +357,13 @@ impl Lsfs {
             rep.blocks_reclaimed += (r.nblocks - r.copied().min(r.nblocks)) as u64;
             rep.victims.push(r);
         }
+        Ok(rep)
+    }
+
+    /// After the victims: write their copies ahead to their streams, end
+    /// with a checkpoint when one is due, and account for the pass.
+    fn finish_pass(&mut self, mut rep: PassReport, reason: &str, now: u64) -> Result<PassReport> {
+        let late_abort = !pass_is_pressed(reason);
         let moved = !rep.victims.is_empty() || (!rep.late_aborted.is_empty() && late_abort);
         if !moved && rep.plugged.is_empty() {
             return Ok(rep);
