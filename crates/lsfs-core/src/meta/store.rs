@@ -126,23 +126,23 @@ pub struct Store {
     pub cache: BlockCache,
     pub segs: SegTable,
     pub cps: CpTable,
-    pub dat_root: u64,
+    pub(crate) dat_root: u64,
     pub next_vblock: u64,
     pub(crate) fresh_floor: u64,
     pub(crate) next_temp: u64,
     pub ifile_root: u64,
-    pub cpfile_root: u64,
+    pub(crate) cpfile_root: u64,
     pub sufile_root: u64,
     /// Root of the SSA's block map (meta/ssa.rs), 0 = no segment plugged.
     pub ssa_root: u64,
-    pub next_ino: u64,
+    pub(crate) next_ino: u64,
     /// The checkpoint being built: one more than the last one written.
     pub cur_cno: u64,
     /// Sequence number of the last record written.
-    pub seq: u64,
+    pub(crate) seq: u64,
     pub cur_seg: u64,
     pub cur_off: u32,
-    pub next_seg: u64,
+    pub(crate) next_seg: u64,
     pub inodes_used: u64,
     pub blocks_used: u64,
     pub config: StoreConfig,
@@ -172,12 +172,12 @@ pub struct Store {
     /// What is changing the DAT now (see `StoreStats::dat_blocks_dirtied`).
     pub(crate) dat_cause: &'static str,
     /// Free DAT entries that new virtual blocks may take (meta/dat_reuse.rs).
-    pub dat_reuse: crate::meta::dat_reuse::DatReuse,
+    pub(crate) dat_reuse: crate::meta::dat_reuse::DatReuse,
     /// Threaded logging: prepared holes and this checkpoint's use of them.
     pub(crate) plugs: crate::meta::plug::Plugs,
     /// DAT blocks kept in memory with their changed entries journaled
     /// (meta/dat_journal.rs).
-    pub dat_journal: crate::meta::dat_journal::DatJournal,
+    pub(crate) dat_journal: crate::meta::dat_journal::DatJournal,
 }
 
 /// Bound of the in-memory mirror of the DAT's block map: 1M entries (about
@@ -403,6 +403,15 @@ impl Store {
     /// Threaded logging's prepared holes and counters (meta/plug.rs).
     pub fn plugs(&self) -> &crate::meta::plug::Plugs {
         &self.plugs
+    }
+
+    /// A block of the log read from the device as it is, past the cache:
+    /// the payload of a record that recovery rolls forward (fs/replay.rs).
+    pub(crate) fn read_log_block(&mut self, block: u64) -> Result<Vec<u8>> {
+        check_phys(&self.geo, block, "a log record")?;
+        let mut b = vec![0; self.geo.block_bytes];
+        self.dev.read_at(self.geo.byte_offset(block), &mut b)?;
+        Ok(b)
     }
 
     /// The B-tree operations (block size) every tree of this store uses.
