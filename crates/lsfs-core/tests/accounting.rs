@@ -136,14 +136,23 @@ fn run(seed: u64, steps: usize) -> u64 {
             _ => {
                 // Remount, cleanly or as after a crash: the queue and the
                 // cursor come back with the counters of the same checkpoint.
-                let before = (fs.store.reconcile().queue().to_vec(), fs.store.reconcile().cursor());
+                let before = (
+                    fs.store.reconcile().queue().to_vec(),
+                    fs.store.reconcile().cursor(),
+                );
                 fs.checkpoint().unwrap();
-                let after_cp = (fs.store.reconcile().queue().to_vec(), fs.store.reconcile().cursor());
+                let after_cp = (
+                    fs.store.reconcile().queue().to_vec(),
+                    fs.store.reconcile().cursor(),
+                );
                 let crash = rng.gen_bool(0.5);
                 plugged += fs.store.plugs().stats().blocks_plugged;
                 fs = reopen(&mut fs, !crash);
                 assert_eq!(
-                    (fs.store.reconcile().queue().to_vec(), fs.store.reconcile().cursor()),
+                    (
+                        fs.store.reconcile().queue().to_vec(),
+                        fs.store.reconcile().cursor()
+                    ),
                     after_cp,
                     "{what}: reconciliation state lost across remount (crash {crash})"
                 );

@@ -194,4 +194,3 @@ impl Plugs {
         self.cleaner_moved.clear();
     }
 }
-

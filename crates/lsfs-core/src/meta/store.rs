@@ -7,6 +7,15 @@
 //! `vblock >= fresh_floor`: such blocks are modified in place, all others are
 //! copied on write. The DAT itself is addressed physically; its dirty blocks
 //! and nodes get temporary addresses until the segment constructor places them.
+//!
+//! The store owns the DAT and the roots of the metadata files. The parts
+//! with state of their own keep it private and know nothing of the store:
+//! the snapshot-change queue ([`crate::meta::reconcile::Reconcile`], driven
+//! from meta/snapshots.rs), threaded logging's holes
+//! ([`crate::meta::plug::Plugs`], written from meta/plug_write.rs), the DAT
+//! journal and reuse lists, the SUFILE and CPFILE tables. The DAT's tree is
+//! reached through `Store::dat_nodes()`, which borrows only what a node
+//! store needs.
 
 use crate::btree::{BTree, NodeStore};
 use crate::cache::{pkey, vkey, BlockCache, Owner};
