@@ -16,6 +16,7 @@
 //! - [`reconcile`]: O(1) snapshot changes, applied to the counters in the background;
 //! - [`snapshots`]: promoting and demoting checkpoints, and the reconcile step, on the store;
 //! - [`stream`]: write streams (hot, cold, cleaner output, metadata) and the temperature signal;
+//! - [`stream_use`]: the store's side of the streams (heads after a mount, whether they run);
 //! - [`ssa`]: out-of-band summaries of plugged segments;
 //! - [`plug`]: threaded logging, user data written into the holes of plugged segments;
 //! - [`plug_write`]: the segment constructor's side of it (assigning holes, writing them).
@@ -35,6 +36,7 @@ pub mod snapshots;
 pub mod ssa;
 pub mod store;
 pub mod stream;
+pub mod stream_use;
 pub mod sufile;
 
 pub use store::{Store, StoreConfig};
