@@ -12,7 +12,9 @@
 //! with state of their own keep it private and know nothing of the store:
 //! the snapshot-change queue ([`crate::meta::reconcile::Reconcile`], driven
 //! from meta/snapshots.rs), threaded logging's holes
-//! ([`crate::meta::plug::Plugs`], written from meta/plug_write.rs), the DAT
+//! ([`crate::meta::plug::Plugs`], written from meta/plug_write.rs), the
+//! write streams' classifier ([`crate::meta::stream::Streams`], used from
+//! meta/stream_use.rs), the DAT
 //! journal and reuse lists, the SUFILE and CPFILE tables. The DAT's tree is
 //! reached through `Store::dat_nodes()`, which borrows only what a node
 //! store needs.
