@@ -163,8 +163,8 @@ fn main() {
             acc_copied += fs.cleaner.stats.blocks_copied - base_copied;
             acc_data += data_blocks(&fs) - base_data;
             acc_read += read_blocks(&fs) - base_read;
-            acc_plugged += fs.store.plugs.stats.blocks_plugged;
-            acc_prepared += fs.store.plugs.stats.segments_prepared;
+            acc_plugged += fs.store.plugs().stats().blocks_plugged;
+            acc_prepared += fs.store.plugs().stats().segments_prepared;
             let img = fs.store.dev_bytes_for_test();
             fs = Lsfs::open(Box::new(MemDevice::from_bytes(img)), config.clone()).expect("mount");
             fs.store.now_override = Some(t0 + 1 + (i / per_sec) as u64);
@@ -185,7 +185,7 @@ fn main() {
     let user = written - copied;
     let data_written = acc_data + data_blocks(&fs) - base_data;
     let cleaner_read = acc_read + read_blocks(&fs) - base_read;
-    let plugged = acc_plugged + fs.store.plugs.stats.blocks_plugged;
+    let plugged = acc_plugged + fs.store.plugs().stats().blocks_plugged;
     let r = fs.cleaner.config.random_write_cost;
     let write_cost = (written + cleaner_read) as f64 + (r - 1.0) * plugged as f64;
     let app_blocks = (writes * file_blocks).max(1);
@@ -209,9 +209,9 @@ fn main() {
             "threaded": threaded,
             "access": if uniform { "uniform" } else { "hot-cold" },
             "blocks_plugged": plugged,
-            "plug_stats_last_mount": fs.store.plugs.stats,
+            "plug_stats_last_mount": fs.store.plugs().stats(),
             "passes": fs.cleaner.stats.passes,
-            "segments_plugged": acc_prepared + fs.store.plugs.stats.segments_prepared,
+            "segments_plugged": acc_prepared + fs.store.plugs().stats().segments_prepared,
             "cleaner_read": cleaner_read,
             "write_cost": write_cost / app_blocks as f64,
             "data_write_cost": ((data_written + cleaner_read) as f64 + (r - 1.0) * plugged as f64) / app_blocks as f64,

@@ -58,7 +58,7 @@ fn main() {
     let t = Instant::now();
     fs.store.set_snapshot(snap, false).expect("demote");
     let demote_ms = ms(t);
-    let queued = fs.store.recon.queue.len();
+    let queued = fs.store.reconcile().queue().len();
     let t = Instant::now();
     fs.reconcile_all().expect("reconcile");
     let reconcile_ms = ms(t);

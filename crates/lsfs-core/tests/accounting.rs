@@ -136,14 +136,23 @@ fn run(seed: u64, steps: usize) -> u64 {
             _ => {
                 // Remount, cleanly or as after a crash: the queue and the
                 // cursor come back with the counters of the same checkpoint.
-                let before = (fs.store.recon.queue.clone(), fs.store.recon.cursor);
+                let before = (
+                    fs.store.reconcile().queue().to_vec(),
+                    fs.store.reconcile().cursor(),
+                );
                 fs.checkpoint().unwrap();
-                let after_cp = (fs.store.recon.queue.clone(), fs.store.recon.cursor);
+                let after_cp = (
+                    fs.store.reconcile().queue().to_vec(),
+                    fs.store.reconcile().cursor(),
+                );
                 let crash = rng.gen_bool(0.5);
-                plugged += fs.store.plugs.stats.blocks_plugged;
+                plugged += fs.store.plugs().stats().blocks_plugged;
                 fs = reopen(&mut fs, !crash);
                 assert_eq!(
-                    (fs.store.recon.queue.clone(), fs.store.recon.cursor),
+                    (
+                        fs.store.reconcile().queue().to_vec(),
+                        fs.store.reconcile().cursor()
+                    ),
                     after_cp,
                     "{what}: reconciliation state lost across remount (crash {crash})"
                 );
@@ -156,11 +165,11 @@ fn run(seed: u64, steps: usize) -> u64 {
     }
     // Settle: the counters become exact for the real snapshot set.
     fs.reconcile_all().unwrap();
-    assert!(fs.store.recon.is_settled());
+    assert!(fs.store.reconcile().is_settled());
     recount_agrees(&mut fs, &format!("seed {seed}, settled"));
-    plugged += fs.store.plugs.stats.blocks_plugged;
+    plugged += fs.store.plugs().stats().blocks_plugged;
     let fs2 = reopen(&mut fs, true);
-    assert!(fs2.store.recon.is_settled());
+    assert!(fs2.store.reconcile().is_settled());
     plugged
 }
 
@@ -271,7 +280,7 @@ fn snapshot_changes_read_nothing_in_the_foreground() {
         fs.store.segs.usage, counters,
         "a snapshot change moved counters"
     );
-    assert_eq!(fs.store.recon.queue.len(), 3);
+    assert_eq!(fs.store.reconcile().queue().len(), 3);
     fs.reconcile_all().unwrap();
     let held: u32 = fs.store.segs.usage.iter().map(|u| u.nsnapshot).sum();
     assert!(

@@ -202,7 +202,7 @@ fn snapshot_blocks_survive_cleaning_and_are_released_after() {
         held_now, held,
         "demoting changed counters in the foreground"
     );
-    assert!(!fs.store.recon.is_settled());
+    assert!(!fs.store.reconcile().is_settled());
     fs.reconcile_all().unwrap();
     let held_now: u32 = fs.store.segs.usage.iter().map(|u| u.nsnapshot).sum();
     assert_eq!(held_now, 0, "nsnapshot not released once reconciled");

@@ -333,7 +333,7 @@ fn run_workload_on(base: Vec<u8>, config: MountConfig, seed: u64, steps: usize) 
             durable.push((log.len(), listings.len()));
         }
     }
-    let plugged = fs.store.plugs.stats.blocks_plugged;
+    let plugged = fs.store.plugs().stats().blocks_plugged;
     let stream_fsynced = fs.store.stats.dsync_stream_blocks;
     let dat_journaled = fs.store.stats.dat_blocks_journaled;
     drop(fs); // no unmount: the tail stays unflushed, like a power cut

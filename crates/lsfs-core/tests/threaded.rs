@@ -63,7 +63,7 @@ fn overwrite(fs: &mut Lsfs, inos: &[u64], latest: &mut [u64], rng: &mut Xorshift
             .unwrap_or_else(|e| {
                 panic!(
                     "overwrite of file {i}: {e:?}; plug stats {:?}",
-                    fs.store.plugs.stats
+                    fs.store.plugs().stats()
                 )
             });
         latest[i] = seed;
@@ -98,11 +98,11 @@ fn plugged_holes_hold_user_data_across_remounts_and_fsck_agrees() {
     // takes plugged segments too, so there are not always some).
     for _ in 0..400 {
         overwrite(&mut fs, &inos, &mut latest, &mut rng, 32);
-        if fs.store.plugs.stats.blocks_plugged > 2000 && plugged_segments(&fs) > 0 {
+        if fs.store.plugs().stats().blocks_plugged > 2000 && plugged_segments(&fs) > 0 {
             break;
         }
     }
-    let st = fs.store.plugs.stats.clone();
+    let st = fs.store.plugs().stats().clone();
     eprintln!("plug stats {st:?}; cleaner {:?}", fs.cleaner.stats.passes);
     assert!(
         st.segments_prepared > 0 && st.blocks_plugged > 100,
@@ -165,9 +165,9 @@ fn plugging_never_overwrites_what_a_snapshot_sees() {
     }
     fs.sync().unwrap();
     assert!(
-        fs.store.plugs.stats.blocks_plugged > 0,
+        fs.store.plugs().stats().blocks_plugged > 0,
         "nothing plugged: {:?}",
-        fs.store.plugs.stats
+        fs.store.plugs().stats()
     );
     check_contents(&mut fs, &inos, &latest, "live");
     fs.unmount().unwrap();
@@ -185,7 +185,7 @@ fn plugging_never_overwrites_what_a_snapshot_sees() {
 fn off_never_plugs() {
     let mut fs = mkfs(24 * MIB, plug_cfg("off"));
     let (inos, latest, _) = fill_and_overwrite(&mut fs, 0.85, 1);
-    assert_eq!(fs.store.plugs.stats.segments_prepared, 0);
+    assert_eq!(fs.store.plugs().stats().segments_prepared, 0);
     assert_eq!(fs.store.ssa_root, 0);
     check_contents(&mut fs, &inos, &latest, "off");
 }

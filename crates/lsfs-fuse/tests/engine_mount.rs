@@ -94,7 +94,14 @@ fn overwrites_into_holes_through_the_mount() {
     for (i, &seed) in latest.iter().enumerate() {
         assert!(std::fs::read(path(i)).unwrap() == data(seed), "file {i}");
     }
-    let plugged = mount.vfs.lock().unwrap().store.plugs.stats.blocks_plugged;
+    let plugged = mount
+        .vfs
+        .lock()
+        .unwrap()
+        .store
+        .plugs()
+        .stats()
+        .blocks_plugged;
     assert!(plugged > 0, "nothing was written into a hole");
     let vfs = mount.vfs.clone();
     mount.unmount();

@@ -207,7 +207,7 @@ pub fn gc_status(fs: &Lsfs) -> Value {
         "policy": fs.cleaner.policy_name(),
         "free_percent": fs.free_percent(),
         "config": fs.cleaner.config,
-        "on_battery": lsfs_core::gc::on_battery(&fs.cleaner.config),
+        "on_battery": fs.cleaner.on_battery(),
         "last_pass": fs.cleaner.last_pass,
     })
 }

@@ -8,6 +8,7 @@ mod inspect_cmd;
 mod man_pages;
 mod mount_helper;
 mod mount_opts;
+mod power;
 mod size;
 mod stats_text;
 
@@ -624,8 +625,9 @@ fn mount(a: MountArgs) -> Result<(), String> {
     };
     let cfg = file_cfg.mount_config(cache_size, read_only, checkpoint)?;
     let dev = FileDevice::open(&a.image, !cfg.store.read_only).map_err(err)?;
-    let fs = Lsfs::open(Box::new(dev), cfg)
+    let mut fs = Lsfs::open(Box::new(dev), cfg)
         .map_err(|e| format!("cannot mount {}: {e}", a.image.display()))?;
+    fs.cleaner.set_power_source(Box::new(power::SysfsPower));
     if fs.replayed_records > 0 {
         tracing::info!(
             "recovery rolled forward {} fsync records",
@@ -636,7 +638,6 @@ fn mount(a: MountArgs) -> Result<(), String> {
     // Device writes and flushes are queued under the engine's lock and run
     // outside it, by the request (or ticker, or control request) that
     // queued them: see lsfs_core::device::IoQueue.
-    let mut fs = fs;
     fs.defer_io(true).map_err(err)?;
     let fs = Arc::new(Mutex::new(fs));
     let opts = lsfs_fuse::MountOptions {
@@ -648,7 +649,7 @@ fn mount(a: MountArgs) -> Result<(), String> {
         allow_other: o.allow_other || lsfs_fuse::MountOptions::default().allow_other,
         kernel_flags: o.kernel_flags,
         // Polling burns a CPU while requests come: not on battery.
-        spin: if lsfs_core::gc::on_battery(&fs.lock().unwrap().cleaner.config) {
+        spin: if fs.lock().unwrap().cleaner.on_battery() {
             std::time::Duration::ZERO
         } else {
             std::time::Duration::from_micros(spin_us.into())
@@ -798,6 +799,7 @@ fn control_request(t: &Target, req: serde_json::Value) -> Result<serde_json::Val
         (None, Some(img)) => {
             let dev = FileDevice::open(img, true).map_err(err)?;
             let mut fs = Lsfs::open(Box::new(dev), MountConfig::default()).map_err(err)?;
+            fs.cleaner.set_power_source(Box::new(power::SysfsPower));
             let r = control::execute(&mut fs, &req);
             fs.unmount().map_err(err)?;
             r

@@ -8,7 +8,9 @@
 use crate::error::{Error, Result};
 use crate::fs::Lsfs;
 use crate::gc::relocate::KeepCheckpoints;
-use crate::gc::{on_battery, CleanerConfig, CleanerStats, PassReport, SelectionPolicy};
+use crate::gc::{
+    on_battery, CleanerConfig, CleanerStats, FixedPower, PassReport, PowerSource, SelectionPolicy,
+};
 use std::time::Instant;
 
 /// Segments of room for copies the low-water mark keeps above the reserve
@@ -40,6 +42,8 @@ pub struct Cleaner {
     gate: lsfs_policy::gc::PlugGate,
     /// When the log last said how far back checkpoints are kept, and what.
     window_said: Option<(Instant, u64)>,
+    /// What `power = "auto"` asks (set by the front end; AC by default).
+    power: Box<dyn PowerSource>,
 }
 
 /// How often at most the log repeats how far back checkpoints are kept,
@@ -71,6 +75,13 @@ fn clean_cost_terms(plan: &crate::gc::relocate::RelocationPlan) -> (u64, u64, u6
     )
 }
 
+/// Whether a pass runs under space pressure ("foreground": before ENOSPC,
+/// "low space": below the low-water mark): it then reclaims fastest, gives
+/// up plain checkpoints its victims need gone, and never aborts late.
+fn pass_is_pressed(reason: &str) -> bool {
+    matches!(reason, "foreground" | "low space")
+}
+
 /// How long a futile verdict stands while its segment's counts do not
 /// change (protection ends and checkpoints expire with time alone).
 const FUTILE_PLAN_SECS: u64 = 30;
@@ -92,7 +103,18 @@ impl Cleaner {
             futile: Default::default(),
             gate,
             window_said: None,
+            power: Box::new(FixedPower::AC),
         }
+    }
+
+    /// Where `power = "auto"` learns the power state from now on.
+    pub fn set_power_source(&mut self, source: Box<dyn PowerSource>) {
+        self.power = source;
+    }
+
+    /// Whether background cleaning counts the machine as on battery now.
+    pub fn on_battery(&self) -> bool {
+        on_battery(&self.config, &*self.power)
     }
 
     /// Say in the log how far back plain checkpoints are kept after space
@@ -198,16 +220,17 @@ impl Lsfs {
         let now = self.store.now();
         // Relocation must see the checkpoints the coming checkpoint keeps.
         self.store.expire_checkpoints(now);
+        let picked = self.pick_victims(max_victims, reason, now);
+        let rep = self.relocate_victims(picked, max_victims, reason, now)?;
+        self.finish_pass(rep, reason, now)
+    }
+
+    /// The candidates of a pass, best first, more than `max_victims` (late
+    /// aborts do not count).
+    fn pick_victims(&mut self, max_victims: usize, reason: &str, now: u64) -> Vec<u64> {
         // Before ENOSPC reclaim fastest (greedy, as F2FS's foreground GC);
-        // otherwise the configured policy; late abort saves copies only when
-        // there is time.
-        let pressed = matches!(reason, "foreground" | "low space");
-        let late_abort = !pressed;
-        let keep = if pressed {
-            KeepCheckpoints::LatestOnly
-        } else {
-            KeepCheckpoints::Kept
-        };
+        // otherwise the configured policy.
+        let pressed = pass_is_pressed(reason);
         let mut candidates = self.store.cleanable_segments_with(reason == "foreground");
         if !pressed {
             // A segment whose blocks died after the oldest kept checkpoint
@@ -232,6 +255,26 @@ impl Lsfs {
             let chosen: std::collections::HashSet<u64> = picked.iter().copied().collect();
             picked.extend(greedy.into_iter().filter(|s| !chosen.contains(s)));
         }
+        picked
+    }
+
+    /// Plan each candidate in turn: hold it back, abort it late, plug it,
+    /// or relocate what it still holds, within the pass's copy budget.
+    fn relocate_victims(
+        &mut self,
+        picked: Vec<u64>,
+        max_victims: usize,
+        reason: &str,
+        now: u64,
+    ) -> Result<PassReport> {
+        let pressed = pass_is_pressed(reason);
+        // Late abort saves copies only when there is time.
+        let late_abort = !pressed;
+        let keep = if pressed {
+            KeepCheckpoints::LatestOnly
+        } else {
+            KeepCheckpoints::Kept
+        };
         let seg_blocks = self.store.geo.segment_blocks as u64;
         let budget = self.pass_budget(reason);
         let mut rep = PassReport {
@@ -314,6 +357,13 @@ impl Lsfs {
             rep.blocks_reclaimed += (r.nblocks - r.copied().min(r.nblocks)) as u64;
             rep.victims.push(r);
         }
+        Ok(rep)
+    }
+
+    /// After the victims: write their copies ahead to their streams, end
+    /// with a checkpoint when one is due, and account for the pass.
+    fn finish_pass(&mut self, mut rep: PassReport, reason: &str, now: u64) -> Result<PassReport> {
+        let late_abort = !pass_is_pressed(reason);
         let moved = !rep.victims.is_empty() || (!rep.late_aborted.is_empty() && late_abort);
         if !moved && rep.plugged.is_empty() {
             return Ok(rep);
@@ -503,15 +553,15 @@ impl Lsfs {
                     - u.nsnapshot.min(u.nblocks - u.nlive.min(u.nblocks))) as u64
             })
             .sum();
-        c.snapshot_changes_pending = self.store.recon.queue.len() as u64;
+        c.snapshot_changes_pending = self.store.recon.queue().len() as u64;
         c.checkpoints_kept_secs = self.store.kept_window_secs(self.store.now());
-        c.threaded_logging = self.store.plugs.stats.clone();
+        c.threaded_logging = self.store.plugs.stats().clone();
         c.holes_ready = self.store.plugs.holes();
         c.measured_clean_cost = self.cleaner.gate.measured_cost();
         c.reconcile_progress = if self.store.recon.is_settled() {
             1.0
         } else {
-            (self.store.recon.cursor as f64 / self.store.next_vblock.max(1) as f64).min(1.0)
+            (self.store.recon.cursor() as f64 / self.store.next_vblock.max(1) as f64).min(1.0)
         };
         c.unaccounted_fraction = if used == 0 {
             0.0
@@ -531,7 +581,7 @@ impl Lsfs {
         if start.elapsed().as_secs() < 1 && copied >= cfg.max_copy_blocks_per_sec {
             return Ok(()); // rate bound: foreground I/O first
         }
-        let battery = on_battery(&cfg);
+        let battery = self.cleaner.on_battery();
         let idle =
             cfg.idle_secs > 0 && self.cleaner.last_activity.elapsed().as_secs() >= cfg.idle_secs;
         let due = self.cleaner.last_check.elapsed().as_secs() >= cfg.check_interval_secs;

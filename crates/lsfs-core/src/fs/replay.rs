@@ -77,10 +77,7 @@ impl Lsfs {
                         .replay_block(ent.ino, ent.offset, block)
                         .map_err(|err| replay_error(err, &at()))?,
                     BlockKind::InodeLog => {
-                        let mut b = vec![0; self.store.geo.block_bytes];
-                        self.store
-                            .dev
-                            .read_at(self.store.geo.byte_offset(block), &mut b)?;
+                        let mut b = self.store.read_log_block(block)?;
                         b.truncate(INODE_BYTES);
                         images.push((ent.ino, b, at()));
                     }
@@ -192,10 +189,7 @@ impl Lsfs {
 
     /// Write data block `offset` of file `ino` from device block `block`.
     fn replay_block(&mut self, ino: u64, offset: u64, block: u64) -> Result<()> {
-        let mut b = vec![0; self.store.geo.block_bytes];
-        self.store
-            .dev
-            .read_at(self.store.geo.byte_offset(block), &mut b)?;
+        let b = self.store.read_log_block(block)?;
         let Some(mut node) = self.existing(ino)? else {
             return Ok(());
         };

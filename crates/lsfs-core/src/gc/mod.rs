@@ -36,7 +36,8 @@ pub struct CleanerConfig {
     pub min_reclaim_blocks: u32,
     /// Segments changed more recently than this are not cleaned (0..=86400; default 0).
     pub min_quiet_secs: u64,
-    /// "auto" (read /sys/class/power_supply), "ac" or "battery".
+    /// "auto" (ask the front end's [`PowerSource`]; the `lsfs` binary reads
+    /// /sys/class/power_supply), "ac" or "battery".
     pub power: String,
     /// Blocks the cleaner may copy per second, so foreground I/O is never starved (64..=10^7; default 25600 = 100 MiB/s).
     pub max_copy_blocks_per_sec: u64,
@@ -153,39 +154,39 @@ impl CleanerConfig {
     }
 }
 
-/// Whether the machine runs on battery now (`power = "auto"` reads sysfs:
-/// on battery when a battery reports Discharging and no mains supply is online).
-pub fn on_battery(cfg: &CleanerConfig) -> bool {
+/// Where the cleaner learns whether the machine runs on battery when
+/// `power = "auto"`. The engine reads no system state itself: the front end
+/// (the `lsfs` binary reads /sys/class/power_supply) passes its reading in
+/// with [`crate::fs::Cleaner::set_power_source`], and tests and simulations
+/// stay deterministic with the default, [`FixedPower::AC`].
+pub trait PowerSource: Send + Sync {
+    fn on_battery(&self) -> bool;
+}
+
+/// A power state that does not change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FixedPower {
+    pub battery: bool,
+}
+
+impl FixedPower {
+    pub const AC: FixedPower = FixedPower { battery: false };
+    pub const BATTERY: FixedPower = FixedPower { battery: true };
+}
+
+impl PowerSource for FixedPower {
+    fn on_battery(&self) -> bool {
+        self.battery
+    }
+}
+
+/// Whether the cleaner should count the machine as on battery: the
+/// configured state, or, for `power = "auto"`, what `source` reports.
+pub fn on_battery(cfg: &CleanerConfig, source: &dyn PowerSource) -> bool {
     match cfg.power.as_str() {
         "ac" => false,
         "battery" => true,
-        _ => {
-            let Ok(dir) = std::fs::read_dir("/sys/class/power_supply") else {
-                return false;
-            };
-            let mut mains_online = false;
-            let mut discharging = false;
-            for e in dir.flatten() {
-                let p = e.path();
-                let kind = std::fs::read_to_string(p.join("type")).unwrap_or_default();
-                match kind.trim() {
-                    "Mains" => {
-                        mains_online |= std::fs::read_to_string(p.join("online"))
-                            .unwrap_or_default()
-                            .trim()
-                            == "1"
-                    }
-                    "Battery" => {
-                        discharging |= std::fs::read_to_string(p.join("status"))
-                            .unwrap_or_default()
-                            .trim()
-                            == "Discharging"
-                    }
-                    _ => {}
-                }
-            }
-            discharging && !mains_online
-        }
+        _ => source.on_battery(),
     }
 }
 
@@ -303,7 +304,7 @@ impl Store {
                     && !self.segs.pending_free.contains(&s)
                     && self.segs.last_seq[s as usize] < chain_from
                     // Prepared for plugging: its holes are about to be used.
-                    && (plug_targets || !self.plugs.targets.contains_key(&s))
+                    && (plug_targets || !self.plugs.is_target(s))
             })
             .map(|s| {
                 let u = &self.segs.usage[s as usize];

@@ -10,7 +10,6 @@ use crate::error::{Error, Result};
 use crate::gc::relocate::RelocationPlan;
 use crate::log::record::BlockKind;
 use crate::meta::dat_entry::CNO_MAX;
-use crate::meta::plug::PlugTarget;
 use crate::meta::store::Store;
 use crate::meta::sufile::SU_PLUGGED;
 
@@ -23,7 +22,7 @@ impl Store {
         u.nblocks == self.geo.segment_blocks
             && !self.segs.reserved.contains(&seg)
             && !self.segs.pending_free.contains(&seg)
-            && !self.plugs.targets.contains_key(&seg)
+            && !self.plugs.is_target(seg)
     }
 
     /// Prepare the victim `plan` was made for: free what nothing needs, move
@@ -51,7 +50,7 @@ impl Store {
                 }
                 BlockKind::DatBlock => {
                     // The DAT's copy, or a base the DAT journal keeps live.
-                    let k = self.dat_block_addr_pub(ent.offset)? == Some(pos)
+                    let k = self.dat_block_addr(ent.offset)? == Some(pos)
                         || self.dat_journal.base_of(ent.offset) == Some(pos);
                     (k, k)
                 }
@@ -100,17 +99,7 @@ impl Store {
             .map(|&(i, _)| i)
             .collect();
         let n = holes.len() as u32;
-        self.plugs.stats.segments_prepared += 1;
-        self.plugs.stats.holes_prepared += n as u64;
-        if n > 0 {
-            self.plugs.targets.insert(
-                seg,
-                PlugTarget {
-                    holes,
-                    usable_from: self.cur_cno + 1,
-                },
-            );
-        }
+        self.plugs.prepare(seg, holes, self.cur_cno + 1);
         Ok(n)
     }
 }

@@ -13,7 +13,7 @@ use crate::cache::{vkey, Owner};
 use crate::error::{Error, Result};
 use crate::log::record::{holds_file_data, BlockKind};
 use crate::meta::dat_entry::{DatEntry, CNO_MAX, DAT_PER_BLOCK};
-use crate::meta::store::{dat_nodes, decode_u64, Store};
+use crate::meta::store::Store;
 use crate::meta::stream::Stream;
 use std::collections::HashMap;
 
@@ -165,7 +165,7 @@ impl Store {
         let tree = self.tree;
         let root = self.dat_root;
         let mut out = HashMap::new();
-        tree.visit(&mut dat_nodes!(self), root, &mut |v| {
+        tree.visit(&mut self.dat_nodes(), root, &mut |v| {
             let first = match v.node {
                 Node::Leaf { items } => items.first().map(|i| i.0),
                 Node::Internal { children, .. } => children.first().map(|c| c.0),
@@ -255,7 +255,7 @@ impl Store {
                 BlockKind::DatBlock => {
                     // The DAT's current copy, or the base a journaled or
                     // copied block still keeps live (meta/dat_journal.rs).
-                    if self.dat_block_addr_pub(ent.offset)? != Some(pos)
+                    if self.dat_block_addr(ent.offset)? != Some(pos)
                         && self.dat_journal.base_of(ent.offset) != Some(pos)
                     {
                         continue;
@@ -376,14 +376,7 @@ impl Store {
         };
         self.dat_set(v, DatEntry { pblock: 0, ..e })?;
         self.cache.put_dirty(vkey(v), data, owner);
-        self.plugs.cleaner_moved.insert(v);
+        self.plugs.note_cleaner_moved(v);
         Ok(())
-    }
-
-    pub(crate) fn dat_block_addr_pub(&mut self, idx: u64) -> Result<Option<u64>> {
-        let tree = self.tree;
-        let root = self.dat_root;
-        let v = tree.get(&mut dat_nodes!(self), root, idx)?;
-        v.map(|b| decode_u64(&b, "DAT block map")).transpose()
     }
 }

@@ -5,7 +5,17 @@
 use crate::codec::{crc_with_hole, Reader, Writer};
 use crate::error::{Error, Result};
 use crate::layout::BLOCK_BYTES;
-use crate::meta::reconcile::SnapChange;
+
+/// One promotion (`on`) or demotion of checkpoint `cno` whose effect on the
+/// segment counters is not yet applied everywhere, as the super root
+/// records it. Defined here, with the format, so that the log layer does
+/// not reach up into `meta`; the reconciliation that consumes it is
+/// meta/reconcile.rs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SnapChange {
+    pub cno: u64,
+    pub on: bool,
+}
 
 pub const SR_MAGIC: u32 = 0x5452_534C; // "LSRT"
 const CRC_AT: usize = BLOCK_BYTES - 4;

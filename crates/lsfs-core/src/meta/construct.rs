@@ -71,6 +71,33 @@ enum Item {
     SuperRoot,
 }
 
+/// What closing a checkpoint's dirty set leaves for the steps after it.
+struct ClosedSet {
+    /// CPFILE blocks to fill, at their fresh virtual blocks (None: punched).
+    cp_fresh: BTreeMap<u64, Option<u64>>,
+    /// SUFILE blocks to fill, at their fresh virtual blocks.
+    su_fresh: BTreeMap<u64, u64>,
+    /// The records of each stream.
+    plans: [Plan; 4],
+    /// Blocks of the DAT journal this checkpoint writes.
+    journal_blocks: usize,
+    /// Dirty blocks when the set closed; placing adds none.
+    frozen_dirty: usize,
+}
+
+/// Every payload block of a checkpoint and where it goes.
+struct Placed {
+    /// In stream order; `bounds[s]..bounds[s + 1]` are stream `s`'s, and
+    /// the blocks placed in holes follow from `bounds[4]`.
+    items: Vec<Item>,
+    places: Vec<u64>,
+    bounds: [usize; 5],
+    /// Virtual blocks written into holes.
+    plugged: Vec<u64>,
+    /// The DAT's dirty blocks and nodes, children before parents.
+    dat_order: Vec<(u64, u64, BlockKind)>,
+}
+
 /// Where the records of a construction go, and the segments it newly opens.
 struct Plan {
     records: Vec<PlannedRecord>,
@@ -242,7 +269,7 @@ impl Store {
     fn stream_counts(&self, journal_blocks: usize) -> [usize; 4] {
         let mut c = [0usize; 4];
         for k in self.cache.dirty_keys() {
-            if key_is_virtual(k) && self.plugs.assigned.contains_key(&key_addr(k)) {
+            if key_is_virtual(k) && self.plugs.assigned(key_addr(k)).is_some() {
                 continue; // placed in a hole
             }
             if !key_is_virtual(k) && self.dat_journal.is_journaled_addr(key_addr(k)) {
@@ -293,8 +320,30 @@ impl Store {
         r
     }
 
+    /// A checkpoint, as the module docs list its steps: begin (expire
+    /// checkpoints, retire the last DAT journal), close the dirty set,
+    /// place every block, fill in the metadata files and the super root,
+    /// write, and end (mark clean, advance the checkpoint number, point
+    /// the superblock at it).
     fn checkpoint_inner(&mut self) -> Result<u64> {
         let now = self.now();
+        let cno = self.begin_checkpoint(now)?;
+        // Step 1: close the dirty set.
+        let closed = self.close_dirty_set(cno)?;
+        // Step 2: place.
+        let mut placed = self.place_checkpoint(&closed)?;
+        let journal_addrs = self.apply_places(&mut placed, closed.journal_blocks, now)?;
+        self.fill_metadata_files(&closed, cno, now)?;
+        let sr = self.super_root(cno, now, &journal_addrs);
+        // Step 3: write.
+        let last = self.write_checkpoint(&closed, &placed, cno, &sr)?;
+        self.end_checkpoint(cno, &closed, &placed, journal_addrs, last)?;
+        Ok(cno)
+    }
+
+    /// Expire what this checkpoint will no longer keep and enter it in the
+    /// CPFILE; returns its number.
+    fn begin_checkpoint(&mut self, now: u64) -> Result<u64> {
         self.reclaim_prepare(now)?;
         let cno = self.cur_cno;
         self.cps.insert(self.cp_entry(cno, now));
@@ -307,9 +356,13 @@ impl Store {
                 .expect("journal blocks are in the log");
             self.kill_live(seg, false, now)?;
         }
-        let mut journal_blocks: usize;
+        Ok(cno)
+    }
 
-        // Step 1: close the dirty set.
+    /// Step 1: make every block the checkpoint will change dirty (or
+    /// fresh), and plan the records, until nothing new appears.
+    fn close_dirty_set(&mut self, cno: u64) -> Result<ClosedSet> {
+        let mut journal_blocks: usize;
         let mut cp_fresh: BTreeMap<u64, Option<u64>> = BTreeMap::new();
         for idx in std::mem::take(&mut self.cps.dirty_blocks) {
             let mut root = self.cpfile_root;
@@ -331,7 +384,7 @@ impl Store {
         // Holes for user data (meta/plug.rs), but not in a checkpoint that
         // ends an fsync: it promises one flush.
         if one_flush {
-            self.plugs.assigned.clear();
+            self.plugs.clear_assigned();
         } else {
             self.assign_plugs(cno)?;
         }
@@ -400,8 +453,20 @@ impl Store {
         };
         // Nothing below may dirty a block that is not dirty yet.
         let frozen_dirty = self.pending_blocks() + journal_blocks;
+        Ok(ClosedSet {
+            cp_fresh,
+            su_fresh,
+            plans,
+            journal_blocks,
+            frozen_dirty,
+        })
+    }
 
-        // Step 2: place.
+    /// Step 2a: give every dirty block its place, stream by stream, then
+    /// the blocks going into holes.
+    fn place_checkpoint(&mut self, closed: &ClosedSet) -> Result<Placed> {
+        let (plans, journal_blocks, frozen_dirty) =
+            (&closed.plans, closed.journal_blocks, closed.frozen_dirty);
         // Each stream's items, the log's ending with the DAT (children
         // before parents) and the super root; then all of them in stream
         // order, with where each stream's part starts.
@@ -411,7 +476,7 @@ impl Store {
             let Item::Virtual(v) = item else {
                 unreachable!("virtual_order gives virtual blocks")
             };
-            if self.plugs.assigned.contains_key(&v) {
+            if self.plugs.assigned(v).is_some() {
                 plugged.push(v);
                 continue;
             }
@@ -436,16 +501,40 @@ impl Store {
         // Then the blocks placed in holes.
         for &v in &plugged {
             items.push(Item::Virtual(v));
-            places.push(self.plugs.assigned[&v]);
+            places.push(self.plugs.assigned(v).expect("assigned above"));
         }
         assert_eq!(
             items.len(),
             frozen_dirty + 1,
             "dirty blocks that are neither virtual nor placed DAT blocks"
         );
+        Ok(Placed {
+            items,
+            places,
+            bounds,
+            plugged,
+            dat_order,
+        })
+    }
+
+    /// Step 2b: point the DAT at the places, count them in the segment
+    /// usage, give the DAT's own blocks their addresses; returns where the
+    /// DAT journal's blocks go.
+    fn apply_places(
+        &mut self,
+        placed: &mut Placed,
+        journal_blocks: usize,
+        now: u64,
+    ) -> Result<Vec<u64>> {
+        let Placed {
+            items,
+            places,
+            dat_order,
+            ..
+        } = placed;
         let mut dat_addr: HashMap<u64, u64> = HashMap::new();
         let mut journal_addrs = Vec::with_capacity(journal_blocks);
-        for (item, &pos) in items.iter().zip(&places) {
+        for (item, &pos) in items.iter().zip(places.iter()) {
             let seg = self.geo.segment_of(pos).expect("planned inside the log");
             match *item {
                 Item::Virtual(v) => {
@@ -470,8 +559,8 @@ impl Store {
                 Item::SuperRoot => {}
             }
         }
-        self.rewrite_dat_pointers(&dat_order, &dat_addr)?;
-        for &(t, idx, kind) in &dat_order {
+        self.rewrite_dat_pointers(dat_order, &dat_addr)?;
+        for &(t, idx, kind) in dat_order.iter() {
             if kind == BlockKind::DatBlock {
                 self.remember_dat_block(idx, dat_addr[&t]);
             }
@@ -489,6 +578,20 @@ impl Store {
                 *item = Item::Dat(p);
             }
         }
+        Ok(journal_addrs)
+    }
+
+    /// Step 2c: count the records in the SUFILE, then fill the SUFILE and
+    /// CPFILE blocks, which are dirty already, and encode the DAT journal.
+    fn fill_metadata_files(&mut self, closed: &ClosedSet, cno: u64, now: u64) -> Result<()> {
+        let ClosedSet {
+            cp_fresh,
+            su_fresh,
+            plans,
+            journal_blocks,
+            frozen_dirty,
+        } = closed;
+        let (journal_blocks, frozen_dirty) = (*journal_blocks, *frozen_dirty);
         for st in Stream::ALL {
             for r in &plans[st as usize].records {
                 self.add_written(r.seg, (summary_blocks(r.npayload) + r.npayload) as u32, now)?;
@@ -515,7 +618,7 @@ impl Store {
         }
         self.cps.insert(self.cp_entry(cno, now));
         self.cps.dirty_blocks.clear();
-        for (&idx, v) in &cp_fresh {
+        for (&idx, v) in cp_fresh {
             if let (Some(v), Some(b)) = (v, self.cps.encode_block(idx)) {
                 self.vwrite(
                     *v,
@@ -534,7 +637,13 @@ impl Store {
             "placing blocks dirtied new ones"
         );
         self.dat_journal_encode(journal_blocks)?;
-        let sr = SuperRoot {
+        Ok(())
+    }
+
+    /// The super root of checkpoint `cno`: the roots of the metadata files
+    /// and what the store keeps across mounts.
+    fn super_root(&self, cno: u64, now: u64, journal_addrs: &[u64]) -> Vec<u8> {
+        SuperRoot {
             cno,
             created_secs: now,
             next_vblock: self.next_vblock,
@@ -547,13 +656,31 @@ impl Store {
             nsegments: self.geo.nsegments,
             inodes_used: self.inodes_used,
             blocks_used: self.blocks_used,
-            reconcile_cursor: self.recon.cursor,
-            reconcile_queue: self.recon.queue.clone(),
-            dat_journal: journal_addrs.clone(),
+            reconcile_cursor: self.recon.cursor(),
+            reconcile_queue: self.recon.queue().to_vec(),
+            dat_journal: journal_addrs.to_vec(),
         }
-        .encode();
+        .encode()
+    }
 
-        // Step 3: write.
+    /// Step 3: the data streams and the holes, flushed, then the log's
+    /// records ending with the super root, flushed. Returns where the last
+    /// record is and its sequence number.
+    fn write_checkpoint(
+        &mut self,
+        closed: &ClosedSet,
+        placed: &Placed,
+        cno: u64,
+        sr: &[u8],
+    ) -> Result<(u64, u64)> {
+        let plans = &closed.plans;
+        let Placed {
+            items,
+            places,
+            bounds,
+            plugged,
+            ..
+        } = placed;
         // The data streams first, then a flush: the log's chain proves its
         // own records complete, but nothing in it proves the data streams'
         // are, so they must be durable before any record of the log that
@@ -568,7 +695,7 @@ impl Store {
                 let part = &items[bounds[i]..bounds[i + 1]];
                 self.write_records(&plans[i], part, cno, FLAG_DATA_STREAM, None, &[])?;
             }
-            self.write_plugged(&plugged, &places[bounds[4]..])?;
+            self.write_plugged(plugged, &places[bounds[4]..])?;
             self.dev.flush()?;
         }
         let last = self.write_records(
@@ -576,18 +703,31 @@ impl Store {
             &items[bounds[0]..bounds[1]],
             cno,
             FLAG_CP_BEGIN,
-            Some(&sr),
+            Some(sr),
             &[],
         )?;
         self.dev.flush()?;
+        Ok(last)
+    }
+
+    /// The checkpoint is durable: move the writer on, mark its blocks
+    /// clean, start the next checkpoint and point the superblock here.
+    fn end_checkpoint(
+        &mut self,
+        cno: u64,
+        closed: &ClosedSet,
+        placed: &Placed,
+        journal_addrs: Vec<u64>,
+        last: (u64, u64),
+    ) -> Result<()> {
+        let plans = &closed.plans;
         self.commit_plan(&plans[0]);
         for st in Stream::DATA {
             self.commit_data(st, &plans[st as usize]);
         }
         self.streams.checkpoint_done();
-        self.plugs.assigned.clear();
-        self.plugs.cleaner_moved.clear();
-        for item in &items {
+        self.plugs.checkpoint_done();
+        for item in &placed.items {
             match *item {
                 Item::Virtual(v) => self.cache.mark_clean(vkey(v)),
                 Item::Dat(p) => self.cache.mark_clean(pkey(p)),
@@ -609,7 +749,7 @@ impl Store {
         self.dat_reuse.checkpoint_done();
         self.stats.checkpoints_written += 1;
         self.write_superblock(cno, last.0, last.1)?;
-        Ok(cno)
+        Ok(())
     }
 
     fn cp_entry(&self, cno: u64, now: u64) -> CpEntry {
@@ -972,7 +1112,7 @@ impl Store {
             // checkpoint finds them where they were (their victim is not
             // reused before the next checkpoint), and one may be an old
             // version the file has overwritten since, at the same offset.
-            .filter(|&k| !self.plugs.cleaner_moved.contains(&key_addr(k)))
+            .filter(|&k| !self.plugs.is_cleaner_moved(key_addr(k)))
             .filter_map(|k| {
                 let o = self.cache.owner(k)?;
                 (inos.contains(&o.ino) && o.kind == BlockKind::Data).then_some((
@@ -1125,12 +1265,12 @@ impl Store {
     }
 
     fn write_moved_ahead_inner(&mut self) -> Result<usize> {
-        if !self.streams_can_run() || self.plugs.cleaner_moved.is_empty() {
+        if !self.streams_can_run() || self.plugs.cleaner_moved().next().is_none() {
             return Ok(0);
         }
         let was_active = std::mem::replace(&mut self.streams.active, true);
         let mut per: [Vec<(u64, u64, u64)>; 4] = Default::default();
-        let moved: Vec<u64> = self.plugs.cleaner_moved.iter().copied().collect();
+        let moved: Vec<u64> = self.plugs.cleaner_moved().collect();
         for v in moved {
             if !self.cache.is_dirty(vkey(v)) {
                 continue;

@@ -276,7 +276,7 @@ impl Store {
         let t = self.dat_journal.tracked[&idx];
         debug_assert!(!t.at_base);
         let temp = self
-            .dat_block_addr_pub(idx)?
+            .dat_block_addr(idx)?
             .expect("a tracked DAT block is in the tree");
         let data = self
             .cache
@@ -385,7 +385,7 @@ impl Store {
             }
         }
         for (idx, changes) in by_block {
-            let base = self.dat_block_addr_pub(idx)?.ok_or_else(|| {
+            let base = self.dat_block_addr(idx)?.ok_or_else(|| {
                 Error::corrupt(format!(
                     "the DAT journal changes DAT block {idx}, which the DAT does not have"
                 ))

@@ -14,9 +14,12 @@
 //! - [`open`]: mkfs, and opening an image with recovery;
 //! - [`reclaim`]: deleting expired checkpoints and freeing dead segments;
 //! - [`reconcile`]: O(1) snapshot changes, applied to the counters in the background;
+//! - [`snapshots`]: promoting and demoting checkpoints, and the reconcile step, on the store;
 //! - [`stream`]: write streams (hot, cold, cleaner output, metadata) and the temperature signal;
+//! - [`stream_use`]: the store's side of the streams (heads after a mount, whether they run);
 //! - [`ssa`]: out-of-band summaries of plugged segments;
-//! - [`plug`]: threaded logging, user data written into the holes of plugged segments.
+//! - [`plug`]: threaded logging, user data written into the holes of plugged segments;
+//! - [`plug_write`]: the segment constructor's side of it (assigning holes, writing them).
 
 pub mod construct;
 pub mod cpfile;
@@ -26,11 +29,14 @@ pub mod dat_reuse;
 pub mod ifile;
 pub mod open;
 pub mod plug;
+pub mod plug_write;
 pub mod reclaim;
 pub mod reconcile;
+pub mod snapshots;
 pub mod ssa;
 pub mod store;
 pub mod stream;
+pub mod stream_use;
 pub mod sufile;
 
 pub use store::{Store, StoreConfig};

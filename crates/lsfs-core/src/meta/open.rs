@@ -326,8 +326,10 @@ impl Store {
         s.cur_cno = sr.cno + 1;
         s.inodes_used = sr.inodes_used;
         s.blocks_used = sr.blocks_used;
-        s.recon.queue = sr.reconcile_queue.clone();
-        s.recon.cursor = sr.reconcile_cursor;
+        s.recon = crate::meta::reconcile::Reconcile::restore(
+            sr.reconcile_queue.clone(),
+            sr.reconcile_cursor,
+        );
         s.segs = SegTable::new(geo.nsegments, geo.segment_blocks);
         s.streams = crate::meta::stream::Streams::new(
             s.config.streams && geo.nsegments >= s.config.streams_min_segments,

@@ -19,11 +19,13 @@
 //!
 //! Holes live in memory only: after a remount or crash a prepared segment
 //! is simply a plugged segment with dead slots, prepared again if picked.
+//!
+//! [`Plugs`] owns the prepared holes and this checkpoint's assignments and
+//! knows nothing of the store: the cleaner hands it prepared segments
+//! (gc/plug.rs), and the constructor's side, which picks the blocks and
+//! writes them, is meta/plug_write.rs.
 
-use crate::cache::{key_addr, key_is_virtual, vkey};
-use crate::error::Result;
-use crate::log::record::{holds_file_data, BlockKind, SummaryEntry};
-use crate::meta::store::Store;
+use crate::log::record::{BlockKind, SummaryEntry};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// A prepared segment's holes.
@@ -53,14 +55,17 @@ pub struct PlugStats {
 /// Prepared segments and this checkpoint's assignments.
 #[derive(Debug, Default)]
 pub struct Plugs {
-    pub targets: BTreeMap<u64, PlugTarget>,
+    targets: BTreeMap<u64, PlugTarget>,
     /// Blocks the cleaner moved since the last checkpoint: copies always
     /// append (as in the simulator), only user writes plug.
-    pub(crate) cleaner_moved: HashSet<u64>,
+    cleaner_moved: HashSet<u64>,
     /// This checkpoint's assignments: virtual block → physical block.
-    pub(crate) assigned: HashMap<u64, u64>,
-    pub stats: PlugStats,
+    assigned: HashMap<u64, u64>,
+    stats: PlugStats,
 }
+
+/// The summary entries a checkpoint's assignments set in one segment's SSA.
+pub(crate) type SsaChanges = Vec<(u32, Option<SummaryEntry>)>;
 
 impl Plugs {
     /// Holes prepared and not yet plugged.
@@ -74,54 +79,84 @@ impl Plugs {
             self.stats.holes_dropped += t.holes.len() as u64;
         }
     }
-}
 
-impl Store {
-    /// Hand holes usable in checkpoint `cno` to the dirty user data blocks,
-    /// in (inode, offset) order, and set their SSA entries. Called before
-    /// the checkpoint closes its dirty set (the SSA blocks join it).
-    pub(crate) fn assign_plugs(&mut self, cno: u64) -> Result<()> {
-        self.plugs.assigned.clear();
-        if self.plugs.targets.values().all(|t| t.usable_from > cno) {
-            return Ok(());
+    pub fn stats(&self) -> &PlugStats {
+        &self.stats
+    }
+
+    /// Whether `seg` is prepared, with holes not yet plugged.
+    pub fn is_target(&self, seg: u64) -> bool {
+        self.targets.contains_key(&seg)
+    }
+
+    /// The cleaner prepared `seg` with `holes` (slot offsets, ascending),
+    /// usable from checkpoint `usable_from`.
+    pub(crate) fn prepare(&mut self, seg: u64, holes: Vec<u32>, usable_from: u64) {
+        debug_assert!(holes.windows(2).all(|w| w[0] < w[1]), "holes ascending");
+        self.stats.segments_prepared += 1;
+        self.stats.holes_prepared += holes.len() as u64;
+        if !holes.is_empty() {
+            self.targets.insert(seg, PlugTarget { holes, usable_from });
         }
-        let mut blocks: Vec<(u64, u64, u64)> = self
-            .cache
-            .dirty_keys()
-            .into_iter()
-            .filter(|&k| key_is_virtual(k))
-            .filter_map(|k| {
-                let v = key_addr(k);
-                let o = self.cache.owner(k)?;
-                (holds_file_data(o.kind, o.ino)
-                    && !self.plugs.cleaner_moved.contains(&v)
-                    && !self.moved_dead.contains(&v))
-                .then_some((o.ino, o.offset, v))
-            })
-            .collect();
-        if blocks.is_empty() {
-            return Ok(());
-        }
-        blocks.sort_unstable();
+    }
+
+    /// The cleaner moved virtual block `v`: it appends, never plugs.
+    pub(crate) fn note_cleaner_moved(&mut self, v: u64) {
+        self.cleaner_moved.insert(v);
+    }
+
+    pub(crate) fn is_cleaner_moved(&self, v: u64) -> bool {
+        self.cleaner_moved.contains(&v)
+    }
+
+    /// The blocks the cleaner moved since the last checkpoint.
+    pub(crate) fn cleaner_moved(&self) -> impl Iterator<Item = u64> + '_ {
+        self.cleaner_moved.iter().copied()
+    }
+
+    /// Where this checkpoint writes virtual block `v`, if into a hole.
+    pub(crate) fn assigned(&self, v: u64) -> Option<u64> {
+        self.assigned.get(&v).copied()
+    }
+
+    /// Whether any prepared hole is usable in checkpoint `cno`.
+    pub(crate) fn any_usable(&self, cno: u64) -> bool {
+        self.targets.values().any(|t| t.usable_from <= cno)
+    }
+
+    /// Drop this checkpoint's assignments (a checkpoint that plugs nothing).
+    pub(crate) fn clear_assigned(&mut self) {
+        self.assigned.clear();
+    }
+
+    /// Hand holes usable in checkpoint `cno` to `blocks` (file data, as
+    /// `(inode, offset, virtual block)` in that order), segment by segment
+    /// in segment order; returns, per segment used, its SSA changes.
+    pub(crate) fn assign(
+        &mut self,
+        cno: u64,
+        segment_start: impl Fn(u64) -> u64,
+        blocks: Vec<(u64, u64, u64)>,
+    ) -> Vec<(u64, SsaChanges)> {
+        self.assigned.clear();
         let mut next = blocks.into_iter();
-        let now = self.now();
         let segs: Vec<u64> = self
-            .plugs
             .targets
             .iter()
             .filter(|(_, t)| t.usable_from <= cno)
             .map(|(&s, _)| s)
             .collect();
+        let mut out = Vec::new();
         for seg in segs {
-            let start = self.geo.segment_start(seg);
+            let start = segment_start(seg);
             let mut changes = Vec::new();
-            let t = self.plugs.targets.get_mut(&seg).expect("listed above");
+            let t = self.targets.get_mut(&seg).expect("listed above");
             let mut used = 0;
             for &slot in &t.holes {
                 let Some((ino, offset, v)) = next.next() else {
                     break;
                 };
-                self.plugs.assigned.insert(v, start + slot as u64);
+                self.assigned.insert(v, start + slot as u64);
                 changes.push((
                     slot,
                     Some(SummaryEntry {
@@ -136,53 +171,26 @@ impl Store {
             }
             t.holes.drain(..used);
             if t.holes.is_empty() {
-                self.plugs.targets.remove(&seg);
+                self.targets.remove(&seg);
             }
             if changes.is_empty() {
                 break; // no blocks left
             }
-            // The segment's age: the live-weighted mean of its old age and
-            // now (F2FS's update_segment_mtime), so age-based policies do
-            // not see a freshly plugged segment as old.
-            let u = &mut self.segs.usage[seg as usize];
-            let (old, n) = (u.nlive as u64, changes.len() as u64);
-            u.lastmod_secs = (u.lastmod_secs * old + now * n) / (old + n);
-            self.segs
-                .dirty_blocks
-                .insert(seg / crate::meta::sufile::SU_PER_BLOCK);
-            self.ssa_set(seg, &changes)?;
+            out.push((seg, changes));
         }
-        Ok(())
+        out
     }
 
-    /// Write the blocks placed in holes at `places` (virtual blocks `vs`),
-    /// each run of adjacent places with one device write.
-    pub(crate) fn write_plugged(&mut self, vs: &[u64], places: &[u64]) -> Result<()> {
-        let mut order: Vec<(u64, u64)> = places.iter().copied().zip(vs.iter().copied()).collect();
-        order.sort_unstable();
-        let mut i = 0;
-        while i < order.len() {
-            let mut j = i + 1;
-            while j < order.len() && order[j].0 == order[j - 1].0 + 1 {
-                j += 1;
-            }
-            let mut buf = Vec::with_capacity((j - i) * self.geo.block_bytes);
-            for &(_, v) in &order[i..j] {
-                buf.extend_from_slice(self.cache.get(vkey(v)).expect("dirty block cached"));
-            }
-            self.dev.write_at(self.geo.byte_offset(order[i].0), &buf)?;
-            self.plugs.stats.plug_writes += 1;
-            i = j;
-        }
-        let n = order.len() as u64;
-        self.plugs.stats.blocks_plugged += n;
-        self.stats.blocks_written += n;
-        self.stats.payload_blocks_written += n;
-        *self
-            .stats
-            .blocks_by_class
-            .entry(crate::log::record::FILE_DATA)
-            .or_default() += n;
-        Ok(())
+    /// Count the blocks written into holes and the device writes that did.
+    pub(crate) fn note_written(&mut self, blocks: u64, writes: u64) {
+        self.stats.blocks_plugged += blocks;
+        self.stats.plug_writes += writes;
+    }
+
+    /// The checkpoint is written: its assignments and the cleaner's moves
+    /// are placed.
+    pub(crate) fn checkpoint_done(&mut self) {
+        self.assigned.clear();
+        self.cleaner_moved.clear();
     }
 }

@@ -7,6 +7,17 @@
 //! `vblock >= fresh_floor`: such blocks are modified in place, all others are
 //! copied on write. The DAT itself is addressed physically; its dirty blocks
 //! and nodes get temporary addresses until the segment constructor places them.
+//!
+//! The store owns the DAT and the roots of the metadata files. The parts
+//! with state of their own keep it private and know nothing of the store:
+//! the snapshot-change queue ([`crate::meta::reconcile::Reconcile`], driven
+//! from meta/snapshots.rs), threaded logging's holes
+//! ([`crate::meta::plug::Plugs`], written from meta/plug_write.rs), the
+//! write streams' classifier ([`crate::meta::stream::Streams`], used from
+//! meta/stream_use.rs), the DAT
+//! journal and reuse lists, the SUFILE and CPFILE tables. The DAT's tree is
+//! reached through `Store::dat_nodes()`, which borrows only what a node
+//! store needs.
 
 use crate::btree::{BTree, NodeStore};
 use crate::cache::{pkey, vkey, BlockCache, Owner};
@@ -126,23 +137,23 @@ pub struct Store {
     pub cache: BlockCache,
     pub segs: SegTable,
     pub cps: CpTable,
-    pub dat_root: u64,
+    pub(crate) dat_root: u64,
     pub next_vblock: u64,
     pub(crate) fresh_floor: u64,
     pub(crate) next_temp: u64,
     pub ifile_root: u64,
-    pub cpfile_root: u64,
+    pub(crate) cpfile_root: u64,
     pub sufile_root: u64,
     /// Root of the SSA's block map (meta/ssa.rs), 0 = no segment plugged.
     pub ssa_root: u64,
-    pub next_ino: u64,
+    pub(crate) next_ino: u64,
     /// The checkpoint being built: one more than the last one written.
     pub cur_cno: u64,
     /// Sequence number of the last record written.
-    pub seq: u64,
+    pub(crate) seq: u64,
     pub cur_seg: u64,
     pub cur_off: u32,
-    pub next_seg: u64,
+    pub(crate) next_seg: u64,
     pub inodes_used: u64,
     pub blocks_used: u64,
     pub config: StoreConfig,
@@ -160,7 +171,7 @@ pub struct Store {
     /// DAT block index → address, mirroring the DAT's block map.
     pub(crate) dat_map: std::collections::HashMap<u64, u64>,
     /// Snapshot changes not yet applied to every segment counter.
-    pub recon: crate::meta::reconcile::Reconcile,
+    pub(crate) recon: crate::meta::reconcile::Reconcile,
     /// Blocks that died since the last checkpoint (a snapshot of that
     /// checkpoint then changes no counter if this is 0).
     pub(crate) deaths_since_checkpoint: u64,
@@ -172,12 +183,12 @@ pub struct Store {
     /// What is changing the DAT now (see `StoreStats::dat_blocks_dirtied`).
     pub(crate) dat_cause: &'static str,
     /// Free DAT entries that new virtual blocks may take (meta/dat_reuse.rs).
-    pub dat_reuse: crate::meta::dat_reuse::DatReuse,
+    pub(crate) dat_reuse: crate::meta::dat_reuse::DatReuse,
     /// Threaded logging: prepared holes and this checkpoint's use of them.
-    pub plugs: crate::meta::plug::Plugs,
+    pub(crate) plugs: crate::meta::plug::Plugs,
     /// DAT blocks kept in memory with their changed entries journaled
     /// (meta/dat_journal.rs).
-    pub dat_journal: crate::meta::dat_journal::DatJournal,
+    pub(crate) dat_journal: crate::meta::dat_journal::DatJournal,
 }
 
 /// Bound of the in-memory mirror of the DAT's block map: 1M entries (about
@@ -380,26 +391,38 @@ impl NodeStore for VNodesRo<'_> {
     }
 }
 
-macro_rules! dat_nodes {
-    ($s:ident) => {
-        $crate::meta::store::DatNodes {
-            dev: &mut *$s.dev,
-            cache: &mut $s.cache,
-            segs: &mut $s.segs,
-            geo: $s.geo,
-            next_temp: &mut $s.next_temp,
-            now: $s
-                .now_override
-                .unwrap_or_else($crate::meta::store::wall_secs),
-        }
-    };
-}
-#[allow(unused_imports)]
-pub(crate) use dat_nodes;
-
 impl Store {
     pub fn now(&self) -> u64 {
         self.now_override.unwrap_or_else(wall_secs)
+    }
+
+    /// The DAT's block map as a node store: the device, the cache, the
+    /// segment counters (copying a node kills its old block) and the
+    /// temporary address counter.
+    pub(crate) fn dat_nodes(&mut self) -> DatNodes<'_> {
+        let now = self.now();
+        DatNodes {
+            dev: &mut *self.dev,
+            cache: &mut self.cache,
+            segs: &mut self.segs,
+            geo: self.geo,
+            next_temp: &mut self.next_temp,
+            now,
+        }
+    }
+
+    /// Threaded logging's prepared holes and counters (meta/plug.rs).
+    pub fn plugs(&self) -> &crate::meta::plug::Plugs {
+        &self.plugs
+    }
+
+    /// A block of the log read from the device as it is, past the cache:
+    /// the payload of a record that recovery rolls forward (fs/replay.rs).
+    pub(crate) fn read_log_block(&mut self, block: u64) -> Result<Vec<u8>> {
+        check_phys(&self.geo, block, "a log record")?;
+        let mut b = vec![0; self.geo.block_bytes];
+        self.dev.read_at(self.geo.byte_offset(block), &mut b)?;
+        Ok(b)
     }
 
     /// The B-tree operations (block size) every tree of this store uses.
@@ -432,13 +455,13 @@ impl Store {
     // ---- the DAT ----
 
     /// The address of DAT block `idx`, if it exists.
-    fn dat_block_addr(&mut self, idx: u64) -> Result<Option<u64>> {
+    pub(crate) fn dat_block_addr(&mut self, idx: u64) -> Result<Option<u64>> {
         if let Some(&a) = self.dat_map.get(&idx) {
             return Ok(Some(a));
         }
         let tree = self.tree;
         let root = self.dat_root;
-        let v = tree.get(&mut dat_nodes!(self), root, idx)?;
+        let v = tree.get(&mut self.dat_nodes(), root, idx)?;
         let a = v.map(|b| decode_u64(&b, "DAT block map")).transpose()?;
         if let Some(a) = a {
             self.remember_dat_block(idx, a);
@@ -451,7 +474,7 @@ impl Store {
         let tree = self.tree;
         let root = self.dat_root;
         Ok(tree
-            .floor(&mut dat_nodes!(self), root, u64::MAX)?
+            .floor(&mut self.dat_nodes(), root, u64::MAX)?
             .map(|(idx, _)| idx))
     }
 
@@ -459,7 +482,7 @@ impl Store {
     pub(crate) fn dat_map_point(&mut self, idx: u64, addr: u64) -> Result<()> {
         let tree = self.tree;
         let mut root = self.dat_root;
-        let r = tree.insert(&mut dat_nodes!(self), &mut root, idx, &addr.to_le_bytes());
+        let r = tree.insert(&mut self.dat_nodes(), &mut root, idx, &addr.to_le_bytes());
         self.dat_root = root;
         r?;
         self.remember_dat_block(idx, addr);
@@ -488,7 +511,7 @@ impl Store {
         let tree = self.tree;
         let root = self.dat_root;
         let mut n = 0u64;
-        tree.visit(&mut dat_nodes!(self), root, &mut |node| {
+        tree.visit(&mut self.dat_nodes(), root, &mut |node| {
             n += node.items().map_or(0, |items| items.len() as u64);
             Ok(())
         })?;
@@ -497,7 +520,7 @@ impl Store {
 
     /// A block of the DAT or its tree at `addr` (physical, or temporary and cached).
     pub(crate) fn read_dat_phys(&mut self, addr: u64) -> Result<Vec<u8>> {
-        dat_nodes!(self).read_phys(addr, DAT_NODE_OWNER)
+        self.dat_nodes().read_phys(addr, DAT_NODE_OWNER)
     }
 
     /// A copy of DAT block `idx`, zeros if it does not exist.
@@ -510,7 +533,7 @@ impl Store {
             offset: idx,
             kind: BlockKind::DatBlock,
         };
-        dat_nodes!(self).read_phys(addr, owner)
+        self.dat_nodes().read_phys(addr, owner)
     }
 
     pub fn dat_get(&mut self, vblock: u64) -> Result<DatEntry> {
@@ -570,7 +593,8 @@ impl Store {
             None => false,
         };
         let tree = self.tree;
-        let mut n = dat_nodes!(self);
+        let block_bytes = self.geo.block_bytes;
+        let mut n = self.dat_nodes();
         let (t, mut block) = match addr {
             // Journaled (kept dirty under its base), or copied already.
             Some(a) if journaled || is_temp(a) => (a, n.read_phys(a, owner)?),
@@ -582,7 +606,7 @@ impl Store {
                 n.cache.remove(pkey(a));
                 (t, b)
             }
-            None => (n.new_temp(), vec![0; self.geo.block_bytes]),
+            None => (n.new_temp(), vec![0; block_bytes]),
         };
         if let Some(a) = addr.filter(|&a| !journaled && !is_temp(a)) {
             self.dat_track(idx, a);
@@ -591,7 +615,6 @@ impl Store {
             idx,
             changes.iter().fold(0u128, |m, (slot, _)| m | 1 << slot),
         );
-        let mut n = dat_nodes!(self);
         if clean {
             // As in the durable checkpoint: its free slots may be reused,
             // but for those this change hands out (a reused one among them).
@@ -622,8 +645,11 @@ impl Store {
             // Every entry of this DAT block is free: punch it out of the DAT.
             self.stats.dat_blocks_punched += 1;
             self.dat_reuse.forget_block(idx);
-            n.cache.remove(pkey(t));
-            tree.remove(&mut n, &mut self.dat_root, idx)?;
+            self.cache.remove(pkey(t));
+            let mut root = self.dat_root;
+            let r = tree.remove(&mut self.dat_nodes(), &mut root, idx);
+            self.dat_root = root;
+            r?;
             self.dat_map.remove(&idx);
             if journaled {
                 // Let go of the journal, written as nothing (see the stats).
@@ -631,10 +657,9 @@ impl Store {
             }
             self.dat_release_base(idx)?;
         } else {
-            n.cache.put_dirty(pkey(t), block, owner);
+            self.cache.put_dirty(pkey(t), block, owner);
             if Some(t) != addr {
-                tree.insert(&mut n, &mut self.dat_root, idx, &t.to_le_bytes())?;
-                self.remember_dat_block(idx, t);
+                self.dat_map_point(idx, t)?;
             }
         }
         Ok(())

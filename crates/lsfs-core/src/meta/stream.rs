@@ -29,11 +29,15 @@
 //! Streams are on by default on file systems of at least
 //! [`STREAMS_MIN_SEGMENTS`] segments: each stream holds a segment open,
 //! which a tiny image cannot spare.
+//!
+//! [`Streams`] holds the classifier's state and knows nothing of the store:
+//! it is told the checkpoint being built and the mean rewrite interval. The
+//! store's side (opening heads, whether streams may run) is
+//! meta/stream_use.rs.
 
 use crate::cache::Owner;
 use crate::layout::FIRST_USER_INO;
 use crate::log::record::BlockKind;
-use crate::meta::store::Store;
 use lsfs_policy::gc::{Temperature, TemperatureClassifier};
 
 /// Below this many segments, everything goes to the metadata stream.
@@ -149,107 +153,46 @@ impl Streams {
         self.file_last_write.len()
     }
 
-    /// Forget the per-checkpoint routing (the blocks are placed).
-    pub(crate) fn checkpoint_done(&mut self) {
-        self.file_stream.clear();
-        self.block_stream.clear();
-        self.moved_stream.clear();
+    pub fn is_enabled(&self) -> bool {
+        self.enabled
     }
-}
 
-impl Store {
-    /// After a mount: reopen each data stream's partly filled segment (its
-    /// most recently written one with room for a record) instead of
-    /// starting in a fresh one. Otherwise every mount leaves up to three
-    /// segments partly filled for the cleaner to compact (measured: eight
-    /// mounts that each wrote a little cold data used eight cold segments).
-    /// Appending is safe after a crash too: the SUFILE's count ends the
-    /// segment's records, and blocks past it are garbage to overwrite.
-    pub(crate) fn resume_stream_heads(&mut self) {
-        if !self.streams.enabled {
+    /// A user write of `nblocks` blocks to file `ino`, in checkpoint
+    /// `cur_cno`: classify the file against `mean_interval` (user blocks).
+    pub(crate) fn note_user_write(
+        &mut self,
+        ino: u64,
+        nblocks: u64,
+        cur_cno: u64,
+        mean_interval: f64,
+    ) {
+        if !self.enabled {
             return;
         }
-        for s in Stream::DATA {
-            let best = (0..self.segs.nsegments())
-                .filter(|&g| {
-                    let u = &self.segs.usage[g as usize];
-                    Stream::from_flags(u.flags) == s
-                        && u.nblocks > 0
-                        && self.head_has_room(u.nblocks)
-                        && !self.segs.reserved.contains(&g)
-                        && !self.segs.pending_free.contains(&g)
-                })
-                .max_by_key(|&g| {
-                    let u = &self.segs.usage[g as usize];
-                    (u.lastmod_secs, u.nblocks)
-                });
-            if let Some(g) = best {
-                self.segs.reserved.insert(g);
-                self.streams.heads[s as usize - 1] = Some(DataHead {
-                    seg: g,
-                    off: self.segs.usage[g as usize].nblocks,
-                });
-            }
-        }
-    }
-
-    /// Whether a data stream's segment written up to `off` still takes a
-    /// record (a summary block and a payload block); else it is full.
-    pub(crate) fn head_has_room(&self, off: u32) -> bool {
-        off + 2 <= self.geo.segment_blocks
-    }
-
-    /// Whether the next checkpoint may use the data streams: they are
-    /// enabled and free segments can spare what they hold open.
-    pub(crate) fn streams_can_run(&self) -> bool {
-        self.streams.enabled
-            && self.segs.free_count() >= self.reserve_segments() + 2 * Stream::DATA.len() as u64
-    }
-
-    /// Segments the data streams may leave partly filled, if they run.
-    pub(crate) fn stream_segments_held(&self) -> u64 {
-        if self.streams_can_run() {
-            Stream::DATA.len() as u64
-        } else {
-            0
-        }
-    }
-
-    fn mean_rewrite_interval(&self) -> f64 {
-        self.blocks_used.max(1) as f64
-    }
-
-    /// A user write of `nblocks` blocks to file `ino`: classify the file.
-    pub fn note_user_write(&mut self, ino: u64, nblocks: u64) {
-        if !self.streams.enabled {
-            return;
-        }
-        let now = self.streams.clock;
-        if self.streams.cno_base.is_none() {
-            self.streams.cno_base = Some((now, self.cur_cno));
+        let now = self.clock;
+        if self.cno_base.is_none() {
+            self.cno_base = Some((now, cur_cno));
         }
         let since = self
-            .streams
             .file_last_write
             .get(&ino)
             .map(|&t| now.saturating_sub(t));
-        let t =
-            TemperatureClassifier::default().classify_write(since, self.mean_rewrite_interval());
+        let t = TemperatureClassifier::default().classify_write(since, mean_interval);
         // Hot stays hot until the next checkpoint places the file's blocks.
         let s = if t == Temperature::Hot {
             Stream::HotUser
         } else {
             Stream::ColdUser
         };
-        let e = self.streams.file_stream.entry(ino).or_insert(s);
+        let e = self.file_stream.entry(ino).or_insert(s);
         if s == Stream::HotUser {
             *e = s;
         }
-        if self.streams.file_last_write.len() >= FILE_HISTORY_MAX {
-            self.streams.file_last_write.clear();
+        if self.file_last_write.len() >= FILE_HISTORY_MAX {
+            self.file_last_write.clear();
         }
-        self.streams.file_last_write.insert(ino, now);
-        self.streams.clock += nblocks;
+        self.file_last_write.insert(ino, now);
+        self.clock += nblocks;
     }
 
     /// Where an overwrite goes whose replaced version was written in
@@ -257,13 +200,17 @@ impl Store {
     /// version lived less than the mean rewrite interval, else cold; `None`
     /// when it cannot tell (no replaced version, or no exchange rate
     /// between checkpoints and user writes yet), and the file decides.
-    pub(crate) fn overwrite_stream(&self, prev_start: u64) -> Option<Stream> {
-        if !self.streams.enabled || prev_start == 0 {
+    pub(crate) fn overwrite_stream(
+        &self,
+        prev_start: u64,
+        cur_cno: u64,
+        mean_interval: f64,
+    ) -> Option<Stream> {
+        if !self.enabled || prev_start == 0 {
             return None;
         }
-        let lived = self.user_write_age(prev_start)?;
-        let t = TemperatureClassifier::default()
-            .classify_write(Some(lived), self.mean_rewrite_interval());
+        let lived = self.user_write_age(prev_start, cur_cno)?;
+        let t = TemperatureClassifier::default().classify_write(Some(lived), mean_interval);
         Some(if t == Temperature::Hot {
             Stream::HotUser
         } else {
@@ -275,40 +222,47 @@ impl Store {
     /// the version it replaced lived when that is known (a cold block the
     /// application wrote recently is still cold), else by its age; a dead
     /// one kept for a snapshot or checkpoint to the cleaner stream.
-    pub(crate) fn note_moved(&mut self, v: u64, e: &crate::meta::dat_entry::DatEntry, live: bool) {
-        if !self.streams.enabled {
+    pub(crate) fn note_moved(
+        &mut self,
+        v: u64,
+        e: &crate::meta::dat_entry::DatEntry,
+        live: bool,
+        cur_cno: u64,
+        mean_interval: f64,
+    ) {
+        if !self.enabled {
             return;
         }
         if !live {
-            self.streams.moved_stream.insert(v, Stream::Cleaner);
+            self.moved_stream.insert(v, Stream::Cleaner);
             return;
         }
         let age = if e.prev_start != 0 && e.prev_start < e.start {
-            self.cnos_to_user_writes(e.start - e.prev_start)
+            self.cnos_to_user_writes(e.start - e.prev_start, cur_cno)
         } else {
-            self.user_write_age(e.start)
+            self.user_write_age(e.start, cur_cno)
         };
-        let t = TemperatureClassifier::default().classify_write(age, self.mean_rewrite_interval());
+        let t = TemperatureClassifier::default().classify_write(age, mean_interval);
         let s = if t == Temperature::Hot {
             Stream::HotUser
         } else {
             Stream::Cleaner
         };
-        self.streams.moved_stream.insert(v, s);
+        self.moved_stream.insert(v, s);
     }
 
     /// User blocks written since checkpoint `start`, estimated from the
     /// user blocks per checkpoint since mount; `None` (unknown: cold) before
     /// this mount's writes have spanned a checkpoint.
-    fn user_write_age(&self, start: u64) -> Option<u64> {
-        self.cnos_to_user_writes(self.cur_cno.saturating_sub(start))
+    fn user_write_age(&self, start: u64, cur_cno: u64) -> Option<u64> {
+        self.cnos_to_user_writes(cur_cno.saturating_sub(start), cur_cno)
     }
 
     /// `cnos` checkpoints in user blocks written, at the rate since mount.
-    fn cnos_to_user_writes(&self, cnos: u64) -> Option<u64> {
-        let (clock0, cno0) = self.streams.cno_base?;
-        let clock = self.streams.clock.saturating_sub(clock0);
-        let since = self.cur_cno.saturating_sub(cno0);
+    fn cnos_to_user_writes(&self, cnos: u64, cur_cno: u64) -> Option<u64> {
+        let (clock0, cno0) = self.cno_base?;
+        let clock = self.clock.saturating_sub(clock0);
+        let since = cur_cno.saturating_sub(cno0);
         if clock == 0 || since == 0 {
             return None;
         }
@@ -318,21 +272,21 @@ impl Store {
     /// Whether file `ino` is hot in the checkpoint being built (its blocks
     /// go to the hot stream).
     pub(crate) fn file_is_hot(&self, ino: u64) -> bool {
-        self.streams.file_stream.get(&ino) == Some(&Stream::HotUser)
+        self.file_stream.get(&ino) == Some(&Stream::HotUser)
     }
 
-    /// Count a block placed in stream `st` under what sent it there
+    /// What sent block `v` (owned by `o`) to stream `st`
     /// (`StoreStats::stream_writes`): "moved to hot", "moved to cleaner",
     /// "block to hot"/"to cold" (a first write, or routed by the replaced
     /// version's lifetime), "file to hot"/"to cold" (by the file's history),
     /// "meta".
-    pub(crate) fn note_stream_write(&mut self, v: u64, o: &Owner, st: Stream) {
-        let why = if self.streams.moved_stream.contains_key(&v) {
+    pub(crate) fn why(&self, v: u64, o: &Owner, st: Stream) -> &'static str {
+        if self.moved_stream.contains_key(&v) {
             match st {
                 Stream::HotUser => "moved to hot",
                 _ => "moved to cleaner",
             }
-        } else if self.streams.block_stream.contains_key(&v) {
+        } else if self.block_stream.contains_key(&v) {
             match st {
                 Stream::HotUser => "block to hot",
                 _ => "block to cold",
@@ -348,28 +302,30 @@ impl Store {
                 Stream::HotUser => "file to hot",
                 _ => "file to cold",
             }
-        };
-        *self.stats.stream_writes.entry(why).or_default() += 1;
+        }
     }
 
     /// The stream dirty virtual block `v` (owned by `o`) is written to.
     pub(crate) fn stream_of(&self, v: u64, o: &Owner) -> Stream {
-        if !self.streams.active {
+        if !self.active {
             return Stream::Meta;
         }
-        if let Some(&s) = self.streams.moved_stream.get(&v) {
+        if let Some(&s) = self.moved_stream.get(&v) {
             return s;
         }
-        if let Some(&s) = self.streams.block_stream.get(&v) {
+        if let Some(&s) = self.block_stream.get(&v) {
             return s;
         }
         if o.kind == BlockKind::Data && o.ino >= FIRST_USER_INO {
-            return *self
-                .streams
-                .file_stream
-                .get(&o.ino)
-                .unwrap_or(&Stream::ColdUser);
+            return *self.file_stream.get(&o.ino).unwrap_or(&Stream::ColdUser);
         }
         Stream::Meta
+    }
+
+    /// Forget the per-checkpoint routing (the blocks are placed).
+    pub(crate) fn checkpoint_done(&mut self) {
+        self.file_stream.clear();
+        self.block_stream.clear();
+        self.moved_stream.clear();
     }
 }
