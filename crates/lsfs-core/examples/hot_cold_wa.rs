@@ -70,7 +70,7 @@ fn main() {
         .map(|s| s.parse().expect("FILE_BLOCKS"))
         .unwrap_or(1);
     let mut config = MountConfig::default();
-    config.cleaner.threaded_logging = threaded.clone();
+    config.cleaner.threaded_logging = threaded.parse().unwrap_or_else(|e| panic!("{e}"));
     config
         .cleaner
         .validate()
@@ -88,7 +88,7 @@ fn main() {
     let mut fs =
         Lsfs::mkfs(Box::new(MemDevice::new(mib << 20)), &opts, config.clone()).expect("mkfs");
     let t0 = fs.store.now();
-    fs.store.now_override = Some(t0);
+    fs.clock().set_secs(t0);
     let ctx = Ctx::default();
     // A one-block file costs about 1.14 blocks with its inode and DAT entry.
     let nfiles = (fs.store.free_blocks() as f64 * util / (file_blocks as f64 + 0.14)) as usize;
@@ -167,7 +167,7 @@ fn main() {
             acc_prepared += fs.store.plugs().stats().segments_prepared;
             let img = fs.store.dev_bytes_for_test();
             fs = Lsfs::open(Box::new(MemDevice::from_bytes(img)), config.clone()).expect("mount");
-            fs.store.now_override = Some(t0 + 1 + (i / per_sec) as u64);
+            fs.clock().set_secs(t0 + 1 + (i / per_sec) as u64);
             base_written = fs.store.stats.payload_blocks_written;
             base_copied = fs.cleaner.stats.blocks_copied;
             base_data = data_blocks(&fs);
@@ -175,7 +175,7 @@ fn main() {
             remounts += 1;
         }
         if i % 64 == 0 {
-            fs.store.now_override = Some(t0 + 1 + (i / per_sec) as u64);
+            fs.clock().set_secs(t0 + 1 + (i / per_sec) as u64);
             fs.tick().expect("tick");
         }
     }

@@ -10,6 +10,7 @@
 
 pub mod btree;
 pub mod cache;
+pub mod clock;
 pub mod codec;
 pub mod device;
 pub mod error;

@@ -22,7 +22,7 @@ fn config(protect: bool) -> MountConfig {
     c.store.cache_blocks = 512;
     // "Low space" passes plug every victim they can (threaded logging),
     // so plugged segments, their SSA and writes into holes join the mix.
-    c.cleaner.threaded_logging = "always".into();
+    c.cleaner.threaded_logging = lsfs_core::gc::ThreadedLogging::Always;
     c
 }
 
@@ -223,7 +223,7 @@ fn segments_held_by_a_dropped_snapshot_become_reclaimable() {
                                         // Checkpoints younger than the protection period keep their blocks:
                                         // let it pass.
     let later = fs.store.now() + fs.store.config.protection_secs + 1;
-    fs.store.now_override = Some(later);
+    fs.clock().set_secs(later);
     fs.reconcile_all().unwrap();
     let held: u32 = fs.store.segs.usage.iter().map(|u| u.nsnapshot).sum();
     assert_eq!(held, 0, "blocks still counted for a dropped snapshot");
@@ -299,11 +299,11 @@ fn demote_after_cleaning_with_expiring_checkpoints() {
     for attempt in 0..20u64 {
         let mut fs = mkfs(64 * MIB, cfg_no_protection());
         let clock0 = lsfs_core::meta::store::wall_secs();
-        fs.store.now_override = Some(clock0);
+        fs.clock().set_secs(clock0);
         let snap = fs.snapshot_create().unwrap();
-        fs.store.now_override = Some(clock0 + 1);
+        fs.clock().set_secs(clock0 + 1);
         fs.clean(4, "background").unwrap();
-        fs.store.now_override = Some(clock0 + 2 + attempt);
+        fs.clock().set_secs(clock0 + 2 + attempt);
         fs.snapshot_set(snap, false).unwrap();
         fs.unmount().unwrap();
         assert_clean(&fsck_bytes(image(&mut fs)), &format!("attempt {attempt}"));

@@ -46,7 +46,7 @@ fn fsck_clean(fs: &mut Lsfs) {
 fn hot_cold_overwrites_keep_running_near_full() {
     let mut fs = mkfs(64, 256, cfg());
     let t0 = fs.store.now();
-    fs.store.now_override = Some(t0);
+    fs.clock().set_secs(t0);
     let capacity = fs.store.geo.total_segment_blocks() as usize;
     // With its inode (1/8 block) and DAT entry, a 4 KiB file takes about
     // 1.14 blocks: 60 % of the blocks in files is about 70 % used.
@@ -84,7 +84,7 @@ fn hot_cold_overwrites_keep_running_near_full() {
         }
         if i % 100 == 0 {
             // Time passes, so old checkpoints leave the protection period.
-            fs.store.now_override = Some(t0 + i as u64);
+            fs.clock().set_secs(t0 + i as u64);
             fs.tick().unwrap();
         }
     }
@@ -157,7 +157,7 @@ fn hot_cold_overwrites_keep_running_near_full() {
 fn snapshot_blocks_survive_cleaning_and_are_released_after() {
     let mut fs = mkfs(32, 64, cfg());
     let t0 = fs.store.now();
-    fs.store.now_override = Some(t0);
+    fs.clock().set_secs(t0);
     let ctx = Ctx::default();
     let a = fs
         .mknod(ROOT_INO, b"data", libc::S_IFREG | 0o644, 0, &ctx)
@@ -168,7 +168,7 @@ fn snapshot_blocks_survive_cleaning_and_are_released_after() {
     // Overwrite most blocks: the old versions are dead but held by the snapshot.
     let new = vec![0xAB; 1800 * 4096];
     fs.write(a.ino, 0, &new).unwrap();
-    fs.store.now_override = Some(t0 + 100);
+    fs.clock().set_secs(t0 + 100);
     fs.checkpoint().unwrap();
     let held: u32 = fs.store.segs.usage.iter().map(|u| u.nsnapshot).sum();
     assert!(held >= 1800, "snapshot holds only {held} blocks");
@@ -194,7 +194,7 @@ fn snapshot_blocks_survive_cleaning_and_are_released_after() {
     );
     // Drop the snapshot: its blocks are now dead everywhere.
     let before = fs.store.segs.free_count();
-    fs.store.now_override = Some(t0 + 200);
+    fs.clock().set_secs(t0 + 200);
     fs.snapshot_set(snap, false).unwrap();
     // O(1) in the foreground: the counters follow in the background.
     let held_now: u32 = fs.store.segs.usage.iter().map(|u| u.nsnapshot).sum();
@@ -234,7 +234,7 @@ fn protection_gives_way_to_space_and_never_costs_copies() {
     c.store.protection_secs = 3600;
     let mut fs = mkfs(16, 64, c);
     let t0 = fs.store.now();
-    fs.store.now_override = Some(t0);
+    fs.clock().set_secs(t0);
     fs.cleaner.enabled = false; // no cleaning but the passes below
     let ctx = Ctx::default();
     let a = fs
@@ -247,13 +247,13 @@ fn protection_gives_way_to_space_and_never_costs_copies() {
     // Overwrite the region again and again, a checkpoint a second: every
     // old version is seen by a kept plain checkpoint.
     for v in 1..40u32 {
-        fs.store.now_override = Some(t0 + v as u64);
+        fs.clock().set_secs(t0 + v as u64);
         for k in 0..48usize {
             fs.write(a.ino, (k * 4096) as u64, &block(k, v)).unwrap();
         }
         fs.checkpoint().unwrap();
     }
-    fs.store.now_override = Some(t0 + 41);
+    fs.clock().set_secs(t0 + 41);
     let kept_before = fs.checkpoints().len();
     let cps = fs.store.stats.checkpoints_written;
     let calm = fs.clean(8, "interval").unwrap();
@@ -330,7 +330,7 @@ fn moved_cold_blocks_leave_the_hot_stream() {
         };
         fs.write(inos[f], 0, &block(f, i as u32 + 1)).unwrap();
         if i % 64 == 0 {
-            fs.store.now_override = Some(t0 + 1 + i as u64 / 64);
+            fs.clock().set_secs(t0 + 1 + i as u64 / 64);
             fs.tick().unwrap();
         }
     }
@@ -438,7 +438,7 @@ fn overwrites_are_routed_by_their_own_blocks_lifetime() {
     // The hot region (the first HOT blocks) is rewritten a checkpoint apart,
     // many times: its versions live one checkpoint each.
     for round in 1..=60u32 {
-        fs.store.now_override = Some(t0 + round as u64);
+        fs.clock().set_secs(t0 + round as u64);
         for k in 0..HOT {
             fs.write(a.ino, k * 4096, &block(k as usize, round))
                 .unwrap();

@@ -155,7 +155,7 @@ fn run_workload_on(base: Vec<u8>, config: MountConfig, seed: u64, steps: usize) 
         format!("{prefix}{next_scratch}").into_bytes()
     };
     for step in 0..steps {
-        fs.store.now_override = Some(clock0 + step as u64);
+        fs.clock().set_secs(clock0 + step as u64);
         let before = log.len();
         let mut changed_names = false;
         // fsync of a scratch file by name, or of the root (after the change).
@@ -502,7 +502,7 @@ fn every_crash_point_recovers_to_a_clean_image_with_fsyncs_kept() {
 #[test]
 fn crashes_while_plugging_holes_recover_to_a_clean_image() {
     let mut config = crash_cfg();
-    config.cleaner.threaded_logging = "always".into();
+    config.cleaner.threaded_logging = lsfs_core::gc::ThreadedLogging::Always;
     let base = near_full_base(&config);
     let rec = run_workload_on(base, config, 11, 200);
     assert!(

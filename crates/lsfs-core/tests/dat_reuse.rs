@@ -31,6 +31,11 @@ fn overwrite(
         fs.write(inos[f], 0, &block(f, versions[f])).unwrap();
         if i % 50 == 49 {
             fs.checkpoint().unwrap();
+            // A second per checkpoint on a set clock: segment ages rank
+            // the cleaner's victims, and the wall clock made the DAT's size
+            // depend on the machine's speed (it outgrew its bound on a busy
+            // machine).
+            fs.clock().advance(std::time::Duration::from_secs(1));
         }
     }
     fs.checkpoint().unwrap();
@@ -49,24 +54,24 @@ fn check_contents(fs: &mut Lsfs, inos: &[u64], versions: &[u32]) {
 #[test]
 fn random_overwrites_keep_the_dat_dense() {
     let mut fs = mkfs(64 * MIB, cfg_no_protection());
+    fs.clock().set_secs(1_700_000_000);
     let inos = common::make_files(&mut fs, FILES, |f| block(f, 0));
     let mut versions = vec![0u32; FILES];
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     overwrite(&mut fs, &inos, &mut versions, 20 * FILES, &mut rng);
     let reused = fs.store.stats.dat_entries_reused;
     let dat_blocks = fs.store.dat_blocks_in_use().unwrap();
-    // An entry exists for every block on the device that some checkpoint
-    // may still reach or that is not reclaimed yet, but never for more: with
-    // reuse the DAT is bounded by the device, not by the writes ever made.
-    // Without reuse the 30,000 overwrites took 31,000 fresh numbers and the
-    // files' live entries kept most of their DAT blocks alive.
+    // The DAT's blocks in use are bounded by the device, not by the writes
+    // ever made: without reuse the 30,000 overwrites took 31,000 fresh
+    // numbers and the files' live entries kept most of their DAT blocks
+    // alive. The end of the DAT still moves on: the numbers of a DAT block
+    // punched out when all its entries died are not handed out again
+    // (reusing them would only bring the block back), and with the clock
+    // moving as it does here the run punches some. (An earlier bound on the
+    // end of the DAT held only when the whole run fell within a second or
+    // two of wall time, and failed on a busy machine.)
     let device_blocks = fs.store.geo.total_segment_blocks();
     assert!(reused > (10 * FILES) as u64, "entries reused: {reused}");
-    assert!(
-        fs.store.next_vblock <= device_blocks,
-        "the DAT grew to {} entries on a device of {device_blocks} blocks",
-        fs.store.next_vblock
-    );
     assert!(
         dat_blocks <= device_blocks.div_ceil(128),
         "{dat_blocks} DAT blocks on a device of {device_blocks} blocks"
@@ -79,6 +84,7 @@ fn random_overwrites_keep_the_dat_dense() {
     drop(fs);
     assert_clean(&fsck_bytes(bytes.clone()), "after reuse");
     let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(bytes)), cfg_no_protection()).unwrap();
+    fs.clock().set_secs(1_700_100_000);
     check_contents(&mut fs, &inos, &versions);
     let next_before = fs.store.next_vblock;
     overwrite(&mut fs, &inos, &mut versions, 5 * FILES, &mut rng);
@@ -105,6 +111,7 @@ fn random_overwrites_keep_the_dat_dense() {
 #[test]
 fn a_reused_block_is_not_joined_to_an_older_extent_after_it() {
     let mut fs = mkfs(64 * MIB, cfg_no_protection());
+    fs.clock().set_secs(1_700_000_000);
     let mk = |fs: &mut Lsfs, name: &str| {
         fs.mknod(ROOT_INO, name.as_bytes(), libc::S_IFREG | 0o644, 0, &ctx())
             .unwrap()

@@ -21,7 +21,7 @@ fn full_fs_says_enospc_keeps_data_and_recovers_after_deletes() {
     // reclaim can free what deletes kill.
     let mut advance = |fs: &mut Lsfs| {
         tick += 1;
-        fs.store.now_override = Some(clock0 + tick);
+        fs.clock().set_secs(clock0 + tick);
     };
     let c = ctx();
     let mut files: Vec<(Vec<u8>, u64, Vec<u8>)> = Vec::new();
@@ -114,7 +114,7 @@ fn snapshot_holds_space_until_demoted() {
     let c = ctx();
     let mut names = Vec::new();
     for i in 0..1000u64 {
-        fs.store.now_override = Some(clock0 + i);
+        fs.clock().set_secs(clock0 + i);
         let name = format!("f{i}").into_bytes();
         let a = match fs.mknod(ROOT_INO, &name, libc::S_IFREG | 0o644, 0, &c) {
             Ok(a) => a,
@@ -143,7 +143,7 @@ fn snapshot_holds_space_until_demoted() {
     let mut settle = |fs: &mut Lsfs| {
         for _ in 0..4 {
             t += 1;
-            fs.store.now_override = Some(clock0 + t);
+            fs.clock().set_secs(clock0 + t);
             fs.checkpoint().unwrap();
         }
     };

@@ -115,7 +115,8 @@ fn busy_image_is_clean_with_reclaim_and_open_files() {
     fs.write(churn.ino, 0, &pattern(9, 3 * 1024 * 1024))
         .unwrap();
     // Let every plain checkpoint expire, so reclaim frees dead segments.
-    fs.store.now_override = Some(lsfs_core::meta::store::wall_secs() + 100);
+    fs.clock()
+        .set_secs(lsfs_core::meta::store::wall_secs() + 100);
     fs.checkpoint().unwrap();
     fs.checkpoint().unwrap();
     let r = fsck_bytes(image(&mut fs));

@@ -506,7 +506,7 @@ fn run(ops: &[Op], expire: bool) {
         if expire {
             // Each step a second later: plain checkpoints expire and reclaim
             // frees segments, while snapshots stay.
-            fs.store.now_override = Some(clock0 + step as u64);
+            fs.clock().set_secs(clock0 + step as u64);
         }
         match op {
             Op::Checkpoint | Op::Snapshot => {

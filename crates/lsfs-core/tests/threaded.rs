@@ -18,7 +18,7 @@ fn plug_cfg(mode: &str) -> MountConfig {
     let mut c = cfg_no_protection();
     c.store.cache_blocks = 1024;
     c.store.streams_min_segments = 0;
-    c.cleaner.threaded_logging = mode.into();
+    c.cleaner.threaded_logging = mode.parse().unwrap();
     c
 }
 
@@ -36,7 +36,7 @@ impl Xorshift {
 /// overwrite random files `rounds` times the file count; returns the inodes,
 /// the seed of each file's content, and the random source.
 fn fill_and_overwrite(fs: &mut Lsfs, fill: f64, rounds: u64) -> (Vec<u64>, Vec<u64>, Xorshift) {
-    fs.store.now_override = Some(T0);
+    fs.clock().set_secs(T0);
     let usable = fs.store.free_blocks() * 4096;
     let nfiles = (usable as f64 * fill / FILE_BYTES as f64) as usize;
     let inos = make_files(fs, nfiles, |f| pattern(f as u64, FILE_BYTES));
@@ -55,8 +55,12 @@ fn overwrite(fs: &mut Lsfs, inos: &[u64], latest: &mut [u64], rng: &mut Xorshift
     for w in 0..writes {
         // A simulated clock, a second per 16 writes: policies rank victims
         // by age, and the wall clock would make every run different.
-        let now = fs.store.now_override.unwrap_or(T0);
-        fs.store.now_override = Some(now + (w % 16 == 0) as u64);
+        let now = if fs.clock().is_set() {
+            fs.clock().secs()
+        } else {
+            T0
+        };
+        fs.clock().set_secs(now + (w % 16 == 0) as u64);
         let i = (rng.next() % inos.len() as u64) as usize;
         let seed = 1_000_000 + rng.next() % 1_000_000_000;
         fs.write(inos[i], 0, &pattern(seed, FILE_BYTES))

@@ -56,7 +56,7 @@ fn overwrites_into_holes_through_the_mount() {
     cfg.store.cache_blocks = 1024;
     cfg.store.protection_secs = 0;
     cfg.store.streams_min_segments = 0;
-    cfg.cleaner.threaded_logging = "always".into();
+    cfg.cleaner.threaded_logging = lsfs_core::gc::ThreadedLogging::Always;
     let opts = MkfsOptions {
         segment_blocks: 256,
         label: "plug".into(),

@@ -86,6 +86,29 @@ impl FileConfig {
 mod tests {
     use super::*;
 
+    /// Settings with a few valid words are enums: a wrong word is refused
+    /// at parse time, naming the setting, its line and the valid words.
+    #[test]
+    fn word_settings_name_their_valid_values() {
+        let f: FileConfig =
+            toml::from_str("[cleaner]\npower = \"battery\"\nthreaded_logging = \"adaptive\"")
+                .unwrap();
+        assert_eq!(f.cleaner.power, lsfs_core::gc::PowerMode::Battery);
+        assert_eq!(
+            f.cleaner.threaded_logging,
+            lsfs_core::gc::ThreadedLogging::Adaptive
+        );
+        for (key, valid) in [
+            ("power", "`auto`, `ac`"),
+            ("threaded_logging", "`off`, `adaptive`"),
+        ] {
+            let err = toml::from_str::<FileConfig>(&format!("[cleaner]\n{key} = \"solar\""))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(key) && err.contains(valid), "{err}");
+        }
+    }
+
     #[test]
     fn ranges_are_enforced_and_named() {
         let f: FileConfig = toml::from_str("checkpoint_interval_secs = 0").unwrap();

@@ -302,11 +302,11 @@ mod tests {
     #[test]
     fn threaded_logging_switches_at_run_time() {
         let mut fs = fs();
-        assert_eq!(fs.cleaner.config.threaded_logging, "off");
+        assert_eq!(fs.cleaner.config.threaded_logging.name(), "off");
         for mode in ["always", "adaptive", "off"] {
             let r = execute(&mut fs, &json!({ "cmd": "gc-threaded", "mode": mode })).unwrap();
             assert_eq!(r["threaded_logging"], mode);
-            assert_eq!(fs.cleaner.config.threaded_logging, mode);
+            assert_eq!(fs.cleaner.config.threaded_logging.name(), mode);
         }
         let err = execute(
             &mut fs,
@@ -315,7 +315,8 @@ mod tests {
         .unwrap_err();
         assert!(err.contains("off, adaptive, always"), "{err}");
         assert_eq!(
-            fs.cleaner.config.threaded_logging, "off",
+            fs.cleaner.config.threaded_logging.name(),
+            "off",
             "a refused mode changed the setting"
         );
         let err = execute(&mut fs, &json!({ "cmd": "gc-threaded" })).unwrap_err();

@@ -11,7 +11,7 @@ use crate::gc::relocate::KeepCheckpoints;
 use crate::gc::{
     on_battery, CleanerConfig, CleanerStats, FixedPower, PassReport, PowerSource, SelectionPolicy,
 };
-use std::time::Instant;
+use std::time::Duration;
 
 /// Segments of room for copies the low-water mark keeps above the reserve
 /// and the streams' open segments (see [`Lsfs::low_water_segments`]).
@@ -23,11 +23,11 @@ pub struct Cleaner {
     pub stats: CleanerStats,
     /// Background cleaning on (`lsfs gc stop` turns it off).
     pub enabled: bool,
-    last_check: Instant,
-    pub(crate) last_activity: Instant,
-    started: Instant,
+    last_check: Duration,
+    pub(crate) last_activity: Duration,
+    started: Duration,
     /// Blocks copied in the current one-second window, for the rate bound.
-    window: (Instant, u64),
+    window: (Duration, u64),
     pub last_pass: Option<PassReport>,
     /// Victims a pass under pressure found not worth cleaning, with their
     /// SUFILE counts and when: skipped while the counts stay the same, for
@@ -41,7 +41,7 @@ pub struct Cleaner {
     /// gate, with the cost of the victims this mount cleaned).
     gate: lsfs_policy::gc::PlugGate,
     /// When the log last said how far back checkpoints are kept, and what.
-    window_said: Option<(Instant, u64)>,
+    window_said: Option<(Duration, u64)>,
     /// What `power = "auto"` asks (set by the front end; AC by default).
     power: Box<dyn PowerSource>,
 }
@@ -87,8 +87,8 @@ fn pass_is_pressed(reason: &str) -> bool {
 const FUTILE_PLAN_SECS: u64 = 30;
 
 impl Cleaner {
-    pub fn new(config: CleanerConfig) -> Cleaner {
-        let now = Instant::now();
+    /// A cleaner whose intervals start at `now`, a `Clock::mono` reading.
+    pub fn new(config: CleanerConfig, now: Duration) -> Cleaner {
         let gate = lsfs_policy::gc::PlugGate::new(config.random_write_cost, false);
         Cleaner {
             policy: config.policy(),
@@ -119,16 +119,16 @@ impl Cleaner {
 
     /// Say in the log how far back plain checkpoints are kept after space
     /// pressure gave some up: at most once a minute, or when it has halved.
-    fn note_window(&mut self, secs: u64) {
-        let due = self
-            .window_said
-            .is_none_or(|(at, said)| at.elapsed().as_secs() >= WINDOW_LOG_SECS || secs < said / 2);
+    fn note_window(&mut self, secs: u64, now: Duration) {
+        let due = self.window_said.is_none_or(|(at, said)| {
+            now.saturating_sub(at).as_secs() >= WINDOW_LOG_SECS || secs < said / 2
+        });
         if due {
             tracing::info!(
                 "space is short: plain checkpoints are now kept for the last {secs} s \
                  (the oldest given up first; snapshots are kept)"
             );
-            self.window_said = Some((Instant::now(), secs));
+            self.window_said = Some((now, secs));
         }
     }
 
@@ -142,7 +142,8 @@ impl Cleaner {
     /// already prepared stay usable whatever the mode: they are valid
     /// segments with their summaries in the SSA.
     pub fn set_threaded_logging(&mut self, mode: &str) -> std::result::Result<(), String> {
-        self.reconfigure(|c| c.threaded_logging = mode.to_string())
+        let mode: crate::gc::ThreadedLogging = mode.parse()?;
+        self.reconfigure(|c| c.threaded_logging = mode)
     }
 
     /// Change settings of a running cleaner: all or nothing, validated. The
@@ -347,7 +348,7 @@ impl Lsfs {
             // one victim can change blocks another holds (freeing a plugged
             // victim rewrites SSA blocks that may sit in the next one).
             self.give_up_for(&mut rep, plan.give_up_below);
-            if self.cleaner.config.threaded_logging != "off" {
+            if self.cleaner.config.threaded_logging != crate::gc::ThreadedLogging::Off {
                 let (read, copied, freed) = clean_cost_terms(&plan);
                 self.cleaner.gate.cleaned_with(read, copied, freed);
             }
@@ -447,7 +448,8 @@ impl Lsfs {
         rep.checkpoints_given_up += n as u64;
         self.cleaner.stats.checkpoints_given_up += n as u64;
         let window = self.store.kept_window_secs(self.store.now());
-        self.cleaner.note_window(window);
+        let now = self.store.clock().mono();
+        self.cleaner.note_window(window, now);
     }
 
     /// Below the low-water mark: whether to plug victim `seg` (planned as
@@ -456,9 +458,10 @@ impl Lsfs {
     /// then only cleaning helps, and the last-resort pass before ENOSPC
     /// never plugs for that reason.
     fn plug_instead(&self, seg: u64, plan: &crate::gc::relocate::RelocationPlan) -> bool {
-        let mode = self.cleaner.config.threaded_logging.as_str();
+        use crate::gc::ThreadedLogging;
+        let mode = self.cleaner.config.threaded_logging;
         let seg_blocks = self.store.geo.segment_blocks as u64;
-        if mode == "off"
+        if mode == ThreadedLogging::Off
             || self.store.free_blocks_appending() <= PLUG_APPEND_ROOM_SEGMENTS * seg_blocks
             || !self.store.plug_eligible(seg)
             || self.store.plugs.holes() >= PLUG_HOLES_SEGMENTS * seg_blocks
@@ -466,7 +469,7 @@ impl Lsfs {
             return false;
         }
         let (read, copied, freed) = clean_cost_terms(plan);
-        mode == "always"
+        mode == ThreadedLogging::Always
             || self
                 .cleaner
                 .gate
@@ -474,6 +477,7 @@ impl Lsfs {
     }
 
     fn account_pass(&mut self, rep: &PassReport) {
+        let now = self.store.clock().mono();
         let c = &mut self.cleaner;
         c.stats.passes += 1;
         c.stats.segments_cleaned += rep.victims.len() as u64;
@@ -491,15 +495,15 @@ impl Lsfs {
             t.copied += v.copied() as u64;
         }
         let (start, n) = c.window;
-        c.window = if start.elapsed().as_secs() >= 1 {
-            (Instant::now(), rep.blocks_copied)
+        c.window = if now.saturating_sub(start).as_secs() >= 1 {
+            (now, rep.blocks_copied)
         } else {
             (start, n + rep.blocks_copied)
         };
         self.refresh_cleaner_stats();
         let wa = self.write_amplification().ratio.unwrap_or(1.0);
         let c = &mut self.cleaner;
-        let t = c.started.elapsed().as_secs();
+        let t = now.saturating_sub(c.started).as_secs();
         c.stats.wa_history.push((t, wa));
         if c.stats.wa_history.len() > 4096 {
             // Bounded: keep every other point.
@@ -578,18 +582,19 @@ impl Lsfs {
         let cfg = self.cleaner.config.clone();
         let free = self.free_segments();
         let (start, copied) = self.cleaner.window;
-        if start.elapsed().as_secs() < 1 && copied >= cfg.max_copy_blocks_per_sec {
+        let clock = self.store.clock().clone();
+        if clock.secs_since(start) < 1 && copied >= cfg.max_copy_blocks_per_sec {
             return Ok(()); // rate bound: foreground I/O first
         }
         let battery = self.cleaner.on_battery();
         let idle =
-            cfg.idle_secs > 0 && self.cleaner.last_activity.elapsed().as_secs() >= cfg.idle_secs;
-        let due = self.cleaner.last_check.elapsed().as_secs() >= cfg.check_interval_secs;
+            cfg.idle_secs > 0 && clock.secs_since(self.cleaner.last_activity) >= cfg.idle_secs;
+        let due = clock.secs_since(self.cleaner.last_check) >= cfg.check_interval_secs;
         if free < self.low_water_segments() {
-            self.cleaner.last_check = Instant::now();
+            self.cleaner.last_check = clock.mono();
             self.clean(cfg.aggressive_segments_per_pass as usize, "low space")?;
         } else if free < self.high_water_segments() && !battery && (due || idle) {
-            self.cleaner.last_check = Instant::now();
+            self.cleaner.last_check = clock.mono();
             self.clean(
                 cfg.segments_per_pass as usize,
                 if idle { "idle" } else { "interval" },

@@ -81,7 +81,8 @@ pub struct Lsfs {
     /// The IFILE root inodes are read from: the live one, or a checkpoint's.
     view: Option<u64>,
     pub config: MountConfig,
-    last_checkpoint: std::time::Instant,
+    /// When the last checkpoint was written (a `Clock::mono` reading).
+    last_checkpoint: std::time::Duration,
     /// fsync records recovery rolled forward when this mount opened.
     pub replayed_records: usize,
     /// Snapshots browsable under `/.lsfs/snapshot` (live mounts only).
@@ -128,7 +129,7 @@ impl Lsfs {
         let store = Store::create(Box::new(dev), opts, config.store.clone())?;
         let mut fs = Lsfs::with_store(store, config, None);
         fs.read_errors = read_errors;
-        let now = Timespec::now();
+        let now = fs.store.clock().now();
         let root = Inode::new(ROOT_INO, libc::S_IFDIR | 0o755, 0, 0, now);
         let orphans = Inode::new(ORPHAN_INO, libc::S_IFDIR | 0o700, 0, 0, now);
         for i in [root, orphans] {
@@ -179,20 +180,26 @@ impl Lsfs {
     }
 
     fn with_store(store: Store, config: MountConfig, view: Option<u64>) -> Lsfs {
+        let (mono, now) = (store.clock().mono(), store.clock().now());
         Lsfs {
             store,
             inodes: HashMap::new(),
             view,
-            cleaner: clean::Cleaner::new(config.cleaner.clone()),
+            cleaner: clean::Cleaner::new(config.cleaner.clone(), mono),
             config,
-            last_checkpoint: std::time::Instant::now(),
+            last_checkpoint: mono,
             replayed_records: 0,
-            views: Views::new(Timespec::now()),
+            views: Views::new(now),
             read_errors: Default::default(),
             write_amp: Default::default(),
             oplog: Default::default(),
             check_checkpoints: invariants::on_by_default(),
         }
+    }
+
+    /// The mount's clock (`clock.rs`): tests and simulations set and move it.
+    pub fn clock(&self) -> &crate::clock::Clock {
+        self.store.clock()
     }
 
     /// Device bytes written so far, for the write-amplification meter.
@@ -337,7 +344,7 @@ impl Lsfs {
         self.flush_inodes()?;
         let cno = self.store.checkpoint()?;
         self.oplog.clear();
-        self.last_checkpoint = std::time::Instant::now();
+        self.last_checkpoint = self.store.clock().mono();
         self.check_after_checkpoint(cno);
         Ok(cno)
     }
@@ -359,7 +366,8 @@ impl Lsfs {
         if self.view.is_some() || self.store.writable().is_err() {
             return Ok(());
         }
-        let due = self.last_checkpoint.elapsed().as_secs() >= self.config.checkpoint_interval_secs;
+        let due = self.store.clock().secs_since(self.last_checkpoint)
+            >= self.config.checkpoint_interval_secs;
         let dirty = self.store.has_dirty() || self.inodes.values().any(|c| c.dirty);
         if due && dirty {
             self.checkpoint_for("interval")?;
@@ -375,7 +383,7 @@ impl Lsfs {
     /// After a change: keep dirty blocks under half the cache, and the
     /// operation log within its bounds (`oplog.rs`).
     fn after_change(&mut self) -> VfsResult<()> {
-        self.cleaner.last_activity = std::time::Instant::now();
+        self.cleaner.last_activity = self.store.clock().mono();
         if self.store.pending_blocks() * 2 > self.store.cache.capacity_blocks() {
             self.checkpoint_for("cache").map_err(e)?;
         } else if self.oplog.over_bound() {
@@ -634,7 +642,15 @@ impl Lsfs {
             (ctx.gid, mode)
         };
         let ids = (ctx.uid, gid, rdev);
-        let inode = self.create_apply(parent, name, ino, mode, ids, target, Timespec::now())?;
+        let inode = self.create_apply(
+            parent,
+            name,
+            ino,
+            mode,
+            ids,
+            target,
+            self.store.clock().now(),
+        )?;
         self.write_amp.note_app((name.len() + target.len()) as u64);
         self.oplog.push(
             Item::Create {
@@ -780,7 +796,7 @@ impl Vfs for Lsfs {
     fn setattr(&mut self, ino: Ino, set: &SetAttr) -> VfsResult<Attr> {
         self.mutable()?;
         let mut i = self.get(ino).map_err(e)?;
-        let now = Timespec::now();
+        let now = self.store.clock().now();
         if let Some(size) = set.size {
             if i.kind() == FileKind::Dir {
                 return Err(Errno::ISDIR);
@@ -874,7 +890,7 @@ impl Vfs for Lsfs {
         self.mutable()?;
         check_name(name).map_err(|x| if x == Errno::EXIST { Errno::ISDIR } else { x })?;
         let ent = self.unlink_checks(parent, name)?;
-        self.unlink_apply(parent, name, &ent, Timespec::now())?;
+        self.unlink_apply(parent, name, &ent, self.store.clock().now())?;
         self.oplog.push(
             Item::Unlink {
                 parent,
@@ -895,7 +911,7 @@ impl Vfs for Lsfs {
         }
         check_name(name)?;
         let ent = self.rmdir_checks(parent, name)?;
-        self.rmdir_apply(parent, name, &ent, Timespec::now())?;
+        self.rmdir_apply(parent, name, &ent, self.store.clock().now())?;
         self.oplog.push(
             Item::Rmdir {
                 parent,
@@ -936,7 +952,7 @@ impl Vfs for Lsfs {
             (newparent, newname),
             flags,
             plan,
-            Timespec::now(),
+            self.store.clock().now(),
         )?;
         self.oplog.push(
             Item::Rename {
@@ -960,7 +976,7 @@ impl Vfs for Lsfs {
         self.check_reserved(newparent, newname)?;
         self.link_checks(ino, newparent, newname)?;
         self.reserve(4)?;
-        let i = self.link_apply(ino, newparent, newname, Timespec::now())?;
+        let i = self.link_apply(ino, newparent, newname, self.store.clock().now())?;
         self.write_amp.note_app(newname.len() as u64);
         self.oplog.push(
             Item::Link {
@@ -1056,7 +1072,7 @@ impl Vfs for Lsfs {
                 .note_user_write(ino, (n as u64).div_ceil(file::BLOCK));
             file::write(&mut self.store, &mut i, pos, &data[done..done + n]).map_err(e)?;
             self.write_amp.note_app(n as u64);
-            let now = Timespec::now();
+            let now = self.store.clock().now();
             i.mtime = now;
             i.ctime = now;
             self.put(i);
@@ -1175,7 +1191,7 @@ impl Vfs for Lsfs {
     fn setxattr(&mut self, ino: Ino, name: &[u8], value: &[u8], flags: i32) -> VfsResult<()> {
         self.mutable()?;
         self.reserve(4)?;
-        self.setxattr_apply(ino, name, value, flags, Timespec::now())?;
+        self.setxattr_apply(ino, name, value, flags, self.store.clock().now())?;
         self.write_amp.note_app((name.len() + value.len()) as u64);
         self.oplog.push(
             Item::SetXattr {
@@ -1208,7 +1224,7 @@ impl Vfs for Lsfs {
 
     fn removexattr(&mut self, ino: Ino, name: &[u8]) -> VfsResult<()> {
         self.mutable()?;
-        self.removexattr_apply(ino, name, Timespec::now())?;
+        self.removexattr_apply(ino, name, self.store.clock().now())?;
         self.oplog.push(
             Item::RemoveXattr {
                 ino,
@@ -1248,7 +1264,7 @@ impl Vfs for Lsfs {
             let n = (chunk - pos % file::BLOCK).min(length - done);
             file::allocate(&mut self.store, &mut i, pos, n).map_err(e)?;
             self.write_amp.note_app(n);
-            i.ctime = Timespec::now();
+            i.ctime = self.store.clock().now();
             self.put(i);
             self.after_change()?;
             done += n;

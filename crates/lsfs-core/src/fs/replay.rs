@@ -24,7 +24,7 @@ use crate::log::chain::FoundRecord;
 use crate::log::items::{self, Item};
 use crate::log::record::BlockKind;
 use crate::meta::ifile::INODE_BYTES;
-use lsfs_vfs::{Errno, FileKind, Timespec};
+use lsfs_vfs::{Errno, FileKind};
 
 /// The records of each complete fsync, in order: each group ends with a
 /// record that carries items or an inode-image block.
@@ -110,7 +110,7 @@ impl Lsfs {
 
     fn replay_op(&mut self, it: &Item) -> Result<()> {
         // Times come from the inode images afterwards.
-        let now = Timespec::now();
+        let now = self.store.clock().now();
         match it {
             Item::Create {
                 parent,

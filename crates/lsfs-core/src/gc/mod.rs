@@ -11,6 +11,68 @@ use crate::meta::store::Store;
 pub use lsfs_policy::gc::{PolicyKind, SegmentUsage, SelectionPolicy};
 use serde::{Deserialize, Serialize};
 
+/// Defines a configuration enum spelt in lower case in lsfs.toml and on the
+/// control socket: serde's names, `FromStr` (whose error names the setting
+/// and every valid value), `name` and `Display`.
+macro_rules! config_enum {
+    ($(#[$m:meta])* $name:ident, $setting:literal { $($(#[$vm:meta])* $variant:ident = $text:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+        #[serde(rename_all = "lowercase")]
+        pub enum $name {
+            $($(#[$vm])* $variant),+
+        }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            pub fn name(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text),+
+                }
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = String;
+            fn from_str(s: &str) -> std::result::Result<$name, String> {
+                $name::ALL.iter().copied().find(|v| v.name() == s).ok_or_else(|| {
+                    let names: Vec<_> = $name::ALL.iter().map(|v| v.name()).collect();
+                    format!("{} = {s:?}: one of {}", $setting, names.join(", "))
+                })
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    };
+}
+
+config_enum!(
+    /// Whether background cleaning counts the machine as on battery.
+    PowerMode, "cleaner.power" {
+        /// Ask the front end's [`PowerSource`].
+        Auto = "auto",
+        Ac = "ac",
+        Battery = "battery",
+    }
+);
+
+config_enum!(
+    /// Threaded logging (docs/CLEANER.md §5).
+    ThreadedLogging, "cleaner.threaded_logging" {
+        Off = "off",
+        /// A victim whose holes are cheaper to write into than to free by
+        /// cleaning is plugged.
+        Adaptive = "adaptive",
+        /// Every victim that can be plugged is, under pressure.
+        Always = "always",
+    }
+);
+
 /// Cleaner settings (`[cleaner]` in lsfs.toml), in the spirit of
 /// `nilfs_cleanerd.conf`. Ranges are checked by [`CleanerConfig::validate`].
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -38,7 +100,7 @@ pub struct CleanerConfig {
     pub min_quiet_secs: u64,
     /// "auto" (ask the front end's [`PowerSource`]; the `lsfs` binary reads
     /// /sys/class/power_supply), "ac" or "battery".
-    pub power: String,
+    pub power: PowerMode,
     /// Blocks the cleaner may copy per second, so foreground I/O is never starved (64..=10^7; default 25600 = 100 MiB/s).
     pub max_copy_blocks_per_sec: u64,
     /// Threaded logging (docs/CLEANER.md §5): "off" (default); "adaptive"
@@ -48,7 +110,7 @@ pub struct CleanerConfig {
     /// is, under pressure; for tests and measurements). Off by default:
     /// adaptive cut the write cost by 11–20 % from 77 % to 86 % live, but
     /// more than doubled it at 88 %.
-    pub threaded_logging: String,
+    pub threaded_logging: ThreadedLogging,
     /// R: what a block written into a hole costs, in sequential block
     /// writes (1..=1000; default 10.6, measured with fio on this project's
     /// disk: docs/bench/threaded-logging/measure-r.sh). Plugging pays for
@@ -75,9 +137,9 @@ impl Default for CleanerConfig {
             idle_secs: 2,
             min_reclaim_blocks: 16,
             min_quiet_secs: 0,
-            power: "auto".into(),
+            power: PowerMode::Auto,
             max_copy_blocks_per_sec: 25_600,
-            threaded_logging: "off".into(),
+            threaded_logging: ThreadedLogging::Off,
             random_write_cost: lsfs_policy::gc::RANDOM_WRITE_COST,
         }
     }
@@ -126,22 +188,10 @@ impl CleanerConfig {
             64,
             10_000_000,
         )?;
-        if !["off", "adaptive", "always"].contains(&self.threaded_logging.as_str()) {
-            return Err(format!(
-                "cleaner.threaded_logging = {:?}: one of off, adaptive, always",
-                self.threaded_logging
-            ));
-        }
         if !(1.0..=1000.0).contains(&self.random_write_cost) {
             return Err(format!(
                 "cleaner.random_write_cost = {} is outside its valid range 1..=1000",
                 self.random_write_cost
-            ));
-        }
-        if !["auto", "ac", "battery"].contains(&self.power.as_str()) {
-            return Err(format!(
-                "cleaner.power = {:?}: one of auto, ac, battery",
-                self.power
             ));
         }
         Ok(())
@@ -183,10 +233,10 @@ impl PowerSource for FixedPower {
 /// Whether the cleaner should count the machine as on battery: the
 /// configured state, or, for `power = "auto"`, what `source` reports.
 pub fn on_battery(cfg: &CleanerConfig, source: &dyn PowerSource) -> bool {
-    match cfg.power.as_str() {
-        "ac" => false,
-        "battery" => true,
-        _ => source.on_battery(),
+    match cfg.power {
+        PowerMode::Ac => false,
+        PowerMode::Battery => true,
+        PowerMode::Auto => source.on_battery(),
     }
 }
 

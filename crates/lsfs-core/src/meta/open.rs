@@ -14,9 +14,7 @@ use crate::log::super_root::SuperRoot;
 use crate::log::superblock::Superblock;
 use crate::meta::cpfile::CpTable;
 use crate::meta::dat_entry::{DatEntry, DAT_PER_BLOCK};
-use crate::meta::store::{
-    decode_u64, wall_secs, Store, StoreConfig, StoreStats, VNodesRo, TEMP_BASE,
-};
+use crate::meta::store::{decode_u64, Store, StoreConfig, StoreStats, VNodesRo, TEMP_BASE};
 use crate::meta::sufile::SegTable;
 
 /// What mkfs needs to know.
@@ -78,7 +76,7 @@ impl Store {
         }
         let geo = Geometry::for_device(dev.size_bytes(), opts.segment_blocks)?;
         let (config_streams, config_streams_min) = (config.streams, config.streams_min_segments);
-        let now = wall_secs();
+        let now = config.clock.secs();
         let sb = Superblock::new(&geo, opts.label.clone(), rand::random::<u64>() | 1, now);
         let mut segs = SegTable::new(geo.nsegments, geo.segment_blocks);
         segs.reserved.insert(0);
@@ -114,7 +112,6 @@ impl Store {
             stats: StoreStats::default(),
             tree: BTree::default(),
             snapshots: Vec::new(),
-            now_override: None,
             moved_dead: Default::default(),
             dat_map: Default::default(),
             recon: Default::default(),

@@ -51,6 +51,9 @@ pub struct StoreConfig {
     /// default: each stream keeps a segment open).
     pub streams: bool,
     pub streams_min_segments: u64,
+    /// Every timestamp and interval of the mount (`clock.rs`): the
+    /// system's, or one a test or simulation drives.
+    pub clock: crate::clock::Clock,
 }
 
 impl Default for StoreConfig {
@@ -61,6 +64,7 @@ impl Default for StoreConfig {
             read_only: false,
             streams: true,
             streams_min_segments: crate::meta::stream::STREAMS_MIN_SEGMENTS,
+            clock: crate::clock::Clock::system(),
         }
     }
 }
@@ -163,8 +167,6 @@ pub struct Store {
     pub(crate) tree: BTree,
     /// Sorted snapshot checkpoint numbers (mirrors the CPFILE flags).
     pub(crate) snapshots: Vec<u64>,
-    /// Clock used for all timestamps the store writes (tests may set it).
-    pub now_override: Option<u64>,
     /// Relocated blocks waiting to be placed that are dead but still needed
     /// (by a snapshot or a kept checkpoint): placed without counting as live.
     pub(crate) moved_dead: std::collections::HashSet<u64>,
@@ -195,11 +197,10 @@ pub struct Store {
 /// 32 MiB) cover 2^27 virtual blocks, 512 GiB of data.
 pub(crate) const DAT_MAP_MAX_ENTRIES: usize = 1 << 20;
 
+/// The system's wall time in seconds, where no mount's clock is at hand
+/// (tests start set clocks from it).
 pub fn wall_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+    crate::clock::Clock::system().secs()
 }
 
 /// The DAT's block map, whose nodes live at physical or temporary addresses.
@@ -393,7 +394,12 @@ impl NodeStore for VNodesRo<'_> {
 
 impl Store {
     pub fn now(&self) -> u64 {
-        self.now_override.unwrap_or_else(wall_secs)
+        self.config.clock.secs()
+    }
+
+    /// The mount's clock (`clock.rs`).
+    pub fn clock(&self) -> &crate::clock::Clock {
+        &self.config.clock
     }
 
     /// The DAT's block map as a node store: the device, the cache, the
