@@ -340,10 +340,17 @@ fn decode_body(t: u8, body: &[u8], ctx: &str) -> Result<Item> {
                 flags,
             }
         }
-        T_TRUNCATE => Item::Truncate {
-            ino: r.u64()?,
-            size: r.u64()?,
-        },
+        T_TRUNCATE => {
+            let (ino, size) = (r.u64()?, r.u64()?);
+            // No file is longer: a truncation past it never happened.
+            if size > crate::fs::file::MAX_FILE_BYTES {
+                return Err(Error::corrupt(format!(
+                    "{ctx}: truncation of inode {ino} to {size} bytes, past the largest file ({})",
+                    crate::fs::file::MAX_FILE_BYTES
+                )));
+            }
+            Item::Truncate { ino, size }
+        }
         T_SETXATTR => {
             let ino = r.u64()?;
             let name = xattr_name(&mut r, ctx)?;
@@ -605,6 +612,10 @@ mod tests {
             Item::Inode {
                 ino: 3,
                 image: vec![0; 100],
+            },
+            Item::Truncate {
+                ino: 17,
+                size: crate::fs::file::MAX_FILE_BYTES + 1,
             },
         ];
         for it in bad {
