@@ -586,3 +586,47 @@ fn a_dat_end_below_entries_in_use_is_refused() {
         );
     }
 }
+
+/// A resealed super root counting 0 inodes in use: deleting a file took 1
+/// from 0 (a debug panic), and the checkpoint then wrote a count near 2^64
+/// that the next mount refuses as past the limit. The count now stays at 0
+/// and fsck names the difference.
+#[test]
+fn deleting_with_a_super_root_counting_no_inodes_keeps_the_image_mountable() {
+    let good = good_image();
+    let (rec, sr) = checkpoint_record(&good);
+    let nblocks = {
+        let mut dev = MemDevice::from_bytes(good.clone());
+        let seg = (rec - 1) / opts().segment_blocks as u64;
+        let dump = inspect::dump_segment(&mut dev, seg).unwrap();
+        dump.records
+            .iter()
+            .find(|r| r.block == rec)
+            .unwrap()
+            .nblocks as u64
+    };
+    let mut b = good;
+    let s = sr as usize * BLOCK_BYTES;
+    // `inodes_used`, after ten u64 fields and the magic and version.
+    b[s + 80..s + 88].copy_from_slice(&0u64.to_le_bytes());
+    let crc = crc_with_hole(&b[s..s + BLOCK_BYTES], BLOCK_BYTES - 4);
+    b[s + BLOCK_BYTES - 4..s + BLOCK_BYTES].copy_from_slice(&crc.to_le_bytes());
+    let r = &mut b[rec as usize * BLOCK_BYTES..(rec + nblocks) as usize * BLOCK_BYTES];
+    let crc = crc_with_hole(r, 8);
+    r[8..12].copy_from_slice(&crc.to_le_bytes());
+
+    let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(b)), cfg()).unwrap();
+    assert_eq!(fs.store.inodes_used, 0, "the patch missed the count");
+    let d = fs.lookup(ROOT_INO, b"dir").unwrap().ino;
+    fs.unlink(d, b"f3").unwrap();
+    fs.unmount().unwrap();
+    let after = image(&mut fs);
+    let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(after.clone())), cfg())
+        .expect("the image stays mountable");
+    assert_eq!(fs.store.inodes_used, 0);
+    fs.unmount().unwrap();
+    assert!(
+        fsck_errors(after).contains("super root counts 0 inodes"),
+        "fsck missed the count"
+    );
+}

@@ -16,8 +16,7 @@ pub const BLOCK: u64 = 4096;
 const READ_AHEAD_BLOCKS: u64 = 32;
 /// Largest single device read a file read issues (1 MiB).
 const MAX_READ_RUN_BLOCKS: u64 = 256;
-/// Largest file size: 2^44 bytes (16 TiB), far above the 1 TiB required.
-pub const MAX_FILE_BYTES: u64 = 1 << 44;
+pub use crate::layout::MAX_FILE_BYTES;
 /// Virtual block numbers are below 2^62 (the block cache's keys, `meta::store`).
 const VBLOCK_END: u64 = 1 << 62;
 /// Blocks a truncation frees per call into the DAT, so that freeing a huge
@@ -66,6 +65,22 @@ pub(crate) fn decode_ext(k: u64, v: &[u8]) -> Result<Extent> {
     })
 }
 
+/// [`decode_ext`], and the extent's virtual blocks must have been handed
+/// out: below the end of the DAT. A damaged extent naming blocks past it
+/// (0x10ff_ffff_0000_0009, found by the `image` fuzz target) was taken for
+/// blocks of the checkpoint being built, rewritten in place, and their DAT
+/// entries made a DAT block no checkpoint could place (a panic).
+fn decode_ext_in(s: &Store, k: u64, v: &[u8]) -> Result<Extent> {
+    let e = decode_ext(k, v)?;
+    if e.vstart + e.len > s.next_vblock {
+        return Err(Error::corrupt(format!(
+            "extent at file block {k} names virtual blocks {:#x} + {}, past the end of the DAT ({:#x})",
+            e.vstart, e.len, s.next_vblock
+        )));
+    }
+    Ok(e)
+}
+
 fn encode_ext(e: &Extent) -> Vec<u8> {
     let mut v = e.vstart.to_le_bytes().to_vec();
     v.extend_from_slice(&(e.len as u32).to_le_bytes());
@@ -76,7 +91,7 @@ fn encode_ext(e: &Extent) -> Vec<u8> {
 pub fn extent_at(s: &mut Store, ino: &Inode, b: u64) -> Result<Option<Extent>> {
     match map::get_floor(s, ino, b)? {
         Some((k, v)) => {
-            let e = decode_ext(k, &v)?;
+            let e = decode_ext_in(s, k, &v)?;
             Ok((b < e.file_block + e.len).then_some(e))
         }
         None => Ok(None),
@@ -162,7 +177,7 @@ fn extents_over(s: &mut Store, ino: &Inode, b: u64, n: u64) -> Result<Vec<Extent
             if k >= end {
                 return Ok(out);
             }
-            let e = decode_ext(k, &v)?;
+            let e = decode_ext_in(s, k, &v)?;
             next_key = e.file_block + e.len;
             out.push(e);
         }
@@ -304,7 +319,7 @@ fn merge_after(
     let after = match right_piece {
         Some(r) => Some(r),
         None => match map::get_ceil(s, ino, end)? {
-            Some((k, val)) if k == end => Some(decode_ext(k, &val)?),
+            Some((k, val)) if k == end => Some(decode_ext_in(s, k, &val)?),
             _ => None,
         },
     };
@@ -448,7 +463,7 @@ pub fn write(s: &mut Store, ino: &mut Inode, off: u64, data: &[u8]) -> Result<()
 fn drop_blocks_from(s: &mut Store, ino: &mut Inode, from: u64) -> Result<()> {
     // The last extent, while it reaches past `from`.
     while let Some((k, v)) = map::get_floor(s, ino, u64::MAX)? {
-        let e = decode_ext(k, &v)?;
+        let e = decode_ext_in(s, k, &v)?;
         if e.file_block + e.len <= from {
             break;
         }
@@ -572,7 +587,7 @@ pub fn seek_data_or_hole(s: &mut Store, ino: &Inode, off: u64, data: bool) -> Re
         }
         return match map::get_ceil(s, ino, b)? {
             Some((k, v)) => {
-                let at = decode_ext(k, &v)?.file_block * BLOCK;
+                let at = decode_ext_in(s, k, &v)?.file_block * BLOCK;
                 Ok((at < size).then_some(at))
             }
             None => Ok(None),
@@ -585,7 +600,7 @@ pub fn seek_data_or_hole(s: &mut Store, ino: &Inode, off: u64, data: bool) -> Re
     loop {
         let end = e.file_block + e.len;
         match map::get_ceil(s, ino, end)? {
-            Some((k, v)) if k == end => e = decode_ext(k, &v)?,
+            Some((k, v)) if k == end => e = decode_ext_in(s, k, &v)?,
             _ => return Ok(Some((end * BLOCK).min(size))),
         }
     }
@@ -596,7 +611,7 @@ pub fn mapped_blocks(s: &mut Store, ino: &Inode) -> Result<Vec<(u64, u64)>> {
     let mut out = Vec::new();
     let mut key = 0;
     while let Some((k, v)) = map::get_ceil(s, ino, key)? {
-        let e = decode_ext(k, &v)?;
+        let e = decode_ext_in(s, k, &v)?;
         out.extend((0..e.len).map(|i| (e.file_block + i, e.vstart + i)));
         key = k + 1;
     }
@@ -648,6 +663,39 @@ mod tests {
         assert_eq!(last.len, 1);
     }
 
+    /// Found by the `image` fuzz target (a resealed patch over an inline
+    /// extent list; read-write mount, whose roll-forward wrote the file):
+    /// an extent at virtual block 0x10ff_ffff_0000_0009, far past the end
+    /// of the DAT, counted as fresh and was rewritten in place; the first
+    /// checkpoint then panicked placing a DAT block for it.
+    #[test]
+    fn extent_past_the_end_of_the_dat_is_corrupt() {
+        let mut s = Store::small_for_test();
+        let mut i = two_block_file(&mut s);
+        let e = extent_at(&mut s, &i, 0)
+            .unwrap()
+            .expect("the file's extent");
+        assert_eq!(
+            e.vstart + e.len,
+            s.next_vblock,
+            "the last blocks handed out"
+        );
+        let past = Extent {
+            vstart: 0x10ff_ffff_0000_0009,
+            ..e
+        };
+        map::insert(&mut s, &mut i, 0, &encode_ext(&past)).unwrap();
+        let err = write(&mut s, &mut i, 0, &[1; BLOCK as usize])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("extent at file block 0 names virtual blocks 0x10ffffff00000009 + 2, past the end of the DAT"),
+            "{err}"
+        );
+        let err = read(&mut s, &i, 0, 10).unwrap_err().to_string();
+        assert!(err.contains("past the end of the DAT"), "{err}");
+    }
+
     /// A regular file of two blocks, in one extent.
     fn two_block_file(s: &mut Store) -> Inode {
         let now = Timespec { sec: 0, nsec: 0 };
@@ -675,6 +723,11 @@ mod tests {
             ..e
         };
         map::insert(&mut s, &mut i, 0, &encode_ext(&huge)).unwrap();
+        // Past the end of the DAT it is refused where decoded.
+        let err = truncate(&mut s, &mut i, 0).unwrap_err().to_string();
+        assert!(err.contains("past the end of the DAT"), "{err}");
+        // With a DAT that ends after it, freeing goes in batches.
+        s.next_vblock = huge.vstart + huge.len;
         let err = truncate(&mut s, &mut i, 0).unwrap_err().to_string();
         assert!(err.contains("not live"), "{err}");
         assert!(s.writable().is_err(), "writes must stop");

@@ -7,11 +7,21 @@
 
 use crate::codec::{Reader, Writer};
 use crate::error::{Error, Result};
+use crate::fs::file::{BLOCK, MAX_FILE_BYTES};
 use crate::meta::ifile::INODE_BYTES;
 use lsfs_vfs::{Attr, FileKind, Timespec, SYMLINK_MAX_BYTES};
 
 pub const AREA_BYTES: usize = 384;
 const AREA_AT: usize = INODE_BYTES - AREA_BYTES;
+/// Most data blocks an inode can map: one per block of the largest file.
+pub const MAX_INODE_BLOCKS: u64 = MAX_FILE_BYTES / BLOCK;
+/// Most links an inode on disk may count. `link` stops files at 65,000;
+/// a directory counts one per subdirectory, and mkdir and rename add to it
+/// unchecked, so a count near `u32::MAX` from damaged bytes would overflow.
+/// 2^31 leaves 2^31 subdirectories of room (more than a 1 TiB IFILE holds).
+pub const MAX_NLINK: u32 = 1 << 31;
+/// Most entries a directory can hold: one per key below 2^62.
+const MAX_DIR_ENTRIES: u64 = 1 << 62;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -163,7 +173,7 @@ impl Inode {
         let xattr_root = r.u64()?;
         let map_root = r.u64()?;
         let area_len = r.u16()? as usize;
-        Self::check_fields(&what, mode, format, size, area_len)?;
+        Self::check_fields(&what, mode, format, size, area_len, blocks, nlink)?;
         let area = Reader::at(b, AREA_AT, &what).bytes(area_len)?.to_vec();
         let ts = |sec, nsec: u32| Timespec {
             sec,
@@ -191,12 +201,15 @@ impl Inode {
 
     /// What the fields must agree on before the area is read: a known kind,
     /// an area that fits, and sizes every later operation can handle.
+    #[allow(clippy::too_many_arguments)]
     fn check_fields(
         what: &str,
         mode: u32,
         format: Format,
         size: u64,
         area_len: usize,
+        blocks: u64,
+        nlink: u32,
     ) -> Result<()> {
         if area_len > AREA_BYTES || FileKind::from_mode(mode).is_none() {
             return Err(Error::corrupt(format!(
@@ -211,6 +224,35 @@ impl Inode {
             return Err(Error::corrupt(format!(
                 "{what}: inline data of {area_len} bytes in a file of {size} bytes \
                  (inline files hold at most {AREA_BYTES})"
+            )));
+        }
+        // Writes add to the count and truncation subtracts from it: a count
+        // from damaged bytes near 2^64 overflowed the next write. No file
+        // maps more blocks than the largest file has.
+        if blocks > MAX_INODE_BLOCKS {
+            return Err(Error::corrupt(format!(
+                "{what}: counts {blocks} data blocks, more than the {MAX_INODE_BLOCKS} \
+                 of the largest file"
+            )));
+        }
+        // Writes and truncation never make a file longer than the largest
+        // file; a directory's size counts its entries, one per key, and
+        // keys are below 2^62 (`dir::name_hash`). Past these, arithmetic on
+        // the size (a new entry adds 1) would overflow.
+        let size_limit = if FileKind::from_mode(mode) == Some(FileKind::Dir) {
+            MAX_DIR_ENTRIES
+        } else {
+            MAX_FILE_BYTES
+        };
+        if size > size_limit {
+            return Err(Error::corrupt(format!(
+                "{what}: size {size} is past the limit {size_limit} of a {:?}",
+                FileKind::from_mode(mode).unwrap_or(FileKind::File)
+            )));
+        }
+        if nlink > MAX_NLINK {
+            return Err(Error::corrupt(format!(
+                "{what}: counts {nlink} links, more than {MAX_NLINK}"
             )));
         }
         // Reading a link reads its whole size: bound it here.
@@ -243,9 +285,35 @@ mod tests {
         let ino = u64::from_le_bytes(input[..8].try_into().unwrap());
         let mut slot = input[8..].to_vec();
         slot.resize(INODE_BYTES, 0);
-        let i = Inode::decode(&slot, ino).unwrap();
-        assert_eq!(i.blocks, 0xffff_ffff_ffff_ff00);
+        // Such a count is now refused where decoded; `attr` still saturates.
+        let e = Inode::decode(&slot, ino).unwrap_err().to_string();
+        assert!(e.contains("counts 18446744073709551360 data blocks"), "{e}");
+        slot[24..32].copy_from_slice(&0u64.to_le_bytes());
+        let mut i = Inode::decode(&slot, ino).unwrap();
+        i.blocks = 0xffff_ffff_ffff_ff00;
         assert_eq!(i.attr().blocks, u64::MAX);
+    }
+
+    /// Found by the `image` fuzz target (a resealed patch of 0xff bytes over
+    /// an inode's size and block count; the read-only mount rolled an fsync
+    /// record forward): the next data write added to a count near 2^64 and
+    /// overflowed. The count is bounded where the inode is decoded.
+    #[test]
+    fn block_count_past_the_largest_file_is_corrupt() {
+        let now = Timespec { sec: 0, nsec: 0 };
+        let mut i = Inode::new(30, libc::S_IFREG | 0o644, 0, 0, now);
+        i.format = Format::InlineMap;
+        i.area = 0u16.to_le_bytes().to_vec();
+        i.blocks = MAX_INODE_BLOCKS;
+        assert_eq!(Inode::decode(&i.encode(), 30).unwrap().blocks, 1 << 32);
+        for blocks in [MAX_INODE_BLOCKS + 1, u64::MAX] {
+            i.blocks = blocks;
+            let e = Inode::decode(&i.encode(), 30).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("inode 30: counts {blocks} data blocks")),
+                "{e}"
+            );
+        }
     }
 
     #[test]
@@ -288,6 +356,51 @@ mod tests {
         i.size = 9;
         let e = Inode::decode(&i.encode(), 57).unwrap_err().to_string();
         assert!(e.contains("inline data of 10 bytes in a file of 9"), "{e}");
+    }
+
+    /// A file longer than the largest file, or a directory with more
+    /// entries than keys, is damage.
+    #[test]
+    fn size_past_the_limit_is_corrupt() {
+        let now = Timespec { sec: 0, nsec: 0 };
+        let mut f = Inode::new(32, libc::S_IFREG | 0o644, 0, 0, now);
+        f.format = Format::InlineMap;
+        f.area = 0u16.to_le_bytes().to_vec();
+        f.size = MAX_FILE_BYTES;
+        assert!(Inode::decode(&f.encode(), 32).is_ok());
+        f.size = MAX_FILE_BYTES + 1;
+        let e = Inode::decode(&f.encode(), 32).unwrap_err().to_string();
+        assert!(
+            e.contains("inode 32: size 17592186044417 is past the limit"),
+            "{e}"
+        );
+        let mut d = Inode::new(33, libc::S_IFDIR | 0o755, 0, 0, now);
+        d.size = MAX_FILE_BYTES + 1;
+        assert!(Inode::decode(&d.encode(), 33).is_ok());
+        d.size = u64::MAX;
+        let e = Inode::decode(&d.encode(), 33).unwrap_err().to_string();
+        assert!(
+            e.contains("past the limit 4611686018427387904 of a Dir"),
+            "{e}"
+        );
+    }
+
+    /// Link counts are added to by mkdir and rename: one near `u32::MAX`
+    /// is damage, refused where decoded.
+    #[test]
+    fn link_count_past_the_limit_is_corrupt() {
+        let now = Timespec { sec: 0, nsec: 0 };
+        let mut i = Inode::new(31, libc::S_IFDIR | 0o755, 0, 0, now);
+        i.nlink = MAX_NLINK;
+        assert_eq!(Inode::decode(&i.encode(), 31).unwrap().nlink, MAX_NLINK);
+        for nlink in [MAX_NLINK + 1, u32::MAX] {
+            i.nlink = nlink;
+            let e = Inode::decode(&i.encode(), 31).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("inode 31: counts {nlink} links")),
+                "{e}"
+            );
+        }
     }
 
     /// Found by the `image` fuzz target (a patch making an inode's mode a

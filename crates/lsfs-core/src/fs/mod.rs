@@ -543,7 +543,9 @@ impl Lsfs {
         }
         self.inodes.remove(&ino);
         self.store.inode_write(ino, None)?;
-        self.store.inodes_used -= 1;
+        // Saturating, as `blocks_used`: the count comes from the super root
+        // and a damaged one may say 0; fsck reports the difference.
+        self.store.inodes_used = self.store.inodes_used.saturating_sub(1);
         Ok(())
     }
 

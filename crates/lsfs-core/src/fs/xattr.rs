@@ -63,6 +63,13 @@ fn heads(s: &mut Store, root: u64, lo: u64, hi: u64) -> Result<Vec<Found>> {
         if key > hi {
             break;
         }
+        if key >= 1 << 62 {
+            // Names hash below 2^62 (`name_hash`); on a damaged image the
+            // next key, `key + 1`, would overflow.
+            return Err(Error::corrupt(format!(
+                "xattr item {key:#x} of the tree at {root}: key out of range"
+            )));
+        }
         if key & 0xff == 0 {
             out.push(decode_head(key, &v)?);
         }
@@ -191,4 +198,33 @@ pub fn list(s: &mut Store, ino: &Inode) -> Result<Vec<Vec<u8>>> {
         .into_iter()
         .map(|f| f.name)
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lsfs_vfs::Timespec;
+
+    /// A damaged xattr tree with a key at `u64::MAX`: listing stepped past
+    /// it with `key + 1`, which overflowed. Keys past what names hash to
+    /// are refused where they are read.
+    #[test]
+    fn key_past_every_name_hash_is_corrupt() {
+        let mut s = Store::small_for_test();
+        let now = Timespec { sec: 0, nsec: 0 };
+        let mut i = Inode::new(16, libc::S_IFREG | 0o644, 0, 0, now);
+        set(&mut s, &mut i, b"user.a", b"xyz", 0).unwrap();
+        assert_eq!(list(&mut s, &i).unwrap(), vec![b"user.a".to_vec()]);
+        // A value chunk (its low byte is not 0) under the last key.
+        let tree = s.tree();
+        tree.insert(
+            &mut VNodes { s: &mut s, ino: 16 },
+            &mut i.xattr_root,
+            u64::MAX,
+            b"chunk",
+        )
+        .unwrap();
+        let e = list(&mut s, &i).unwrap_err().to_string();
+        assert!(e.contains("key out of range"), "{e}");
+    }
 }

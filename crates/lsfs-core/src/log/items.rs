@@ -11,6 +11,7 @@
 
 use crate::codec::{Reader, Writer};
 use crate::error::{Error, Result};
+use crate::layout::MAX_FILE_BYTES;
 use crate::meta::ifile::INODE_BYTES;
 use lsfs_vfs::{FileKind, NAME_MAX_BYTES, SYMLINK_MAX_BYTES};
 
@@ -294,10 +295,16 @@ fn decode_body(t: u8, body: &[u8], ctx: &str) -> Result<Item> {
             }
         }
         T_RENAME => decode_rename(&mut r, ctx)?,
-        T_TRUNCATE => Item::Truncate {
-            ino: r.u64()?,
-            size: r.u64()?,
-        },
+        T_TRUNCATE => {
+            let (ino, size) = (r.u64()?, r.u64()?);
+            // No file is longer: a truncation past it never happened.
+            if size > MAX_FILE_BYTES {
+                return Err(Error::corrupt(format!(
+                    "{ctx}: truncation of inode {ino} to {size} bytes, past the largest file ({MAX_FILE_BYTES})"
+                )));
+            }
+            Item::Truncate { ino, size }
+        }
         T_SETXATTR => decode_setxattr(&mut r, ctx)?,
         T_REMOVEXATTR => Item::RemoveXattr {
             ino: r.u64()?,
@@ -616,6 +623,10 @@ mod tests {
             Item::Inode {
                 ino: 3,
                 image: vec![0; 100],
+            },
+            Item::Truncate {
+                ino: 17,
+                size: MAX_FILE_BYTES + 1,
             },
         ];
         for it in bad {

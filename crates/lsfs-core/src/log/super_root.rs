@@ -157,6 +157,19 @@ impl SuperRoot {
                 crate::layout::VBLOCK_LIMIT
             )));
         }
+        // Creating and allocating add to these counts: one near 2^64 from
+        // damaged bytes would overflow. No more inodes than inode numbers
+        // are in use, nor more blocks than virtual block numbers.
+        for (name, n, limit) in [
+            ("inodes", sr.inodes_used, crate::layout::MAX_INO),
+            ("blocks", sr.blocks_used, crate::layout::VBLOCK_LIMIT),
+        ] {
+            if n > limit {
+                return Err(Error::corrupt(format!(
+                    "{what}: counts {n} {name} in use, more than the limit {limit:#x}"
+                )));
+            }
+        }
         if v >= 2 {
             // Version 1 (before reconciliation) has neither: nothing queued.
             sr.reconcile_cursor = r.u64()?;
@@ -274,6 +287,34 @@ mod tests {
         let e = error_of(&sr);
         assert!(
             e.contains("super root at block 9: the DAT ends at virtual block"),
+            "{e}"
+        );
+    }
+
+    /// The counts of inodes and blocks in use are added to: past what
+    /// inode and virtual block numbers allow, they are damage.
+    #[test]
+    fn counts_in_use_past_the_limits_are_corrupt() {
+        let mut sr = SuperRoot {
+            inodes_used: MAX_INO,
+            blocks_used: VBLOCK_LIMIT,
+            ..valid()
+        };
+        assert!(SuperRoot::decode(&sr.encode(), "test").is_ok());
+        sr.inodes_used = MAX_INO + 1;
+        let e = error_of(&sr);
+        assert!(
+            e.contains(&format!(
+                "super root at block 9: counts {} inodes in use",
+                MAX_INO + 1
+            )),
+            "{e}"
+        );
+        sr.inodes_used = 0;
+        sr.blocks_used = u64::MAX;
+        let e = error_of(&sr);
+        assert!(
+            e.contains(&format!("counts {} blocks in use", u64::MAX)),
             "{e}"
         );
     }

@@ -266,7 +266,11 @@ impl DatNodes<'_> {
 
 impl NodeStore for DatNodes<'_> {
     fn read_node(&mut self, ptr: u64) -> Result<Vec<u8>> {
-        self.read_phys(ptr, DAT_NODE_OWNER)
+        let b = self.read_phys(ptr, DAT_NODE_OWNER)?;
+        if !is_temp(ptr) && !self.node_verified(ptr) {
+            check_dat_node_pointers(&self.geo, ptr, &b)?;
+        }
+        Ok(b)
     }
     fn make_writable(&mut self, ptr: u64) -> Result<u64> {
         self.cow(ptr, DAT_NODE_OWNER)
@@ -292,6 +296,30 @@ impl NodeStore for DatNodes<'_> {
     fn set_node_verified(&mut self, ptr: u64) {
         self.cache.mark_verified(pkey(ptr));
     }
+}
+
+/// Every pointer of the DAT node read from physical block `ptr` (leaf
+/// values: DAT blocks; internal: child nodes) must be a block of the log.
+/// Checked once, when the node is first read: a damaged value in the range
+/// of temporary addresses would be taken for a dirty block of the
+/// checkpoint being built once the leaf is copied on write, and placing
+/// the checkpoint's blocks would find no place for it (a panic).
+fn check_dat_node_pointers(geo: &Geometry, ptr: u64, b: &[u8]) -> Result<()> {
+    let what = format!("DAT node at block {ptr}");
+    match crate::btree::Node::decode(b, geo.block_bytes)? {
+        crate::btree::Node::Leaf { items } => {
+            for (idx, val) in &items {
+                let a = decode_u64(val, &what)?;
+                check_phys(geo, a, &format!("{what}: DAT block {idx}"))?;
+            }
+        }
+        crate::btree::Node::Internal { children, .. } => {
+            for &(key, c) in &children {
+                check_phys(geo, c, &format!("{what}: child for keys from {key}"))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 pub(crate) fn check_phys(geo: &Geometry, addr: u64, what: &str) -> Result<()> {
@@ -1356,5 +1384,40 @@ mod tests {
         let err = s.vkill(v).unwrap_err().to_string();
         assert!(err.contains("outside the log"), "{err}");
         assert!(s.writable().is_err(), "writes must stop");
+    }
+
+    /// Hardening (the panic the `image` fuzz target found in the same place
+    /// came from an extent, `fs::file`): a DAT block address in the range
+    /// of temporary addresses would be taken for a dirty block once its
+    /// leaf is copied on write. A DAT node's pointers are checked when read.
+    #[test]
+    fn dat_node_pointing_outside_the_log_is_corrupt() {
+        use crate::btree::{Node, Value};
+        let mut s = Store::small_for_test();
+        let at = s.geo.segment_start(5);
+        for (a, bad) in [(s.geo.segment_start(6), false), (TEMP_BASE + 1, true)] {
+            let leaf = Node::Leaf {
+                items: vec![(0, Value::from_slice(&a.to_le_bytes()))],
+            };
+            s.dev
+                .write_at(s.geo.byte_offset(at), &leaf.encode(s.geo.block_bytes))
+                .unwrap();
+            s.cache.remove(pkey(at));
+            s.dat_map.clear();
+            s.dat_root = at;
+            match s.dat_get(1) {
+                Ok(e) => assert!(!bad && e.is_free(), "{a:#x}: {e:?}"),
+                Err(err) => {
+                    let err = err.to_string();
+                    assert!(bad, "{a:#x}: {err}");
+                    assert!(
+                        err.contains(&format!(
+                            "DAT node at block {at}: DAT block 0 points at block {a}"
+                        )),
+                        "{err}"
+                    );
+                }
+            }
+        }
     }
 }
