@@ -75,3 +75,11 @@ impl std::error::Error for Error {
         }
     }
 }
+
+/// `?` in the file layer's `Vfs` methods turns an engine error into the
+/// errno the caller sees ([`Error::errno`]).
+impl From<Error> for Errno {
+    fn from(err: Error) -> Errno {
+        err.errno()
+    }
+}

@@ -101,10 +101,6 @@ pub struct Lsfs {
     pub check_checkpoints: bool,
 }
 
-fn e(err: Error) -> Errno {
-    err.errno()
-}
-
 fn check_name(name: &[u8]) -> VfsResult<()> {
     if name.len() > NAME_MAX_BYTES {
         return Err(Errno::NAMETOOLONG);
@@ -241,7 +237,7 @@ impl Lsfs {
         if self.view.is_some() || self.read_errors.tripped() {
             return Err(Errno::ROFS);
         }
-        self.store.writable().map_err(e)
+        self.store.writable().map_err(Errno::from)
     }
 
     // ---- inode cache ----
@@ -385,9 +381,9 @@ impl Lsfs {
     fn after_change(&mut self) -> VfsResult<()> {
         self.cleaner.last_activity = self.store.clock().mono();
         if self.store.pending_blocks() * 2 > self.store.cache.capacity_blocks() {
-            self.checkpoint_for("cache").map_err(e)?;
+            self.checkpoint_for("cache")?;
         } else if self.oplog.over_bound() {
-            self.checkpoint_for("oplog").map_err(e)?;
+            self.checkpoint_for("oplog")?;
         }
         Ok(())
     }
@@ -405,22 +401,22 @@ impl Lsfs {
         if self.store.needs_freed_segments(need) {
             // Cleaner passes free segments without a checkpoint of their
             // own; the writer is about to need them.
-            self.checkpoint_for("space: freed segments").map_err(e)?;
+            self.checkpoint_for("space: freed segments")?;
         }
         if self.store.free_blocks() >= need {
             // Below the cleaner's low-water mark, clean in the foreground
             // back above it.
             if self.cleaner.enabled && self.free_segments() < self.low_water_segments() {
-                self.clean_to_low_water().map_err(e)?;
+                self.clean_to_low_water()?;
             }
             return Ok(());
         }
         if self.store.has_dirty() {
-            self.checkpoint_for("space: short").map_err(e)?;
+            self.checkpoint_for("space: short")?;
         }
         // Freed segments become usable after the checkpoint that freed them.
-        self.checkpoint_for("space: short").map_err(e)?;
-        if self.store.free_blocks() >= need || self.clean_for_space(need).map_err(e)? {
+        self.checkpoint_for("space: short")?;
+        if self.store.free_blocks() >= need || self.clean_for_space(need)? {
             Ok(())
         } else {
             Err(Errno::NOSPC)
@@ -583,7 +579,7 @@ impl Lsfs {
     // ---- namespace helpers ----
 
     fn dir_inode(&mut self, ino: u64) -> VfsResult<Inode> {
-        let d = self.get(ino).map_err(e)?;
+        let d = self.get(ino)?;
         if d.kind() != FileKind::Dir {
             return Err(Errno::NOTDIR);
         }
@@ -606,7 +602,7 @@ impl Lsfs {
             return Err(Errno::NAMETOOLONG);
         }
         let d = self.dir_inode(parent)?;
-        dir::lookup(&mut self.store, &d, name).map_err(e)
+        dir::lookup(&mut self.store, &d, name).map_err(Errno::from)
     }
 
     /// mknod, mkdir and symlink (with `target`): a new inode named `name`.
@@ -624,7 +620,7 @@ impl Lsfs {
         self.check_reserved(parent, name)?;
         self.reserve(8)?;
         let d = self.live_dir(parent)?;
-        if dir::lookup(&mut self.store, &d, name).map_err(e)?.is_some() {
+        if dir::lookup(&mut self.store, &d, name)?.is_some() {
             return Err(Errno::EXIST);
         }
         let ino = self.store.next_ino;
@@ -731,8 +727,8 @@ impl Lsfs {
         // ".." is not counted in the size (the number of entries rmdir and
         // fsck look at): keep it as it was, whether ".." existed or not.
         let size = d.size;
-        let _ = dir::remove(&mut self.store, &mut d, b"..").map_err(e)?;
-        dir::insert(&mut self.store, &mut d, b"..", parent, FileKind::Dir).map_err(e)?;
+        let _ = dir::remove(&mut self.store, &mut d, b"..")?;
+        dir::insert(&mut self.store, &mut d, b"..", parent, FileKind::Dir)?;
         d.size = size;
         self.put(d);
         Ok(())
@@ -742,8 +738,7 @@ impl Lsfs {
         if d.ino == ROOT_INO {
             return Ok(ROOT_INO);
         }
-        Ok(dir::lookup(&mut self.store, d, b"..")
-            .map_err(e)?
+        Ok(dir::lookup(&mut self.store, d, b"..")?
             .map(|p| p.ino)
             .unwrap_or(ROOT_INO))
     }
@@ -756,25 +751,31 @@ const FILL_OVERHEAD_DIVISOR: u64 = 32;
 impl Vfs for Lsfs {
     fn lookup(&mut self, parent: Ino, name: &[u8]) -> VfsResult<Attr> {
         if is_virtual(parent) {
-            return self.views.lookup(&mut self.store, parent, name).map_err(e);
+            return self
+                .views
+                .lookup(&mut self.store, parent, name)
+                .map_err(Errno::from);
         }
         if parent == ROOT_INO && name == CTL_NAME && self.view.is_none() {
-            return self.views.getattr(&mut self.store, CTL_INO).map_err(e);
+            return self
+                .views
+                .getattr(&mut self.store, CTL_INO)
+                .map_err(Errno::from);
         }
         if name == b".." {
             let d = self.dir_inode(parent)?;
             let p = self.parent_of(&d)?;
-            let c = self.load(p).map_err(e)?;
+            let c = self.load(p)?;
             c.lookups += 1;
             return Ok(c.inode.attr());
         }
         if name == b"." {
-            let c = self.load(parent).map_err(e)?;
+            let c = self.load(parent)?;
             c.lookups += 1;
             return Ok(c.inode.attr());
         }
         let ent = self.lookup_entry(parent, name)?.ok_or(Errno::NOENT)?;
-        let c = self.load(ent.ino).map_err(e)?;
+        let c = self.load(ent.ino)?;
         c.lookups += 1;
         Ok(c.inode.attr())
     }
@@ -790,14 +791,17 @@ impl Vfs for Lsfs {
 
     fn getattr(&mut self, ino: Ino) -> VfsResult<Attr> {
         if is_virtual(ino) {
-            return self.views.getattr(&mut self.store, ino).map_err(e);
+            return self
+                .views
+                .getattr(&mut self.store, ino)
+                .map_err(Errno::from);
         }
-        Ok(self.load(ino).map_err(e)?.inode.attr())
+        Ok(self.load(ino)?.inode.attr())
     }
 
     fn setattr(&mut self, ino: Ino, set: &SetAttr) -> VfsResult<Attr> {
         self.mutable()?;
-        let mut i = self.get(ino).map_err(e)?;
+        let mut i = self.get(ino)?;
         let now = self.store.clock().now();
         if let Some(size) = set.size {
             if i.kind() == FileKind::Dir {
@@ -810,7 +814,7 @@ impl Vfs for Lsfs {
                 self.reserve(1)?;
             }
             let shrinks = size < i.size;
-            file::truncate(&mut self.store, &mut i, size).map_err(e)?;
+            file::truncate(&mut self.store, &mut i, size)?;
             i.mtime = now;
             i.ctime = now;
             if shrinks {
@@ -855,14 +859,14 @@ impl Vfs for Lsfs {
 
     fn readlink(&mut self, ino: Ino) -> VfsResult<Vec<u8>> {
         let i = if is_virtual(ino) {
-            self.views.inode(&mut self.store, ino).map_err(e)?.0
+            self.views.inode(&mut self.store, ino)?.0
         } else {
-            self.get(ino).map_err(e)?
+            self.get(ino)?
         };
         if i.kind() != FileKind::Symlink {
             return Err(Errno::INVAL);
         }
-        file::read(&mut self.store, &i, 0, i.size).map_err(e)
+        file::read(&mut self.store, &i, 0, i.size).map_err(Errno::from)
     }
 
     fn mknod(
@@ -999,9 +1003,9 @@ impl Vfs for Lsfs {
                 .views
                 .getattr(&mut self.store, ino)
                 .map(|_| ())
-                .map_err(e);
+                .map_err(Errno::from);
         }
-        self.load(ino).map_err(e)?.opens += 1;
+        self.load(ino)?.opens += 1;
         Ok(())
     }
 
@@ -1019,16 +1023,16 @@ impl Vfs for Lsfs {
             return self
                 .views
                 .read(&mut self.store, ino, offset, size as u64)
-                .map_err(e);
+                .map_err(Errno::from);
         }
-        let i = self.get(ino).map_err(e)?;
+        let i = self.get(ino)?;
         match i.kind() {
             FileKind::File => {}
             FileKind::Dir => return Err(Errno::ISDIR),
             // A symlink's bytes are its target (readlink); others have none.
             _ => return Err(Errno::INVAL),
         }
-        file::read(&mut self.store, &i, offset, size as u64).map_err(e)
+        file::read(&mut self.store, &i, offset, size as u64).map_err(Errno::from)
     }
 
     fn seek_data_or_hole(&mut self, ino: Ino, offset: u64, data: bool) -> VfsResult<Option<u64>> {
@@ -1037,18 +1041,18 @@ impl Vfs for Lsfs {
             let size = self.getattr(ino)?.size;
             return Ok(lsfs_vfs::seek_in_all_data(size, offset, data));
         }
-        let i = self.get(ino).map_err(e)?;
+        let i = self.get(ino)?;
         match i.kind() {
             FileKind::File => {}
             FileKind::Dir => return Err(Errno::ISDIR),
             _ => return Err(Errno::INVAL),
         }
-        file::seek_data_or_hole(&mut self.store, &i, offset, data).map_err(e)
+        file::seek_data_or_hole(&mut self.store, &i, offset, data).map_err(Errno::from)
     }
 
     fn write(&mut self, ino: Ino, offset: u64, data: &[u8]) -> VfsResult<u32> {
         self.mutable()?;
-        let mut i = self.get(ino).map_err(e)?;
+        let mut i = self.get(ino)?;
         match i.kind() {
             FileKind::File => {}
             FileKind::Dir => return Err(Errno::ISDIR),
@@ -1072,7 +1076,7 @@ impl Vfs for Lsfs {
             let n = ((chunk - pos % file::BLOCK) as usize).min(data.len() - done);
             self.store
                 .note_user_write(ino, (n as u64).div_ceil(file::BLOCK));
-            file::write(&mut self.store, &mut i, pos, &data[done..done + n]).map_err(e)?;
+            file::write(&mut self.store, &mut i, pos, &data[done..done + n])?;
             self.write_amp.note_app(n as u64);
             let now = self.store.clock().now();
             i.mtime = now;
@@ -1083,7 +1087,7 @@ impl Vfs for Lsfs {
             if done >= data.len() {
                 break;
             }
-            i = self.get(ino).map_err(e)?;
+            i = self.get(ino)?;
         }
         Ok(data.len() as u32)
     }
@@ -1097,11 +1101,11 @@ impl Vfs for Lsfs {
             return Ok(());
         }
         self.mutable()?;
-        self.load(ino).map_err(e)?;
-        if !self.fsync_record(ino).map_err(e)? {
+        self.load(ino)?;
+        if !self.fsync_record(ino)? {
             // One flush: no data-stream records (see Store::checkpoint).
             self.store.streams.one_flush_next = true;
-            self.checkpoint_for("fsync").map_err(e)?;
+            self.checkpoint_for("fsync")?;
         }
         Ok(())
     }
@@ -1111,7 +1115,7 @@ impl Vfs for Lsfs {
             return self
                 .views
                 .readdir(&mut self.store, ino, offset, max_entries)
-                .map_err(e);
+                .map_err(Errno::from);
         }
         let d = self.dir_inode(ino)?;
         let mut out = Vec::new();
@@ -1135,7 +1139,7 @@ impl Vfs for Lsfs {
         let want = max_entries.saturating_sub(out.len());
         let mut cookie = offset;
         while out.len() < max_entries {
-            let batch = dir::list_after(&mut self.store, &d, cookie, want + 1).map_err(e)?;
+            let batch = dir::list_after(&mut self.store, &d, cookie, want + 1)?;
             if batch.is_empty() {
                 break;
             }
@@ -1208,20 +1212,24 @@ impl Vfs for Lsfs {
 
     fn getxattr(&mut self, ino: Ino, name: &[u8]) -> VfsResult<Vec<u8>> {
         if is_virtual(ino) {
-            return self.views.getxattr(&mut self.store, ino, name).map_err(e);
+            return self
+                .views
+                .getxattr(&mut self.store, ino, name)
+                .map_err(Errno::from);
         }
-        let i = self.get(ino).map_err(e)?;
-        xattr::get(&mut self.store, &i, name)
-            .map_err(e)?
-            .ok_or(Errno::NODATA)
+        let i = self.get(ino)?;
+        xattr::get(&mut self.store, &i, name)?.ok_or(Errno::NODATA)
     }
 
     fn listxattr(&mut self, ino: Ino) -> VfsResult<Vec<Vec<u8>>> {
         if is_virtual(ino) {
-            return self.views.listxattr(&mut self.store, ino).map_err(e);
+            return self
+                .views
+                .listxattr(&mut self.store, ino)
+                .map_err(Errno::from);
         }
-        let i = self.get(ino).map_err(e)?;
-        xattr::list(&mut self.store, &i).map_err(e)
+        let i = self.get(ino)?;
+        xattr::list(&mut self.store, &i).map_err(Errno::from)
     }
 
     fn removexattr(&mut self, ino: Ino, name: &[u8]) -> VfsResult<()> {
@@ -1245,7 +1253,7 @@ impl Vfs for Lsfs {
         if length == 0 {
             return Err(Errno::INVAL);
         }
-        let mut i = self.get(ino).map_err(e)?;
+        let mut i = self.get(ino)?;
         match i.kind() {
             FileKind::File => {}
             FileKind::Dir => return Err(Errno::ISDIR), // as Linux
@@ -1264,7 +1272,7 @@ impl Vfs for Lsfs {
         loop {
             let pos = offset + done;
             let n = (chunk - pos % file::BLOCK).min(length - done);
-            file::allocate(&mut self.store, &mut i, pos, n).map_err(e)?;
+            file::allocate(&mut self.store, &mut i, pos, n)?;
             self.write_amp.note_app(n);
             i.ctime = self.store.clock().now();
             self.put(i);
@@ -1273,7 +1281,7 @@ impl Vfs for Lsfs {
             if done >= length {
                 return Ok(());
             }
-            i = self.get(ino).map_err(e)?;
+            i = self.get(ino)?;
         }
     }
 
@@ -1283,7 +1291,7 @@ impl Vfs for Lsfs {
         if self.view.is_some() || self.store.config.read_only {
             return Ok(());
         }
-        self.checkpoint_for("sync").map(|_| ()).map_err(e)
+        self.checkpoint_for("sync").map(|_| ()).map_err(Errno::from)
     }
 
     fn read_only(&self) -> bool {

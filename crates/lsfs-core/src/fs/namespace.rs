@@ -6,7 +6,7 @@
 //! gives exactly what the change gave (the times aside: the inode images
 //! logged with the changes set those afterwards).
 
-use super::{dir, e, file, xattr, Lsfs};
+use super::{dir, file, xattr, Lsfs};
 use crate::fs::inode::Inode;
 use crate::layout::ROOT_INO;
 use lsfs_vfs::{Errno, FileKind, Timespec, VfsResult, RENAME_EXCHANGE, RENAME_NOREPLACE};
@@ -37,7 +37,7 @@ impl Lsfs {
         self.store.inodes_used += 1;
         let mut inode = Inode::new(ino, mode, uid, gid, now);
         inode.rdev = rdev;
-        dir::insert(&mut self.store, &mut d, name, ino, inode.kind()).map_err(e)?;
+        dir::insert(&mut self.store, &mut d, name, ino, inode.kind())?;
         if inode.kind() == FileKind::Dir {
             d.nlink += 1;
         }
@@ -45,13 +45,13 @@ impl Lsfs {
         d.ctime = now;
         self.put(d);
         if !target.is_empty() {
-            file::write(&mut self.store, &mut inode, 0, target).map_err(e)?;
+            file::write(&mut self.store, &mut inode, 0, target)?;
         }
         self.put(inode);
         if FileKind::from_mode(mode) == Some(FileKind::Dir) {
             self.set_dotdot(ino, parent)?;
         }
-        self.get(ino).map_err(e)
+        self.get(ino).map_err(Errno::from)
     }
 
     /// Whether inode `ino` may get the name `newname` in `newparent`.
@@ -61,7 +61,7 @@ impl Lsfs {
         newparent: u64,
         newname: &[u8],
     ) -> VfsResult<()> {
-        let i = self.get(ino).map_err(e)?;
+        let i = self.get(ino)?;
         if i.kind() == FileKind::Dir {
             return Err(Errno::PERM);
         }
@@ -74,10 +74,7 @@ impl Lsfs {
             return Err(Errno::MLINK);
         }
         let d = self.live_dir(newparent)?;
-        if dir::lookup(&mut self.store, &d, newname)
-            .map_err(e)?
-            .is_some()
-        {
+        if dir::lookup(&mut self.store, &d, newname)?.is_some() {
             return Err(Errno::EXIST);
         }
         Ok(())
@@ -91,8 +88,8 @@ impl Lsfs {
         now: Timespec,
     ) -> VfsResult<Inode> {
         let mut d = self.live_dir(newparent)?;
-        let mut i = self.get(ino).map_err(e)?;
-        dir::insert(&mut self.store, &mut d, newname, ino, i.kind()).map_err(e)?;
+        let mut i = self.get(ino)?;
+        dir::insert(&mut self.store, &mut d, newname, ino, i.kind())?;
         d.mtime = now;
         d.ctime = now;
         self.put(d);
@@ -105,9 +102,7 @@ impl Lsfs {
     /// The entry `unlink(parent, name)` removes.
     pub(super) fn unlink_checks(&mut self, parent: u64, name: &[u8]) -> VfsResult<dir::Entry> {
         let d = self.dir_inode(parent)?;
-        let ent = dir::lookup(&mut self.store, &d, name)
-            .map_err(e)?
-            .ok_or(Errno::NOENT)?;
+        let ent = dir::lookup(&mut self.store, &d, name)?.ok_or(Errno::NOENT)?;
         if ent.kind == FileKind::Dir {
             return Err(Errno::ISDIR);
         }
@@ -122,27 +117,25 @@ impl Lsfs {
         now: Timespec,
     ) -> VfsResult<()> {
         let mut d = self.dir_inode(parent)?;
-        dir::remove(&mut self.store, &mut d, name).map_err(e)?;
+        dir::remove(&mut self.store, &mut d, name)?;
         d.mtime = now;
         d.ctime = now;
         self.put(d);
-        let mut i = self.get(ent.ino).map_err(e)?;
+        let mut i = self.get(ent.ino)?;
         i.nlink = i.nlink.saturating_sub(1);
         i.ctime = now;
         self.put(i);
-        self.drop_link(ent.ino).map_err(e)
+        self.drop_link(ent.ino).map_err(Errno::from)
     }
 
     /// The empty directory `rmdir(parent, name)` removes.
     pub(super) fn rmdir_checks(&mut self, parent: u64, name: &[u8]) -> VfsResult<dir::Entry> {
         let d = self.dir_inode(parent)?;
-        let ent = dir::lookup(&mut self.store, &d, name)
-            .map_err(e)?
-            .ok_or(Errno::NOENT)?;
+        let ent = dir::lookup(&mut self.store, &d, name)?.ok_or(Errno::NOENT)?;
         if ent.kind != FileKind::Dir {
             return Err(Errno::NOTDIR);
         }
-        if self.get(ent.ino).map_err(e)?.size > 0 {
+        if self.get(ent.ino)?.size > 0 {
             return Err(Errno::NOTEMPTY);
         }
         Ok(ent)
@@ -156,9 +149,9 @@ impl Lsfs {
         now: Timespec,
     ) -> VfsResult<()> {
         let mut d = self.dir_inode(parent)?;
-        let mut victim = self.get(ent.ino).map_err(e)?;
-        let _ = dir::remove(&mut self.store, &mut victim, b"..").map_err(e)?;
-        dir::remove(&mut self.store, &mut d, name).map_err(e)?;
+        let mut victim = self.get(ent.ino)?;
+        let _ = dir::remove(&mut self.store, &mut victim, b"..")?;
+        dir::remove(&mut self.store, &mut d, name)?;
         d.nlink = d.nlink.saturating_sub(1);
         d.mtime = now;
         d.ctime = now;
@@ -167,7 +160,7 @@ impl Lsfs {
         victim.ctime = now;
         victim.size = 0;
         self.put(victim);
-        self.drop_link(ent.ino).map_err(e)
+        self.drop_link(ent.ino).map_err(Errno::from)
     }
 
     /// Check a rename; `None` if it changes nothing (both names are one inode).
@@ -246,7 +239,7 @@ impl Lsfs {
             match (src.kind == FileKind::Dir, d.kind == FileKind::Dir) {
                 (true, false) => return Err(Errno::NOTDIR),
                 (false, true) => return Err(Errno::ISDIR),
-                (true, true) if self.get(d.ino).map_err(e)?.size > 0 => {
+                (true, true) if self.get(d.ino)?.size > 0 => {
                     return Err(Errno::NOTEMPTY);
                 }
                 _ => {}
@@ -257,7 +250,7 @@ impl Lsfs {
         if src.kind == FileKind::Dir && parent != newparent {
             self.set_dotdot(src.ino, newparent)?;
         }
-        self.touch_ctime(src.ino, now).map_err(e)?;
+        self.touch_ctime(src.ino, now)?;
         let mut touched = vec![parent, newparent, src.ino];
         if let Some(d) = dst {
             self.rename_release_replaced(&d, now)?;
@@ -278,7 +271,7 @@ impl Lsfs {
         now: Timespec,
     ) -> VfsResult<Vec<u64>> {
         let mut pd = self.dir_inode(parent)?;
-        dir::replace(&mut self.store, &mut pd, &src, d.ino, d.kind).map_err(e)?;
+        dir::replace(&mut self.store, &mut pd, &src, d.ino, d.kind)?;
         pd.mtime = now;
         pd.ctime = now;
         if parent != newparent && src.kind != d.kind {
@@ -290,7 +283,7 @@ impl Lsfs {
         }
         self.put(pd);
         let mut nd = self.dir_inode(newparent)?;
-        dir::replace(&mut self.store, &mut nd, &d, src.ino, src.kind).map_err(e)?;
+        dir::replace(&mut self.store, &mut nd, &d, src.ino, src.kind)?;
         nd.mtime = now;
         nd.ctime = now;
         if parent != newparent && src.kind != d.kind {
@@ -307,8 +300,8 @@ impl Lsfs {
         if d.kind == FileKind::Dir {
             self.set_dotdot(d.ino, parent)?;
         }
-        self.touch_ctime(src.ino, now).map_err(e)?;
-        self.touch_ctime(d.ino, now).map_err(e)?;
+        self.touch_ctime(src.ino, now)?;
+        self.touch_ctime(d.ino, now)?;
         Ok(vec![parent, newparent, src.ino, d.ino])
     }
 
@@ -322,7 +315,7 @@ impl Lsfs {
         now: Timespec,
     ) -> VfsResult<()> {
         let mut pd = self.dir_inode(parent)?;
-        dir::remove(&mut self.store, &mut pd, name).map_err(e)?;
+        dir::remove(&mut self.store, &mut pd, name)?;
         pd.mtime = now;
         pd.ctime = now;
         if src.kind == FileKind::Dir {
@@ -346,12 +339,12 @@ impl Lsfs {
         let mut nd = self.dir_inode(newparent)?;
         match dst {
             Some(d) => {
-                dir::replace(&mut self.store, &mut nd, d, src.ino, src.kind).map_err(e)?;
+                dir::replace(&mut self.store, &mut nd, d, src.ino, src.kind)?;
                 if d.kind == FileKind::Dir {
                     nd.nlink = nd.nlink.saturating_sub(1);
                 }
             }
-            None => dir::insert(&mut self.store, &mut nd, newname, src.ino, src.kind).map_err(e)?,
+            None => dir::insert(&mut self.store, &mut nd, newname, src.ino, src.kind)?,
         }
         if src.kind == FileKind::Dir {
             nd.nlink += 1;
@@ -365,9 +358,9 @@ impl Lsfs {
     /// The inode a rename replaced loses its name: a directory (empty, as
     /// checked) loses everything, anything else one link.
     fn rename_release_replaced(&mut self, d: &dir::Entry, now: Timespec) -> VfsResult<()> {
-        let mut v = self.get(d.ino).map_err(e)?;
+        let mut v = self.get(d.ino)?;
         if v.kind() == FileKind::Dir {
-            let _ = dir::remove(&mut self.store, &mut v, b"..").map_err(e)?;
+            let _ = dir::remove(&mut self.store, &mut v, b"..")?;
             v.nlink = 0;
             v.size = 0;
         } else {
@@ -375,7 +368,7 @@ impl Lsfs {
         }
         v.ctime = now;
         self.put(v);
-        self.drop_link(d.ino).map_err(e)
+        self.drop_link(d.ino).map_err(Errno::from)
     }
 
     pub(super) fn setxattr_apply(
@@ -386,8 +379,8 @@ impl Lsfs {
         flags: i32,
         now: Timespec,
     ) -> VfsResult<()> {
-        let mut i = self.get(ino).map_err(e)?;
-        xattr::set(&mut self.store, &mut i, name, value, flags).map_err(e)?;
+        let mut i = self.get(ino)?;
+        xattr::set(&mut self.store, &mut i, name, value, flags)?;
         i.ctime = now;
         self.put(i);
         Ok(())
@@ -399,8 +392,8 @@ impl Lsfs {
         name: &[u8],
         now: Timespec,
     ) -> VfsResult<()> {
-        let mut i = self.get(ino).map_err(e)?;
-        xattr::remove(&mut self.store, &mut i, name).map_err(e)?;
+        let mut i = self.get(ino)?;
+        xattr::remove(&mut self.store, &mut i, name)?;
         i.ctime = now;
         self.put(i);
         Ok(())
@@ -423,7 +416,7 @@ impl Lsfs {
                 return Ok(false);
             }
             let d = self.dir_inode(ino)?;
-            ino = match dir::lookup(&mut self.store, &d, b"..").map_err(e)? {
+            ino = match dir::lookup(&mut self.store, &d, b"..")? {
                 Some(p) => p.ino,
                 None => return Ok(false),
             };
