@@ -78,7 +78,7 @@ fn main() {
     config.store.protection_secs = 0;
     config.store.cache_blocks = 4096;
     config.store.streams = streams;
-    config.cleaner.policy = policy.clone();
+    config.cleaner.policy = lsfs_core::gc::parse_policy(&policy).unwrap_or_else(|e| panic!("{e}"));
     config.cleaner.check_interval_secs = 3600;
     config.cleaner.idle_secs = 0;
     let opts = MkfsOptions {

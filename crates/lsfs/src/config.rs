@@ -98,7 +98,10 @@ mod tests {
             f.cleaner.threaded_logging,
             lsfs_core::gc::ThreadedLogging::Adaptive
         );
+        let f: FileConfig = toml::from_str("[cleaner]\npolicy = \"greedy\"").unwrap();
+        assert_eq!(f.cleaner.policy, lsfs_core::gc::PolicyKind::Greedy);
         for (key, valid) in [
+            ("policy", "timestamp, greedy, cost-benefit"),
             ("power", "`auto`, `ac`"),
             ("threaded_logging", "`off`, `adaptive`"),
         ] {

@@ -133,7 +133,8 @@ impl Cleaner {
     }
 
     pub fn set_policy(&mut self, name: &str) -> std::result::Result<(), String> {
-        self.reconfigure(|c| c.policy = name.to_string())?;
+        let kind = crate::gc::parse_policy(name)?;
+        self.reconfigure(|c| c.policy = kind)?;
         self.policy = self.config.policy();
         Ok(())
     }

@@ -73,13 +73,37 @@ config_enum!(
     }
 );
 
+/// `policy` in lsfs.toml and on the control socket: the policy's name.
+/// (`PolicyKind` is `lsfs-policy`'s, which has no serde.)
+mod policy_name {
+    use super::PolicyKind;
+    use serde::{de::Error, Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(k: &PolicyKind, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(k.name())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<PolicyKind, D::Error> {
+        super::parse_policy(&String::deserialize(d)?).map_err(D::Error::custom)
+    }
+}
+
+/// A policy by name; the error names the setting and every valid name.
+pub fn parse_policy(name: &str) -> Result<PolicyKind, String> {
+    PolicyKind::from_name(name).ok_or_else(|| {
+        let names: Vec<_> = PolicyKind::ALL.iter().map(|k| k.name()).collect();
+        format!("cleaner.policy = {name:?}: one of {}", names.join(", "))
+    })
+}
+
 /// Cleaner settings (`[cleaner]` in lsfs.toml), in the spirit of
 /// `nilfs_cleanerd.conf`. Ranges are checked by [`CleanerConfig::validate`].
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct CleanerConfig {
     /// Victim selection: timestamp, greedy, cost-benefit, cost-hotness, balanced.
-    pub policy: String,
+    #[serde(with = "policy_name")]
+    pub policy: PolicyKind,
     /// Clean when free segments drop below this percentage (1..=50; default 5),
     /// or below what a pass needs to work with on a small device
     /// ([`crate::fs::Lsfs::low_water_segments`]).
@@ -123,7 +147,7 @@ impl Default for CleanerConfig {
         CleanerConfig {
             // Measured best on every workload (docs/CLEANER.md): it keeps
             // hot data a generous share of the space and packs cold data.
-            policy: "balanced".into(),
+            policy: PolicyKind::StreamBalanced,
             // Measured (docs/CLEANER.md §4): free segments are space the
             // cleaner cannot choose from, so NILFS's 10 % / 20 % pack the
             // used segments tighter and raise the write amplification.
@@ -156,14 +180,6 @@ fn range<T: PartialOrd + std::fmt::Display>(name: &str, v: T, lo: T, hi: T) -> R
 
 impl CleanerConfig {
     pub fn validate(&self) -> Result<(), String> {
-        if PolicyKind::from_name(&self.policy).is_none() {
-            let names: Vec<_> = PolicyKind::ALL.iter().map(|k| k.name()).collect();
-            return Err(format!(
-                "cleaner.policy = {:?}: one of {}",
-                self.policy,
-                names.join(", ")
-            ));
-        }
         range("min_free_percent", self.min_free_percent, 1, 50)?;
         range(
             "max_free_percent",
@@ -198,9 +214,7 @@ impl CleanerConfig {
     }
 
     pub fn policy(&self) -> Box<dyn SelectionPolicy> {
-        PolicyKind::from_name(&self.policy)
-            .unwrap_or(PolicyKind::CostBenefit)
-            .build(self.min_quiet_secs)
+        self.policy.build(self.min_quiet_secs)
     }
 }
 
