@@ -12,13 +12,28 @@
 //! gate's patience, a lock taken with retries.
 
 use lsfs_vfs::Timespec;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Clock {
-    /// Time since the epoch, once set; `None` reads the system.
-    set: Arc<Mutex<Option<Duration>>>,
+    /// Nanoseconds since the epoch, once set; [`UNSET`] reads the system.
+    /// An atomic rather than a mutex: every timestamp and interval of the
+    /// engine reads it, from several threads.
+    set: Arc<AtomicU64>,
+}
+
+/// The value of [`Clock::set`] while the clock reads the system (about the
+/// year 2554, far past any time a test sets).
+const UNSET: u64 = u64::MAX;
+
+impl Default for Clock {
+    fn default() -> Self {
+        Clock {
+            set: Arc::new(AtomicU64::new(UNSET)),
+        }
+    }
 }
 
 /// Monotonic readings of the system clock count from the first one.
@@ -41,7 +56,17 @@ impl Clock {
     }
 
     fn fixed(&self) -> Option<Duration> {
-        *self.set.lock().unwrap_or_else(|p| p.into_inner())
+        match self.set.load(Ordering::Relaxed) {
+            UNSET => None,
+            ns => Some(Duration::from_nanos(ns)),
+        }
+    }
+
+    fn store(&self, d: Duration) {
+        let ns = u64::try_from(d.as_nanos())
+            .unwrap_or(UNSET - 1)
+            .min(UNSET - 1);
+        self.set.store(ns, Ordering::Relaxed);
     }
 
     /// Wall time since the epoch.
@@ -81,14 +106,14 @@ impl Clock {
 
     /// Stop reading the system: the clock stands at `secs` since the epoch.
     pub fn set_secs(&self, secs: u64) {
-        *self.set.lock().unwrap_or_else(|p| p.into_inner()) = Some(Duration::from_secs(secs));
+        self.store(Duration::from_secs(secs));
     }
 
     /// Move a set clock on by `d`; a clock that reads the system is set
     /// first, at the system's time.
     pub fn advance(&self, d: Duration) {
         let now = self.since_epoch();
-        *self.set.lock().unwrap_or_else(|p| p.into_inner()) = Some(now + d);
+        self.store(now + d);
     }
 
     /// Whether the clock was set (a test or a simulation drives it).
