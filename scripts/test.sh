@@ -3,6 +3,8 @@
 # crash and model tests (cargo test), then the fuzz targets for a bounded time (scripts/fuzz.sh), then the external suites
 # through a real FUSE mount of lsfs (pjdfstest, fsx, fsck).
 # Installs what it needs first. Takes about 15 minutes on 2 cores.
+# The external suites run twice: with the default mount options, and with
+# the kernel's writeback cache off.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -18,3 +20,6 @@ cargo test --workspace --release 2>&1
 FUZZ_TARGETS=${FUZZ_TARGETS:-"superblock record btree_node btree_tree dir_block inode meta_entries image"} \
     FUZZ_SECS=${FUZZ_SECS:-20} FUZZ_JOBS=${FUZZ_JOBS:-2} FUZZ_SEED=${FUZZ_SEED:-1} scripts/fuzz.sh
 scripts/suites.sh target/release/lsfs
+# The same suites with the kernel's writeback cache off: every write() is then
+# a request of its own, a different path through the adapter and the engine.
+LSFS_MOUNT_OPTS=no_writeback_cache FSX_OPS=${FSX_OPS_NO_WRITEBACK:-30000} scripts/suites.sh target/release/lsfs
