@@ -108,20 +108,7 @@ impl SuperRoot {
     pub fn decode(b: &[u8], where_: &str) -> Result<SuperRoot> {
         let what = format!("super root at {where_}");
         let mut r = Reader::new(b, &what);
-        if r.u32()? != SR_MAGIC {
-            return Err(Error::corrupt(format!("{what}: bad magic")));
-        }
-        let v = r.u32()?;
-        if !(1..=SR_VERSION).contains(&v) {
-            return Err(Error::unsupported(format!("{what}: version {v}")));
-        }
-        if b.len() != BLOCK_BYTES {
-            return Err(Error::corrupt(format!("{what}: {} bytes", b.len())));
-        }
-        let stored = u32::from_le_bytes(b[CRC_AT..].try_into().unwrap());
-        if stored != crc_with_hole(b, CRC_AT) {
-            return Err(Error::corrupt(format!("{what}: checksum mismatch")));
-        }
+        let v = check_header(&mut r, b, &what)?;
         let mut sr = SuperRoot {
             cno: r.u64()?,
             created_secs: r.u64()?,
@@ -136,33 +123,50 @@ impl SuperRoot {
             blocks_used: r.u64()?,
             ..Default::default()
         };
-        if sr.cno >= crate::layout::COUNTER_LIMIT {
+        sr.check_bounds(&what)?;
+        if v >= 2 {
+            // Version 1 (before reconciliation) has neither: nothing queued.
+            sr.reconcile_cursor = r.u64()?;
+            sr.reconcile_queue = decode_reconcile_queue(&mut r, &what)?;
+        }
+        if v >= 3 {
+            sr.ssa_root = u64::from_le_bytes(b[SSA_ROOT_AT..SSA_ROOT_AT + 8].try_into().unwrap());
+        }
+        if v >= 4 {
+            sr.dat_journal = decode_dat_journal(b, &what)?;
+        }
+        Ok(sr)
+    }
+
+    /// The counters that later arithmetic adds to stay below their limits:
+    /// damaged bytes near 2^64 would overflow.
+    fn check_bounds(&self, what: &str) -> Result<()> {
+        if self.cno >= crate::layout::COUNTER_LIMIT {
             return Err(Error::corrupt(format!(
                 "{what}: checkpoint number {:#x} is past the limit",
-                sr.cno
+                self.cno
             )));
         }
-        if !(crate::layout::FIRST_USER_INO..=crate::layout::MAX_INO).contains(&sr.next_ino) {
+        if !(crate::layout::FIRST_USER_INO..=crate::layout::MAX_INO).contains(&self.next_ino) {
             return Err(Error::corrupt(format!(
                 "{what}: next inode number {} is outside {}..={}",
-                sr.next_ino,
+                self.next_ino,
                 crate::layout::FIRST_USER_INO,
                 crate::layout::MAX_INO
             )));
         }
-        if sr.next_vblock > crate::layout::VBLOCK_LIMIT {
+        if self.next_vblock > crate::layout::VBLOCK_LIMIT {
             return Err(Error::corrupt(format!(
                 "{what}: the DAT ends at virtual block {:#x}, past the limit {:#x}",
-                sr.next_vblock,
+                self.next_vblock,
                 crate::layout::VBLOCK_LIMIT
             )));
         }
-        // Creating and allocating add to these counts: one near 2^64 from
-        // damaged bytes would overflow. No more inodes than inode numbers
-        // are in use, nor more blocks than virtual block numbers.
+        // Creating and allocating add to these counts. No more inodes than
+        // inode numbers are in use, nor more blocks than virtual block numbers.
         for (name, n, limit) in [
-            ("inodes", sr.inodes_used, crate::layout::MAX_INO),
-            ("blocks", sr.blocks_used, crate::layout::VBLOCK_LIMIT),
+            ("inodes", self.inodes_used, crate::layout::MAX_INO),
+            ("blocks", self.blocks_used, crate::layout::VBLOCK_LIMIT),
         ] {
             if n > limit {
                 return Err(Error::corrupt(format!(
@@ -170,47 +174,66 @@ impl SuperRoot {
                 )));
             }
         }
-        if v >= 2 {
-            // Version 1 (before reconciliation) has neither: nothing queued.
-            sr.reconcile_cursor = r.u64()?;
-            let n = r.u32()? as usize;
-            if n > SR_QUEUE_MAX {
-                return Err(Error::corrupt(format!(
-                    "{what}: {n} queued snapshot changes, at most {SR_QUEUE_MAX}"
-                )));
-            }
-            for _ in 0..n {
-                let cno = r.u64()?;
-                let on = match r.u8()? {
-                    0 => false,
-                    1 => true,
-                    x => {
-                        return Err(Error::corrupt(format!(
-                            "{what}: queued snapshot change of checkpoint {cno} has flag {x}"
-                        )))
-                    }
-                };
-                sr.reconcile_queue.push(SnapChange { cno, on });
-            }
-        }
-        if v >= 3 {
-            sr.ssa_root = u64::from_le_bytes(b[SSA_ROOT_AT..SSA_ROOT_AT + 8].try_into().unwrap());
-        }
-        if v >= 4 {
-            let mut r = Reader::at(b, DAT_JOURNAL_AT, &what);
-            let n = r.u16()? as usize;
-            if n > SR_DAT_JOURNAL_MAX {
-                return Err(Error::corrupt(format!(
-                    "{what}: {n} DAT journal blocks, at most {SR_DAT_JOURNAL_MAX}"
-                )));
-            }
-            r.skip(6)?;
-            for _ in 0..n {
-                sr.dat_journal.push(r.u64()?);
-            }
-        }
-        Ok(sr)
+        Ok(())
     }
+}
+
+/// Magic, version, size and checksum of a super root block; the version.
+fn check_header(r: &mut Reader, b: &[u8], what: &str) -> Result<u32> {
+    if r.u32()? != SR_MAGIC {
+        return Err(Error::corrupt(format!("{what}: bad magic")));
+    }
+    let v = r.u32()?;
+    if !(1..=SR_VERSION).contains(&v) {
+        return Err(Error::unsupported(format!("{what}: version {v}")));
+    }
+    if b.len() != BLOCK_BYTES {
+        return Err(Error::corrupt(format!("{what}: {} bytes", b.len())));
+    }
+    let stored = u32::from_le_bytes(b[CRC_AT..].try_into().unwrap());
+    if stored != crc_with_hole(b, CRC_AT) {
+        return Err(Error::corrupt(format!("{what}: checksum mismatch")));
+    }
+    Ok(v)
+}
+
+/// The queued snapshot changes (version 2 on), bounded by `SR_QUEUE_MAX`.
+fn decode_reconcile_queue(r: &mut Reader, what: &str) -> Result<Vec<SnapChange>> {
+    let n = r.u32()? as usize;
+    if n > SR_QUEUE_MAX {
+        return Err(Error::corrupt(format!(
+            "{what}: {n} queued snapshot changes, at most {SR_QUEUE_MAX}"
+        )));
+    }
+    let mut queue = Vec::with_capacity(n);
+    for _ in 0..n {
+        let cno = r.u64()?;
+        let on = match r.u8()? {
+            0 => false,
+            1 => true,
+            x => {
+                return Err(Error::corrupt(format!(
+                    "{what}: queued snapshot change of checkpoint {cno} has flag {x}"
+                )))
+            }
+        };
+        queue.push(SnapChange { cno, on });
+    }
+    Ok(queue)
+}
+
+/// The DAT journal's block addresses (version 4 on), bounded by
+/// `SR_DAT_JOURNAL_MAX`.
+fn decode_dat_journal(b: &[u8], what: &str) -> Result<Vec<u64>> {
+    let mut r = Reader::at(b, DAT_JOURNAL_AT, what);
+    let n = r.u16()? as usize;
+    if n > SR_DAT_JOURNAL_MAX {
+        return Err(Error::corrupt(format!(
+            "{what}: {n} DAT journal blocks, at most {SR_DAT_JOURNAL_MAX}"
+        )));
+    }
+    r.skip(6)?;
+    (0..n).map(|_| r.u64()).collect()
 }
 
 #[cfg(test)]
