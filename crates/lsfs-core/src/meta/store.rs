@@ -626,7 +626,6 @@ impl Store {
             Some(a) => !is_temp(a),
             None => false,
         };
-        let tree = self.tree;
         let block_bytes = self.geo.block_bytes;
         let mut n = self.dat_nodes();
         let (t, mut block) = match addr {
@@ -649,21 +648,7 @@ impl Store {
             idx,
             changes.iter().fold(0u128, |m, (slot, _)| m | 1 << slot),
         );
-        if clean {
-            // As in the durable checkpoint: its free slots may be reused,
-            // but for those this change hands out (a reused one among them).
-            let taking = changes
-                .iter()
-                .filter(|(_, e)| !e.is_free())
-                .fold(0u128, |m, (slot, _)| m | 1 << slot);
-            let free = free_slots(&block, idx, self.fresh_floor) & !taking;
-            self.dat_reuse.note_durable_block(idx, free);
-        }
-        for (slot, e) in changes {
-            if e.is_free() && !DatEntry::slot_is_free(&block, *slot) {
-                self.dat_reuse.note_freed(idx, *slot);
-            }
-        }
+        self.dat_note_reuse(idx, &block, changes, clean);
         if Some(t) != addr {
             // Clean until now: one more DAT block for the next checkpoint.
             *self
@@ -676,27 +661,60 @@ impl Store {
             e.write(&mut block, *slot);
         }
         if block.iter().all(|&x| x == 0) {
-            // Every entry of this DAT block is free: punch it out of the DAT.
-            self.stats.dat_blocks_punched += 1;
-            self.dat_reuse.forget_block(idx);
-            self.cache.remove(pkey(t));
-            let mut root = self.dat_root;
-            let r = tree.remove(&mut self.dat_nodes(), &mut root, idx);
-            self.dat_root = root;
-            r?;
-            self.dat_map.remove(&idx);
-            if journaled {
-                // Let go of the journal, written as nothing (see the stats).
-                self.stats.dat_blocks_unjournaled += 1;
-            }
-            self.dat_release_base(idx)?;
+            self.dat_punch(idx, t, journaled)
         } else {
             self.cache.put_dirty(pkey(t), block, owner);
             if Some(t) != addr {
                 self.dat_map_point(idx, t)?;
             }
+            Ok(())
         }
-        Ok(())
+    }
+
+    /// What `changes` to DAT block `idx` (its contents before them in
+    /// `block`) tell the reuse of DAT slots: the block's free slots if it
+    /// was `clean` (as in the durable checkpoint), and the slots they free.
+    fn dat_note_reuse(
+        &mut self,
+        idx: u64,
+        block: &[u8],
+        changes: &[(usize, DatEntry)],
+        clean: bool,
+    ) {
+        if clean {
+            // Its free slots may be reused, but for those this change hands
+            // out (a reused one among them).
+            let taking = changes
+                .iter()
+                .filter(|(_, e)| !e.is_free())
+                .fold(0u128, |m, (slot, _)| m | 1 << slot);
+            let free = free_slots(block, idx, self.fresh_floor) & !taking;
+            self.dat_reuse.note_durable_block(idx, free);
+        }
+        for (slot, e) in changes {
+            if e.is_free() && !DatEntry::slot_is_free(block, *slot) {
+                self.dat_reuse.note_freed(idx, *slot);
+            }
+        }
+    }
+
+    /// Every entry of DAT block `idx` (kept at `t`) is free: punch it out
+    /// of the DAT.
+    fn dat_punch(&mut self, idx: u64, t: u64, journaled: bool) -> Result<()> {
+        self.stats.dat_blocks_punched += 1;
+        self.dat_reuse.forget_block(idx);
+        self.cache.remove(pkey(t));
+        let tree = self.tree;
+        let mut root = self.dat_root;
+        let r = tree.remove(&mut self.dat_nodes(), &mut root, idx);
+        self.dat_root = root;
+        r?;
+        self.dat_map.remove(&idx);
+        if journaled {
+            // Let go of the journal, written as nothing (see the stats).
+            self.stats.dat_blocks_unjournaled += 1;
+        }
+        self.dat_release_base(idx)
     }
 
     /// Make the DAT block holding `vblock`'s entry writable without changing
