@@ -22,11 +22,15 @@ PEERS = ["ext4", "btrfs", "xfs"]
 # workload -> (label, unit, target ratio vs ext4 or None); units in TIMED
 # are times (lower is better), the others throughputs.
 WORKLOADS = {
-    "seqwrite": ("fio 1 MiB sequential write + end fsync", "MiB/s", 0.7),
-    "seqread": ("fio 1 MiB sequential read, cold cache", "MiB/s", 0.7),
-    "randwrite": ("fio 4 KiB random write, fsync after each", "IOPS", 1.0),
-    "postmark": ("postmark small files + syncfs", "tx/s", None),
-    "dbench": ("dbench (client.txt)", "MB/s", None),
+    "seqwrite": ("fio 1 MiB sequential write + end fsync", "MiB/s", 0.8),
+    "seqread": ("fio 1 MiB sequential read, cold cache", "MiB/s", 1.0),
+    "randwrite": ("fio 4 KiB random write, fsync after each", "IOPS", 1.2),
+    "randwrite4": ("the same, 4 jobs on 4 files", "IOPS", 1.5),
+    "postmark": ("postmark small files + syncfs", "tx/s", 0.5),
+    "dbench1": ("dbench (client.txt), 1 client", "MB/s", 0.8),
+    "dbench4": ("dbench (client.txt), 4 clients", "MB/s", 0.8),
+    # Results made before randwrite4, dbench1 and dbench4 (dbench, 2 clients).
+    "dbench": ("dbench (client.txt), 2 clients", "MB/s", None),
     # scripts/everyday.sh; each must reach 0.5 of ext4, their geometric mean 0.7
     "untar": ("tar x of the tree + sync -f", "s", 0.5),
     "find_du": ("find + du -s over the tree", "s", 0.5),
@@ -97,7 +101,7 @@ def measure(raw, meta, wl, fs, rnd):
         if not job:
             return None
         return {"value": job["read"]["bw_bytes"] / 2**20, "wall_s": wall}
-    if wl == "randwrite":
+    if wl in ("randwrite", "randwrite4"):
         job = fio_job(raw, name)
         if not job:
             return None
@@ -124,7 +128,7 @@ def measure(raw, meta, wl, fs, rnd):
         }
     if wl in EVERYDAY:
         return {"value": wall, "wall_s": wall} if wall else None
-    if wl == "dbench":
+    if wl.startswith("dbench"):
         txt = read_text(os.path.join(raw, name + ".txt"))
         m = re.search(r"Throughput ([\d.]+) MB/sec", txt or "")
         if not m:
@@ -342,11 +346,13 @@ def main():
                   "is better); ratios are peer time / lsfs time (above 1: lsfs faster)."
                   % (meta.get("tree"), meta.get("repository"), meta.get("sqlite_transactions")))
     else:
-        md.append("Sizes: sequential file %s MiB; random write over %s MiB for %s s; postmark %s files, "
-                  "%s transactions; dbench %s clients for %s s."
+        clients = ("%s clients" % meta["dbench_clients"] if "dbench_clients" in meta
+                   else "1 and 4 clients")
+        md.append("Sizes: sequential file %s MiB; random write over %s MiB for %s s (with four "
+                  "jobs, a quarter each); postmark %s files, %s transactions; dbench %s for %s s."
                   % (meta.get("seq_mb"), meta.get("randwrite_mb"), meta.get("randwrite_s"),
                      meta.get("postmark_files"), meta.get("postmark_transactions"),
-                     meta.get("dbench_clients"), meta.get("dbench_s")))
+                     clients, meta.get("dbench_s")))
     md.append("")
     head = "| " + " | ".join(["workload", "unit"] + fslist + ["lsfs/%s" % p for p in peers]
                              + ["target vs ext4"]) + " |"
@@ -401,14 +407,14 @@ def main():
                       % (derived["lsfs_rss_kib_max"] / 1024))
         md.append("")
     details = []
-    for wl in ("randwrite", "dbench"):
+    for wl in ("randwrite", "randwrite4", "dbench", "dbench1", "dbench4"):
         for fs, m in results.get(wl, {}).get("by_fs", {}).items():
-            if wl == "randwrite":
-                details.append("- randwrite %s: fsync mean %s µs, p99 %s µs; write p99 %s µs"
+            if wl.startswith("randwrite"):
+                details.append("- " + wl + " %s: fsync mean %s µs, p99 %s µs; write p99 %s µs"
                                % (fs, fmt(m.get("fsync_lat_mean_us")), fmt(m.get("fsync_lat_p99_us")),
                                   fmt(m.get("write_lat_p99_us"))))
             else:
-                details.append("- dbench %s: max latency %s ms" % (fs, fmt(m.get("max_latency_ms"))))
+                details.append("- " + wl + " %s: max latency %s ms" % (fs, fmt(m.get("max_latency_ms"))))
     if details:
         md.append("Latencies:")
         md.append("")

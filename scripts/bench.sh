@@ -13,9 +13,12 @@
 #              and mount (so both the kernel's and lsfs's own cache are cold)
 #   randwrite  fio, 4 KiB random writes with an fsync after every write, into a
 #              preallocated (written and fsynced) file, fixed size and runtime
+#   randwrite4 the same with four jobs at once, each on a file of its own (a
+#              quarter of the size): concurrent fsyncs, where group commit pays
 #   postmark   small-file create/read/append/delete (bench/postmark.cfg),
 #              followed by a syncfs; timed by wall clock
-#   dbench     dbench with /usr/share/dbench/client.txt for a fixed time
+#   dbench1    dbench with /usr/share/dbench/client.txt for a fixed time, 1 client
+#   dbench4    the same with 4 clients
 #
 # The whole sequence runs --rounds times (default 2, --quick 1); the report
 # gives the median per file system and the spread. The machine is shared, so
@@ -75,8 +78,7 @@ else
     ROUNDS=${ROUNDS:-2}
 fi
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "bench.sh: --rounds needs a positive number" >&2; exit 2; }
-DB_CLIENTS=2
-WORKLOADS="seqwrite seqread randwrite postmark dbench"
+WORKLOADS="seqwrite seqread randwrite randwrite4 postmark dbench1 dbench4"
 
 # --- checks -----------------------------------------------------------------
 PROG=bench.sh
@@ -202,18 +204,21 @@ run_seqwrite_seqread() { # both workloads share the file
     teardown_fs
 }
 
+# run_randwrite FS JOBS: JOBS fio jobs at once, each on a file of its own
+# of RW_MB / JOBS, written whole first (and fsynced) so the measured phase
+# overwrites allocated blocks and fio does no layout of its own.
 run_randwrite() {
-    local fs=$1
+    local fs=$1 jobs=$2 wl=randwrite
+    ((jobs > 1)) && wl=randwrite$jobs
     setup_fs "$fs"
-    # Write the whole file first (and fsync), so the measured phase overwrites
-    # allocated blocks and fio does no layout of its own.
-    fio --name=prefill --filename="$CUR_MNT/rand" --rw=write --bs=1M --size="${RW_MB}M" \
-        --end_fsync=1 "${FIO_COMMON[@]}" --output=/dev/null
-    measure_begin "randwrite-$fs.r$ROUND"
-    timed "randwrite-$fs.r$ROUND" fio --name=randwrite --filename="$CUR_MNT/rand" --rw=randwrite \
-        --bs=4k --size="${RW_MB}M" --fsync=1 --time_based --runtime="$RW_SECS" \
-        --randrepeat=1 "${FIO_COMMON[@]}" --output="$RAW/randwrite-$fs.r$ROUND.json"
-    measure_end "randwrite-$fs.r$ROUND"
+    local job=(--directory="$CUR_MNT" --numjobs="$jobs" --size="$((RW_MB / jobs))M"
+        --ioengine=psync --group_reporting --output-format=json)
+    fio --name=rand --rw=write --bs=1M --end_fsync=1 "${job[@]}" --output=/dev/null
+    measure_begin "$wl-$fs.r$ROUND"
+    timed "$wl-$fs.r$ROUND" fio --name=rand --rw=randwrite --bs=4k --fsync=1 \
+        --time_based --runtime="$RW_SECS" --randrepeat=1 "${job[@]}" \
+        --output="$RAW/$wl-$fs.r$ROUND.json"
+    measure_end "$wl-$fs.r$ROUND"
     teardown_fs
 }
 
@@ -232,13 +237,15 @@ run_postmark() {
     teardown_fs
 }
 
+# run_dbench FS CLIENTS
 run_dbench() {
-    local fs=$1
+    local fs=$1 clients=$2
+    local wl=dbench$clients
     setup_fs "$fs"
-    measure_begin "dbench-$fs.r$ROUND"
-    timed "dbench-$fs.r$ROUND" dbench -D "$CUR_MNT" -t "$DB_SECS" -c /usr/share/dbench/client.txt \
-        "$DB_CLIENTS" >"$RAW/dbench-$fs.r$ROUND.txt" 2>&1
-    measure_end "dbench-$fs.r$ROUND"
+    measure_begin "$wl-$fs.r$ROUND"
+    timed "$wl-$fs.r$ROUND" dbench -D "$CUR_MNT" -t "$DB_SECS" -c /usr/share/dbench/client.txt \
+        "$clients" >"$RAW/$wl-$fs.r$ROUND.txt" 2>&1
+    measure_end "$wl-$fs.r$ROUND"
     teardown_fs
 }
 
@@ -253,14 +260,16 @@ for ((ROUND = 1; ROUND <= ROUNDS; ROUND++)); do
     # Odd rounds run the file systems in the given order, even rounds reversed.
     order=$FSLIST
     ((ROUND % 2)) || order=$(echo "$FSLIST" | tr ' ' '\n' | tac | tr '\n' ' ')
-    for wl in seqwrite randwrite postmark dbench; do
+    for wl in seqwrite randwrite randwrite4 postmark dbench1 dbench4; do
         for fs in $order; do
             echo "bench.sh: $(date -u +%H:%M:%S) round $ROUND/$ROUNDS: $wl on $fs"
             case $wl in
                 seqwrite) run_seqwrite_seqread "$fs" ;;
-                randwrite) run_randwrite "$fs" ;;
+                randwrite) run_randwrite "$fs" 1 ;;
+                randwrite4) run_randwrite "$fs" 4 ;;
                 postmark) run_postmark "$fs" ;;
-                dbench) run_dbench "$fs" ;;
+                dbench1) run_dbench "$fs" 1 ;;
+                dbench4) run_dbench "$fs" 4 ;;
             esac
         done
     done
@@ -287,7 +296,6 @@ cat >"$RAW/meta.json" <<EOF
   "postmark_files": $PM_FILES,
   "postmark_transactions": $PM_TX,
   "dbench_s": $DB_SECS,
-  "dbench_clients": $DB_CLIENTS,
   $(provenance_json),
   "machine": $(machine_json "\"fio\": \"$(fio --version)\"")
 }
