@@ -332,10 +332,7 @@ impl BlockDevice for FileDevice {
                 Ok(0)
             }
             Err(e) => Err(Error::io(
-                format!(
-                    "discard {len} bytes at {offset} of {}",
-                    self.path.display()
-                ),
+                format!("discard {len} bytes at {offset} of {}", self.path.display()),
                 e,
             )),
         }
@@ -408,7 +405,11 @@ mod tests {
             "punching 2 MiB freed only {} bytes ({before} -> {after})",
             before - after
         );
-        assert_eq!(std::fs::metadata(&path).unwrap().len(), 8 << 20, "size kept");
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            8 << 20,
+            "size kept"
+        );
         let mut got = vec![0u8; 4 << 20];
         dev.read_at(1 << 20, &mut got).unwrap();
         assert!(got[..1 << 20] == data[..1 << 20], "before the hole");

@@ -624,7 +624,9 @@ impl IoQueue {
             st.entries
                 .iter()
                 .filter_map(|e| match &e.op {
-                    Op::Write { offset: o, data } => Some((*o, data.len() as u64, Some(data.clone()))),
+                    Op::Write { offset: o, data } => {
+                        Some((*o, data.len() as u64, Some(data.clone())))
+                    }
                     Op::Discard { offset: o, len } => Some((*o, *len, None)),
                     Op::Flush { .. } => None,
                 })
