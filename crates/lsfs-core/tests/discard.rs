@@ -282,7 +282,7 @@ fn trim_discards_exactly_the_free_segments_in_its_range() {
     }
     assert!(discarded.lock().unwrap().is_empty(), "discard is off");
 
-    let geo = fs.store.geo.clone();
+    let geo = fs.store.geo;
     let seg_bytes = geo.segment_blocks as u64 * 4096;
     let seg_at = |s: u64| geo.byte_offset(geo.segment_start(s));
     // A minimum longer than the device: nothing qualifies.
