@@ -424,6 +424,65 @@ mod tests {
         assert_eq!(allocated(&path), after);
     }
 
+    /// A loop device over a sparse file: BLKDISCARD reaches the file under
+    /// it as a punched hole. Root only (losetup); skipped otherwise.
+    #[test]
+    fn discard_on_a_block_device_is_blkdiscard() {
+        use std::process::Command;
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let backing = dir.path().join("backing");
+        FileDevice::create_image(&backing, 8 << 20).unwrap();
+        let Ok(out) = Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(&backing)
+            .output()
+        else {
+            eprintln!("no losetup: skipped");
+            return;
+        };
+        if !out.status.success() {
+            eprintln!(
+                "losetup refused ({}): skipped",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            return;
+        }
+        let loopdev = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
+        // Detached whatever happens below.
+        struct Detach(PathBuf);
+        impl Drop for Detach {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("losetup")
+                    .arg("-d")
+                    .arg(&self.0)
+                    .status();
+            }
+        }
+        let _detach = Detach(loopdev.clone());
+        let dev = FileDevice::open(&loopdev, true).unwrap();
+        assert!(dev.is_block_device);
+        assert_eq!(dev.size_bytes(), 8 << 20);
+        dev.write_at(0, &vec![7u8; 4 << 20]).unwrap();
+        dev.flush().unwrap();
+        let before = allocated(&backing);
+        assert!(before >= 4 << 20, "{before}");
+        let took = dev.discard(0, 2 << 20).unwrap();
+        if !dev.discards_supported() {
+            eprintln!("this loop device cannot discard: nothing to check");
+            return;
+        }
+        assert_eq!(took, 2 << 20);
+        let after = allocated(&backing);
+        assert!(
+            before - after >= 2 << 20,
+            "BLKDISCARD of 2 MiB freed {} bytes of the backing file",
+            before - after
+        );
+        let mut got = vec![1u8; 4096];
+        dev.read_at((2 << 20) + 4096, &mut got).unwrap();
+        assert!(got.iter().all(|&b| b == 7), "past the discarded range");
+    }
+
     /// Direct writes and buffered reads of one image stay coherent, in any
     /// order and at any alignment of the caller's buffer; writes that are
     /// not whole aligned blocks go buffered. On a file system without

@@ -435,10 +435,12 @@ impl Lsfs {
         self.stop_after_read_error();
         if self.view.is_none() && self.store.writable().is_ok() {
             self.checkpoint_for("unmount")?;
-            self.store.settle_superblocks()?;
             // What the last batch would have discarded, now: nothing is
-            // left to tick once unmounted.
+            // left to tick once unmounted. (After the checkpoint, which is
+            // durable; before the superblocks, so the device's last
+            // operation stays their flush.)
             self.store.discard_batch()?;
+            self.store.settle_superblocks()?;
         }
         Ok(())
     }
