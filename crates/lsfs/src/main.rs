@@ -334,13 +334,13 @@ enum SnapAction {
 
 #[derive(Args)]
 struct TrimArgs {
-    /// Where on the device to start (bytes; default 0).
+    /// Where on the device to start (bytes, or with a unit: 64M, 1G).
     #[arg(long, default_value = "0", value_parser = size::parse_size)]
     offset: u64,
-    /// How much of the device to look at (bytes; default all of it).
+    /// How much of the device to look at (default: all of it).
     #[arg(long, value_parser = size::parse_size)]
     length: Option<u64>,
-    /// Leave free runs shorter than this (bytes; default 0).
+    /// Leave free runs shorter than this.
     #[arg(long, default_value = "0", value_parser = size::parse_size)]
     minimum: u64,
     #[command(flatten)]
