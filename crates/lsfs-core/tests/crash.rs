@@ -57,6 +57,8 @@ struct Recorded {
     stream_fsynced: u64,
     /// DAT blocks checkpoints kept journaled instead of writing them.
     dat_journaled: u64,
+    /// Bytes of freed segments discarded (logged as writes of zeros).
+    discarded: u64,
     /// The root's names after each namespace operation, oldest first.
     listings: Vec<Listing>,
     /// Log lengths after each fsync, sync, checkpoint or snapshot returned,
@@ -336,6 +338,7 @@ fn run_workload_on(base: Vec<u8>, config: MountConfig, seed: u64, steps: usize) 
     let plugged = fs.store.plugs().stats().blocks_plugged;
     let stream_fsynced = fs.store.stats.dsync_stream_blocks;
     let dat_journaled = fs.store.stats.dat_blocks_journaled;
+    let discarded = fs.store.discard_stats().bytes;
     drop(fs); // no unmount: the tail stays unflushed, like a power cut
     Recorded {
         log,
@@ -343,6 +346,7 @@ fn run_workload_on(base: Vec<u8>, config: MountConfig, seed: u64, steps: usize) 
         plugged,
         stream_fsynced,
         dat_journaled,
+        discarded,
         listings,
         durable,
         scratch: scratch_files,
@@ -514,6 +518,44 @@ fn crashes_while_plugging_holes_recover_to_a_clean_image() {
     eprintln!(
         "crash states checked: {checked} ({} blocks plugged)",
         rec.plugged
+    );
+}
+
+/// Continuous discard drops each checkpoint's freed segments right after
+/// it; the crash device logs a discard as zeros, kept or lost and ordered
+/// like any write of its epoch. A discard of anything a crash image still
+/// needs (the recovered checkpoint's blocks, a record roll-forward reads)
+/// would fail recovery, fsck or the fsync checks.
+#[test]
+fn crashes_with_continuous_discard_recover_to_a_clean_image() {
+    let mut config = crash_cfg();
+    config.store.discard = lsfs_core::meta::discard::DiscardMode::On;
+    // Ballast written and deleted just before, within one second, so that
+    // its segments are reclaimed (and discarded) only by the workload's
+    // checkpoints, a second later.
+    let mut fs = mkfs(DEV_BYTES, config.clone());
+    fs.clock()
+        .set_secs(lsfs_core::meta::store::wall_secs() - 100);
+    let n = 32;
+    let inos = make_files(&mut fs, n, |f| pattern(f as u64, 256 << 10));
+    fs.sync().unwrap();
+    for (f, ino) in inos.into_iter().enumerate() {
+        fs.forget(ino, 1);
+        fs.unlink(ROOT_INO, format!("f{f}").as_bytes()).unwrap();
+    }
+    fs.sync().unwrap();
+    let base = image(&mut fs);
+    drop(fs);
+    let rec = run_workload_on(base, config, 5, 260);
+    assert!(
+        rec.discarded >= 4 * MIB,
+        "only {} bytes discarded: the workload did not exercise discard",
+        rec.discarded
+    );
+    let checked = check_recording(&rec, 5, 2);
+    eprintln!(
+        "crash states checked: {checked} ({} MiB discarded)",
+        rec.discarded >> 20
     );
 }
 

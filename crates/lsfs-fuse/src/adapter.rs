@@ -20,7 +20,8 @@
 //!   holds a lookup reference to it, which it does while the file is open;
 //! - READDIRPLUS returns attributes with the names where the kernel expects
 //!   lookups to follow;
-//! - ioctls (the terminal probe of `isatty()`) are refused at once (`ioctl`).
+//! - ioctls: FITRIM trims (`fstrim`); the rest (the terminal probe of
+//!   `isatty()`) are refused at once (`ioctl`).
 //!
 //! Every request is counted by opcode (`counters`).
 
@@ -862,20 +863,34 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         self.refuse(Op::Create, reply);
     }
 
-    /// See `ioctl`: nothing is implemented yet, and the refusal is quiet.
+    /// See `ioctl`: unknown commands are refused quietly.
     fn ioctl(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         _fh: FileHandle,
         _flags: fuser::IoctlFlags,
         cmd: u32,
-        _in_data: &[u8],
+        in_data: &[u8],
         _out_size: u32,
         reply: fuser::ReplyIoctl,
     ) {
         self.count(Op::Ioctl);
         match ioctl::decode(cmd) {
+            Ioctl::Fitrim => {
+                // Root's, as on every file system (CAP_SYS_ADMIN there):
+                // trimming makes the device work for everyone's space.
+                if req.uid() != 0 {
+                    return reply.error(fuser::Errno::EPERM);
+                }
+                let Some(range) = ioctl::FstrimRange::decode(in_data) else {
+                    return reply.error(fuser::Errno::EINVAL);
+                };
+                match self.call(|v| v.trim(range.start, range.len, range.minlen)) {
+                    Ok(bytes) => reply.ioctl(0, &range.reply(bytes)),
+                    Err(e) => reply.error(e),
+                }
+            }
             Ioctl::Unknown => reply.error(fuser::Errno::ENOTTY),
         }
     }

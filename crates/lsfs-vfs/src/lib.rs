@@ -313,6 +313,14 @@ pub trait Vfs: Send {
     }
     /// Make everything durable.
     fn sync(&mut self) -> VfsResult<()>;
+    /// FITRIM (`fstrim`): tell the device to drop the free space lying in
+    /// the `len` bytes at byte `start` of it, in pieces of at least
+    /// `minlen` bytes; the bytes dropped. A file system without a device
+    /// to tell answers as to an ioctl it does not know (ENOTTY).
+    fn trim(&mut self, start: u64, len: u64, minlen: u64) -> VfsResult<u64> {
+        let _ = (start, len, minlen);
+        Err(Errno(libc::ENOTTY))
+    }
     /// Whether the file system refuses changes.
     fn read_only(&self) -> bool;
     /// Where this file system queues the device writes and flushes its

@@ -17,6 +17,10 @@ pub struct FileConfig {
     /// Separate write streams for hot, cold and cleaned data (default true;
     /// used on file systems of at least 64 segments).
     pub streams: Option<bool>,
+    /// What freed segments the device is told to drop by itself: "off",
+    /// "on" (after each checkpoint) or "batched" (the default; see
+    /// docs/CLEANER.md on discard). `-o discard=…` overrides it.
+    pub discard: Option<lsfs_core::meta::discard::DiscardMode>,
     /// The cleaner (see lsfs_core::gc::CleanerConfig for every key, default and range).
     #[serde(default)]
     pub cleaner: lsfs_core::gc::CleanerConfig,
@@ -74,6 +78,7 @@ impl FileConfig {
             "s",
         )?;
         c.store.streams = self.streams.unwrap_or(true);
+        c.store.discard = self.discard.unwrap_or_default();
         c.store.read_only = read_only || checkpoint.is_some();
         c.checkpoint = checkpoint;
         self.cleaner.validate()?;
@@ -110,6 +115,23 @@ mod tests {
                 .to_string();
             assert!(err.contains(key) && err.contains(valid), "{err}");
         }
+    }
+
+    /// `discard` is a word too: batched unless the file says otherwise.
+    #[test]
+    fn discard_is_read_by_name() {
+        use lsfs_core::meta::discard::DiscardMode;
+        let none = FileConfig::default()
+            .mount_config(None, false, None)
+            .unwrap();
+        assert_eq!(none.store.discard, DiscardMode::Batched);
+        let f: FileConfig = toml::from_str("discard = \"on\"").unwrap();
+        let c = f.mount_config(None, false, None).unwrap();
+        assert_eq!(c.store.discard, DiscardMode::On);
+        let err = toml::from_str::<FileConfig>("discard = \"sometimes\"")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`off`, `on`, `batched`"), "{err}");
     }
 
     #[test]

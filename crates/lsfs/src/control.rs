@@ -172,6 +172,11 @@ pub fn execute(fs: &mut Lsfs, req: &Value) -> Result<Value, String> {
         "list" => Ok(json!({ "ok": true, "checkpoints": fs.checkpoints() })),
         "stats" => Ok(json!({ "ok": true, "stats": stats(fs) })),
         "gc-status" => Ok(json!({ "ok": true, "status": gc_status(fs) })),
+        "trim" => {
+            let n = |k: &str, d: u64| req.get(k).and_then(Value::as_u64).unwrap_or(d);
+            let bytes = fs.trim_free_space(n("start", 0), n("len", u64::MAX), n("minlen", 0)).map_err(s)?;
+            Ok(json!({ "ok": true, "trimmed_bytes": bytes }))
+        }
         "gc-run" => {
             let n = req.get("segments").and_then(Value::as_u64).unwrap_or(fs.cleaner.config.segments_per_pass as u64);
             let rep = fs.clean(n.clamp(1, 256) as usize, "manual").map_err(s)?;
@@ -196,7 +201,7 @@ pub fn execute(fs: &mut Lsfs, req: &Value) -> Result<Value, String> {
             fs.cleaner.set_threaded_logging(m)?;
             Ok(json!({ "ok": true, "threaded_logging": fs.cleaner.config.threaded_logging }))
         }
-        other => Err(format!("unknown command '{other}' (checkpoint, snapshot, promote, demote, delete, list, stats, gc-status, gc-run, gc-stats, gc-start, gc-stop, gc-policy, gc-threaded)")),
+        other => Err(format!("unknown command '{other}' (checkpoint, snapshot, promote, demote, delete, list, stats, trim, gc-status, gc-run, gc-stats, gc-start, gc-stop, gc-policy, gc-threaded)")),
     }
 }
 
@@ -219,6 +224,7 @@ pub fn stats(fs: &Lsfs) -> Value {
         "write_amplification": fs.write_amplification(),
         "device": st.dev.stats().snapshot(),
         "io": st.io.counters(),
+        "discard": st.discard_stats(),
         "store": st.stats,
         "cache": { "capacity_blocks": st.cache.capacity_blocks(), "resident_blocks": st.cache.len(),
                    "dirty_blocks": st.cache.dirty_count(), "hits": st.cache.hits, "misses": st.cache.misses },

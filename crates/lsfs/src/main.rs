@@ -57,6 +57,9 @@ enum Cmd {
     Stats(StatsArgs),
     /// The cleaner of a mounted file system.
     Gc(GcArgs),
+    /// Discard the free space (as fstrim does on the mount): holes punched
+    /// in an image file, BLKDISCARD on a block device.
+    Trim(TrimArgs),
     /// Simulators: cleaning policies, caches, FTLs, workloads (see docs/REPRODUCTION.md).
     #[command(subcommand)]
     Sim(lsfs_sim::cli::SimCommand),
@@ -219,7 +222,10 @@ struct MountArgs {
     /// come back from fsync and close), `no_writeback_cache` (every
     /// write() reaches lsfs before it returns); the flags below as
     /// `checkpoint=N`, `cache_size=SIZE`, `threads=N`, `spin_us=N`,
-    /// `config=FILE` (a flag given too must agree); the generic `nosuid`,
+    /// `config=FILE` (a flag given too must agree); `discard=off|on|batched`
+    /// (what freed space is given back to the device by itself; `discard`
+    /// is `on`, `nodiscard` is `off`; default batched, or the config
+    /// file's); the generic `nosuid`,
     /// `nodev`, `noexec`, `noatime`, `sync`, … and their opposites; and,
     /// ignored, what fstab says to mount(8) or systemd (`defaults`,
     /// `noauto`, `nofail`, `user`, `_netdev`, `x-*`, `comment=*`).
@@ -327,6 +333,21 @@ enum SnapAction {
 }
 
 #[derive(Args)]
+struct TrimArgs {
+    /// Where on the device to start (bytes, or with a unit: 64M, 1G).
+    #[arg(long, default_value = "0", value_parser = size::parse_size)]
+    offset: u64,
+    /// How much of the device to look at (default: all of it).
+    #[arg(long, value_parser = size::parse_size)]
+    length: Option<u64>,
+    /// Leave free runs shorter than this.
+    #[arg(long, default_value = "0", value_parser = size::parse_size)]
+    minimum: u64,
+    #[command(flatten)]
+    target: Target,
+}
+
+#[derive(Args)]
 struct StatsArgs {
     /// The mount point of a mounted lsfs.
     #[arg(long)]
@@ -393,6 +414,7 @@ fn main() -> ExitCode {
         Cmd::Snapshot(a) => snapshot_cmd(a),
         Cmd::Stats(a) => stats_cmd(a),
         Cmd::Gc(a) => gc(a),
+        Cmd::Trim(a) => trim_cmd(a),
         Cmd::Sim(c) => lsfs_sim::cli::run(c).map_err(|e| e.to_string()),
         Cmd::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "lsfs", &mut std::io::stdout());
@@ -623,7 +645,10 @@ fn mount(a: MountArgs) -> Result<(), String> {
         Some(p) => FileConfig::load(p)?,
         None => FileConfig::default(),
     };
-    let cfg = file_cfg.mount_config(cache_size, read_only, checkpoint)?;
+    let mut cfg = file_cfg.mount_config(cache_size, read_only, checkpoint)?;
+    if let Some(d) = o.discard {
+        cfg.store.discard = d;
+    }
     let dev = FileDevice::open(&a.image, !cfg.store.read_only).map_err(err)?;
     let mut fs = Lsfs::open(Box::new(dev), cfg)
         .map_err(|e| format!("cannot mount {}: {e}", a.image.display()))?;
@@ -916,6 +941,29 @@ fn snapshot_cmd(a: SnapArgs) -> Result<(), String> {
             keep_checkpoint: true,
         } => println!("{}", demoted_message(cno)),
         SnapAction::Delete { cno, .. } => println!("deleted snapshot {cno} and its checkpoint"),
+    }
+    Ok(())
+}
+
+fn trim_cmd(a: TrimArgs) -> Result<(), String> {
+    let req = json!({ "cmd": "trim", "start": a.offset, "len": a.length.unwrap_or(u64::MAX),
+                      "minlen": a.minimum });
+    let v = control_request(&a.target, req)?;
+    if a.target.json {
+        println!("{v}");
+    } else {
+        let what = a
+            .target
+            .mount
+            .as_ref()
+            .or(a.target.image.as_ref())
+            .map_or(String::new(), |p| p.display().to_string());
+        // fstrim -v's wording.
+        let bytes = v["trimmed_bytes"].as_u64().unwrap_or(0);
+        println!(
+            "{what}: {} ({bytes} bytes) trimmed",
+            stats_text::size(bytes)
+        );
     }
     Ok(())
 }

@@ -12,6 +12,7 @@
 //! Anything else is an error naming the option, so a typo in fstab is
 //! found at the first mount, not guessed around.
 
+use lsfs_core::meta::discard::DiscardMode;
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -33,6 +34,9 @@ pub struct MountOpts {
     pub spin_us: Option<u32>,
     /// `config=FILE`: a TOML file of mount settings.
     pub config: Option<PathBuf>,
+    /// `discard=off|on|batched` (`discard` is on, `nodiscard` off): what
+    /// freed segments the device is told to drop by itself.
+    pub discard: Option<DiscardMode>,
     /// `allow_other`: let other users in (root's mounts always do).
     pub allow_other: bool,
     /// The kernel's generic mount flags (`MS_NOSUID`, …) asked for.
@@ -53,6 +57,7 @@ impl Default for MountOpts {
             threads: None,
             spin_us: None,
             config: None,
+            discard: None,
             allow_other: false,
             kernel_flags: 0,
             ignored: Vec::new(),
@@ -62,7 +67,8 @@ impl Default for MountOpts {
 }
 
 const KNOWN: &str = "ro, rw, writeback_cache, no_writeback_cache, checkpoint=N, \
-    cache_size=SIZE, threads=N, spin_us=N, config=FILE, allow_other, default_permissions, \
+    cache_size=SIZE, threads=N, spin_us=N, config=FILE, discard=off|on|batched, [no]discard, \
+    allow_other, default_permissions, \
     [no]suid, [no]dev, [no]exec, [no]atime, [no]diratime, relatime, strictatime, sync, \
     async, dirsync; ignored: defaults, [no]auto, nofail, [no]user, users, owner, group, \
     _netdev, x-*, comment=*";
@@ -143,6 +149,9 @@ impl MountOpts {
                 ("threads", Some(v)) => o.threads = Some(number(key, v, 1, 16)?),
                 ("spin_us", Some(v)) => o.spin_us = Some(number(key, v, 0, 100_000)?),
                 ("config", Some(v)) if !v.is_empty() => o.config = Some(PathBuf::from(v)),
+                ("discard", Some(v)) => o.discard = Some(DiscardMode::parse(v)?),
+                ("discard", None) => o.discard = Some(DiscardMode::On),
+                ("nodiscard", None) => o.discard = Some(DiscardMode::Off),
                 ("allow_other", None) => o.allow_other = true,
                 // The kernel always checks permissions against the
                 // attributes lsfs reports.
@@ -243,6 +252,19 @@ mod tests {
             let e = bad.parse::<MountOpts>().unwrap_err();
             assert!(e.contains(says), "{bad}: {e}");
         }
+    }
+
+    /// `discard=MODE`, and ext4's `discard` and `nodiscard`; later wins.
+    #[test]
+    fn discard_modes() {
+        let mode = |s: &str| s.parse::<MountOpts>().map(|o| o.discard);
+        assert_eq!(mode("rw"), Ok(None));
+        assert_eq!(mode("discard=batched"), Ok(Some(DiscardMode::Batched)));
+        assert_eq!(mode("discard=off"), Ok(Some(DiscardMode::Off)));
+        assert_eq!(mode("discard"), Ok(Some(DiscardMode::On)));
+        assert_eq!(mode("discard,nodiscard"), Ok(Some(DiscardMode::Off)));
+        let e = mode("discard=always").unwrap_err();
+        assert!(e.contains("off, on, batched"), "{e}");
     }
 
     #[test]

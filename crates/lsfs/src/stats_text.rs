@@ -6,7 +6,7 @@ use serde_json::Value;
 const BLOCK: u64 = lsfs_core::layout::BLOCK_BYTES as u64;
 
 /// Bytes in the largest binary unit that keeps them at least 1.
-fn size(bytes: u64) -> String {
+pub(crate) fn size(bytes: u64) -> String {
     let b = bytes as f64;
     match bytes {
         0..=1023 => format!("{bytes} B"),
@@ -122,8 +122,36 @@ pub fn stats_text(s: &Value) -> String {
                 format!("{} ({})", u(&d["writes"]), size(u(&d["write_bytes"]))),
             ),
             row("flushes", u(&d["flushes"]).to_string()),
+            row(
+                "discards",
+                format!("{} ({})", u(&d["discards"]), size(u(&d["discard_bytes"]))),
+            ),
         ],
     ));
+
+    let dc = &s["discard"];
+    if !dc.is_null() {
+        sections.push((
+            "discard",
+            vec![
+                row("mode", dc["mode"].as_str().unwrap_or("-").to_string()),
+                row(
+                    "discarded",
+                    format!(
+                        "{} ({} segments in {} requests)",
+                        size(u(&dc["bytes"])),
+                        u(&dc["segments"]),
+                        u(&dc["requests"])
+                    ),
+                ),
+                row("queued", format!("{} segments", u(&dc["queued_segments"]))),
+                row(
+                    "trims",
+                    format!("{} ({})", u(&dc["trims"]), size(u(&dc["trim_bytes"]))),
+                ),
+            ],
+        ));
+    }
 
     let sg = &s["segments"];
     let (total, free) = (u(&sg["total"]), u(&sg["free"]));
@@ -211,7 +239,10 @@ mod tests {
             "cache": { "capacity_blocks": 16384, "resident_blocks": 4096, "dirty_blocks": 0,
                        "hits": 9, "misses": 1 },
             "checkpoint": { "current": 4, "count": 3 },
-            "device": { "reads": 2, "read_bytes": 8192, "writes": 1, "write_bytes": 1048576, "flushes": 1 },
+            "device": { "reads": 2, "read_bytes": 8192, "writes": 1, "write_bytes": 1048576, "flushes": 1,
+                        "discards": 3, "discard_bytes": 6291456 },
+            "discard": { "mode": "batched", "segments": 3, "bytes": 6291456, "requests": 2,
+                         "queued_segments": 1, "trims": 1, "trim_bytes": 2097152 },
             "segments": { "total": 100, "free": 25, "segment_blocks": 512, "live_blocks": 30000, "snapshot_blocks": 2000 },
             "io": { "deferred": true, "limit_bytes": 67108864 },
             "store": { "blocks_written": 7, "stream_writes": { "meta": 4 } },
@@ -229,9 +260,13 @@ mod tests {
             "  held by snapshots: 2000 blocks (7.8 MiB)\n",
             "  total:             100 of 2.0 MiB each\n",
             "  limit bytes: 67108864 (64.0 MiB)\n",
-            "  reads:   2 (8.0 KiB)\n",
+            "  reads:    2 (8.0 KiB)\n",
             "  stream writes:  meta 4\n",
-            "  writes:  1 (1.0 MiB)\n",
+            "  writes:   1 (1.0 MiB)\n",
+            "  discards: 3 (6.0 MiB)\n",
+            "  discarded: 6.0 MiB (3 segments in 2 requests)\n",
+            "  mode:      batched\n",
+            "  trims:     1 (2.0 MiB)\n",
             "  LOOKUP:                     2\n",
         ] {
             assert!(t.contains(want), "{want:?} not in\n{t}");

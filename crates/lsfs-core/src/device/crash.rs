@@ -8,6 +8,11 @@
 //! overlap, the order decides what is left), each possibly torn at 512-byte
 //! sector granularity. A [`CrashState`] names one such image exactly, so a
 //! failure replays from its printed state or from the seed that chose it.
+//!
+//! A discard is logged as a write of zeros over its range: a crash may keep
+//! it or not, before or after the epoch's other writes, like any write. So
+//! recovery after any crash reads zeros wherever the file system discarded,
+//! and a discard of something still needed shows up as a damaged image.
 
 use super::{check_range, BlockDevice, DeviceStats, MemDevice};
 use crate::error::{Error, Result};
@@ -437,6 +442,27 @@ impl BlockDevice for CrashDevice {
         }
         self.stats.note_write(buf.len());
         self.dev.write_at(offset, buf)
+    }
+    fn discard(&self, offset: u64, len: u64) -> Result<u64> {
+        super::check_discard(self.size_bytes(), offset, len)?;
+        {
+            let mut inner = self.log.inner.lock().unwrap();
+            // A device whose writes fail (fault injection) is gone: it
+            // discards nothing either. A discard does not use up the writes
+            // allowed before that, so adding discards keeps old schedules.
+            if inner.fail_writes_after == Some(0) {
+                return Err(Error::io(
+                    format!("injected discard failure at offset {offset}"),
+                    std::io::Error::from_raw_os_error(libc::EIO),
+                ));
+            }
+            inner.ops.push(LoggedOp::Write {
+                offset,
+                data: vec![0; len as usize],
+            });
+        }
+        self.stats.note_discard(len);
+        self.dev.discard(offset, len)
     }
     fn flush(&self) -> Result<()> {
         self.log.inner.lock().unwrap().ops.push(LoggedOp::Flush);

@@ -33,6 +33,12 @@ pub struct FileDevice {
     bounce: Mutex<Vec<u8>>,
     path: PathBuf,
     size_bytes: u64,
+    /// A block device (discard with BLKDISCARD) rather than an image file
+    /// (discard by punching a hole).
+    is_block_device: bool,
+    /// Cleared when the host says it cannot discard (EOPNOTSUPP): asking
+    /// again at every segment would only fail again.
+    discard_ok: AtomicBool,
     stats: DeviceStats,
 }
 
@@ -87,7 +93,8 @@ impl FileDevice {
         let meta = file
             .metadata()
             .map_err(|e| Error::io(format!("stat {}", path.display()), e))?;
-        let size_bytes = if meta.file_type().is_block_device() {
+        let is_block_device = meta.file_type().is_block_device();
+        let size_bytes = if is_block_device {
             block_device_size(&file)
                 .map_err(|e| Error::io(format!("size of {}", path.display()), e))?
         } else {
@@ -105,6 +112,8 @@ impl FileDevice {
             bounce: Mutex::new(Vec::new()),
             path: path.to_path_buf(),
             size_bytes,
+            is_block_device,
+            discard_ok: AtomicBool::new(writable),
             stats: DeviceStats::default(),
         })
     }
@@ -129,6 +138,40 @@ impl FileDevice {
     /// Whether block-aligned writes go direct (`O_DIRECT`).
     pub fn writes_direct(&self) -> bool {
         self.direct.is_some() && self.direct_ok.load(Ordering::Relaxed)
+    }
+
+    /// Whether discards still reach the host (see [`FileDevice::discard`]).
+    pub fn discards_supported(&self) -> bool {
+        self.discard_ok.load(Ordering::Relaxed)
+    }
+
+    /// Drop `len` bytes at `offset` on the host: a hole punched in an image
+    /// file (its blocks go back to the file system under it, so `du` of the
+    /// image shrinks, and the range reads as zeros), or BLKDISCARD on a
+    /// block device (an SSD may erase the blocks ahead of time; what the
+    /// range reads as afterwards is the device's business).
+    fn discard_on_host(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        let fd = self.file.as_raw_fd();
+        let rc = if self.is_block_device {
+            const BLKDISCARD: libc::c_ulong = 0x1277; // _IO(0x12, 119)
+            let range: [u64; 2] = [offset, len];
+            // SAFETY: BLKDISCARD reads two u64 (start, length) through the pointer.
+            unsafe { libc::ioctl(fd, BLKDISCARD as _, &range) }
+        } else {
+            // SAFETY: fallocate on a descriptor we own; no memory is passed.
+            unsafe {
+                libc::fallocate(
+                    fd,
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    offset as libc::off_t,
+                    len as libc::off_t,
+                )
+            }
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
     }
 
     /// Write `buf` at `offset` through the `O_DIRECT` descriptor, if there is
@@ -262,6 +305,39 @@ impl BlockDevice for FileDevice {
         Ok(())
     }
 
+    fn discard(&self, offset: u64, len: u64) -> Result<u64> {
+        super::check_discard(self.size_bytes, offset, len)?;
+        if len == 0 || !self.discard_ok.load(Ordering::Relaxed) {
+            return Ok(0);
+        }
+        match self.discard_on_host(offset, len) {
+            Ok(()) => {
+                self.stats.note_discard(len);
+                Ok(len)
+            }
+            // The host cannot (a file system without hole punching, a disk
+            // without discard, a device mapper target refusing it): say so
+            // once and stop asking.
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EOPNOTSUPP | libc::ENOTTY | libc::ENOSYS)
+                ) =>
+            {
+                tracing::info!(
+                    "{}: cannot discard ({e}); freed space stays allocated on the host",
+                    self.path.display()
+                );
+                self.discard_ok.store(false, Ordering::Relaxed);
+                Ok(0)
+            }
+            Err(e) => Err(Error::io(
+                format!("discard {len} bytes at {offset} of {}", self.path.display()),
+                e,
+            )),
+        }
+    }
+
     fn stats(&self) -> &DeviceStats {
         &self.stats
     }
@@ -293,6 +369,118 @@ mod tests {
         FileDevice::open(&path, true).expect("the lock is let go within the wait");
         assert!(start.elapsed() >= Duration::from_millis(150));
         t.join().unwrap();
+    }
+
+    /// Blocks the image file holds on the host, in bytes.
+    fn allocated(path: &Path) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(path).unwrap().blocks() * 512
+    }
+
+    /// A discard punches a hole: the image keeps its size, the host frees
+    /// the blocks (`du` shrinks by the range), the range reads as zeros,
+    /// and the bytes around it are untouched. A read-only image discards
+    /// nothing and says so with 0.
+    #[test]
+    fn discard_punches_a_hole_in_the_image() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let path = dir.path().join("img");
+        FileDevice::create_image(&path, 8 << 20).unwrap();
+        let dev = FileDevice::open(&path, true).unwrap();
+        let data: Vec<u8> = (0..4 << 20).map(|i| (i % 253) as u8 + 1).collect();
+        dev.write_at(1 << 20, &data).unwrap();
+        dev.flush().unwrap();
+        let before = allocated(&path);
+        assert!(before >= 4 << 20, "written: {before} bytes allocated");
+        let took = dev.discard(2 << 20, 2 << 20).unwrap();
+        if !dev.discards_supported() {
+            eprintln!("the file system under /var/tmp cannot punch holes: nothing to check");
+            assert_eq!(took, 0);
+            return;
+        }
+        assert_eq!(took, 2 << 20);
+        let after = allocated(&path);
+        assert!(
+            before - after >= 2 << 20,
+            "punching 2 MiB freed only {} bytes ({before} -> {after})",
+            before - after
+        );
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            8 << 20,
+            "size kept"
+        );
+        let mut got = vec![0u8; 4 << 20];
+        dev.read_at(1 << 20, &mut got).unwrap();
+        assert!(got[..1 << 20] == data[..1 << 20], "before the hole");
+        assert!(got[1 << 20..3 << 20].iter().all(|&b| b == 0), "the hole");
+        assert!(got[3 << 20..] == data[3 << 20..], "after the hole");
+        let c = dev.stats().snapshot();
+        assert_eq!((c.discards, c.discard_bytes), (1, 2 << 20));
+        assert!(dev.discard(7 << 20, 2 << 20).is_err(), "past the end");
+        drop(dev);
+        let ro = FileDevice::open(&path, false).unwrap();
+        assert_eq!(ro.discard(0, 1 << 20).unwrap(), 0);
+        assert_eq!(allocated(&path), after);
+    }
+
+    /// A loop device over a sparse file: BLKDISCARD reaches the file under
+    /// it as a punched hole. Root only (losetup); skipped otherwise.
+    #[test]
+    fn discard_on_a_block_device_is_blkdiscard() {
+        use std::process::Command;
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let backing = dir.path().join("backing");
+        FileDevice::create_image(&backing, 8 << 20).unwrap();
+        let Ok(out) = Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(&backing)
+            .output()
+        else {
+            eprintln!("no losetup: skipped");
+            return;
+        };
+        if !out.status.success() {
+            eprintln!(
+                "losetup refused ({}): skipped",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            return;
+        }
+        let loopdev = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
+        // Detached whatever happens below.
+        struct Detach(PathBuf);
+        impl Drop for Detach {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("losetup")
+                    .arg("-d")
+                    .arg(&self.0)
+                    .status();
+            }
+        }
+        let _detach = Detach(loopdev.clone());
+        let dev = FileDevice::open(&loopdev, true).unwrap();
+        assert!(dev.is_block_device);
+        assert_eq!(dev.size_bytes(), 8 << 20);
+        dev.write_at(0, &vec![7u8; 4 << 20]).unwrap();
+        dev.flush().unwrap();
+        let before = allocated(&backing);
+        assert!(before >= 4 << 20, "{before}");
+        let took = dev.discard(0, 2 << 20).unwrap();
+        if !dev.discards_supported() {
+            eprintln!("this loop device cannot discard: nothing to check");
+            return;
+        }
+        assert_eq!(took, 2 << 20);
+        let after = allocated(&backing);
+        assert!(
+            before - after >= 2 << 20,
+            "BLKDISCARD of 2 MiB freed {} bytes of the backing file",
+            before - after
+        );
+        let mut got = vec![1u8; 4096];
+        dev.read_at((2 << 20) + 4096, &mut got).unwrap();
+        assert!(got.iter().all(|&b| b == 7), "past the discarded range");
     }
 
     /// Direct writes and buffered reads of one image stay coherent, in any

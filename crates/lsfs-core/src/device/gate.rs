@@ -103,6 +103,9 @@ impl BlockDevice for GateDevice {
         }
         self.inner.flush()
     }
+    fn discard(&self, offset: u64, len: u64) -> Result<u64> {
+        self.inner.discard(offset, len)
+    }
     fn stats(&self) -> &DeviceStats {
         self.inner.stats()
     }

@@ -37,6 +37,12 @@
 //! picked before the device is read, so a write that completes in between
 //! is still laid over what may be an older read.
 //!
+//! **Discards** run in order like writes: one appended after a checkpoint's
+//! flush runs after it, and before any later write to the same range.
+//! Reads lay a queued discard over the device as zeros, in order with the
+//! queued writes. A discard that fails is logged and forgotten: it is a
+//! hint, and nothing depends on it, so it never latches the queue.
+//!
 //! **Errors.** A write or flush error latches: the error is logged ("device
 //! error, file system is now read-only"), the rest of the queue is not run,
 //! every ticket not complete fails with it, and every later append is
@@ -76,6 +82,7 @@ pub const PENDING_BYTES_MAX: usize = 64 << 20;
 enum Op {
     Write { offset: u64, data: Arc<Vec<u8>> },
     Flush { durable: bool },
+    Discard { offset: u64, len: u64 },
 }
 
 struct Entry {
@@ -152,6 +159,8 @@ struct Counters {
     waits: AtomicU64,
     inline_drains: AtomicU64,
     max_pending_bytes: AtomicU64,
+    discards: AtomicU64,
+    discard_errors: AtomicU64,
 }
 
 /// A copy of the queue's counters.
@@ -185,6 +194,9 @@ pub struct IoCounters {
     pub max_pending_bytes: u64,
     /// The bound on queued bytes (one write may pass it).
     pub limit_bytes: u64,
+    /// Discards run on the device, and those that failed (ignored).
+    pub discards: u64,
+    pub discard_errors: u64,
 }
 
 /// The queue, shared by the store (which appends under the engine's lock)
@@ -313,6 +325,8 @@ impl IoQueue {
             pending_bytes: pending as u64,
             max_pending_bytes: g(&c.max_pending_bytes),
             limit_bytes: limit as u64,
+            discards: g(&c.discards),
+            discard_errors: g(&c.discard_errors),
         }
     }
 
@@ -323,6 +337,26 @@ impl IoQueue {
             offset,
             data: Arc::new(data),
         })
+    }
+
+    /// Append a discard of `len` bytes at `offset` (see the module's
+    /// "Discards").
+    pub fn discard(&self, offset: u64, len: u64) -> Result<Ticket> {
+        super::check_discard(self.dev.size_bytes(), offset, len)?;
+        self.append(Op::Discard { offset, len })
+    }
+
+    /// Run a discard on the device; its failure is only logged.
+    fn run_discard(&self, offset: u64, len: u64) {
+        match self.dev.discard(offset, len) {
+            Ok(_) => {
+                self.counters.discards.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                self.counters.discard_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("discard of {len} bytes at {offset} failed, ignored: {e}");
+            }
+        }
     }
 
     /// Append an ordering flush: every write before it is durable before
@@ -351,7 +385,7 @@ impl IoQueue {
         }
         let len = match &op {
             Op::Write { data, .. } => data.len(),
-            Op::Flush { .. } => 0,
+            Op::Flush { .. } | Op::Discard { .. } => 0,
         };
         if len > 0 && st.pending_bytes > 0 && st.pending_bytes + len > st.limit {
             // At the bound: run what is queued first, here.
@@ -403,6 +437,10 @@ impl IoQueue {
                 self.counters.flushes.fetch_add(1, Ordering::Relaxed);
                 st.unflushed = false;
             }),
+            Op::Discard { offset, len } => {
+                self.run_discard(*offset, *len);
+                Ok(())
+            }
         };
         match r {
             Ok(()) => {
@@ -537,6 +575,12 @@ impl IoQueue {
                         run.covered = *t;
                     }
                 }
+                Op::Discard { offset, len } => {
+                    self.run_discard(*offset, *len);
+                    if !run.held {
+                        run.covered = *t;
+                    }
+                }
                 Op::Flush { .. } if !run.unflushed => {
                     // Nothing written since the last flush (so nothing held).
                     debug_assert!(!run.held);
@@ -573,24 +617,31 @@ impl IoQueue {
     /// writes that are not complete laid over it in order.
     pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let end = offset + buf.len() as u64;
-        let over: Vec<(u64, Arc<Vec<u8>>)> = {
+        // (offset, length, the data written or None for a discard).
+        type Over = (u64, u64, Option<Arc<Vec<u8>>>);
+        let over: Vec<Over> = {
             let st = self.lock();
             st.entries
                 .iter()
                 .filter_map(|e| match &e.op {
-                    Op::Write { offset: o, data } if *o < end && o + data.len() as u64 > offset => {
-                        Some((*o, data.clone()))
+                    Op::Write { offset: o, data } => {
+                        Some((*o, data.len() as u64, Some(data.clone())))
                     }
-                    _ => None,
+                    Op::Discard { offset: o, len } => Some((*o, *len, None)),
+                    Op::Flush { .. } => None,
                 })
+                .filter(|&(o, len, _)| o < end && o + len > offset)
                 .collect()
         };
         self.dev.read_at(offset, buf)?;
-        for (o, data) in over {
+        for (o, len, data) in over {
             let from = o.max(offset);
-            let to = (o + data.len() as u64).min(end);
-            buf[(from - offset) as usize..(to - offset) as usize]
-                .copy_from_slice(&data[(from - o) as usize..(to - o) as usize]);
+            let to = (o + len).min(end);
+            let dst = &mut buf[(from - offset) as usize..(to - offset) as usize];
+            match data {
+                Some(data) => dst.copy_from_slice(&data[(from - o) as usize..(to - o) as usize]),
+                None => dst.fill(0),
+            }
         }
         Ok(())
     }
@@ -628,6 +679,10 @@ impl BlockDevice for QueuedDevice {
     }
     fn flush(&self) -> Result<()> {
         self.0.barrier().map(|_| ())
+    }
+    /// Queued: the bytes asked for, whatever the device then takes.
+    fn discard(&self, offset: u64, len: u64) -> Result<u64> {
+        self.0.discard(offset, len).map(|_| len)
     }
     fn stats(&self) -> &DeviceStats {
         self.0.dev.stats()
@@ -684,6 +739,34 @@ mod tests {
         q.complete(t).unwrap();
         assert_eq!(kinds(&log), "w0 F w1 w0");
         assert_eq!(q.pending_bytes(), 0);
+    }
+
+    /// A discard runs in its place among the writes (the crash device logs
+    /// it as zeros), reads see it as zeros over what came before and under
+    /// what comes after, and it never holds bytes in the queue.
+    #[test]
+    fn discards_run_in_order_and_read_as_zeros() {
+        let (q, log) = queue();
+        q.write(0, vec![1; 3 * B]).unwrap();
+        q.barrier().unwrap();
+        q.discard(0, 2 * B as u64).unwrap();
+        q.write(B as u64, vec![2; 10]).unwrap();
+        assert_eq!(q.pending_bytes(), 3 * B + 10);
+        let mut buf = vec![9; 3 * B];
+        q.read_at(0, &mut buf).unwrap();
+        assert!(buf[..B].iter().all(|&b| b == 0), "discarded, queued");
+        assert!(buf[B..B + 10].iter().all(|&b| b == 2), "written after");
+        assert!(buf[B + 10..2 * B].iter().all(|&b| b == 0));
+        assert!(buf[2 * B..].iter().all(|&b| b == 1), "not discarded");
+        q.complete(q.last_ticket()).unwrap();
+        assert_eq!(kinds(&log), "w0 F w0 w1");
+        let mut after = vec![9; 3 * B];
+        q.read_at(0, &mut after).unwrap();
+        assert!(after == buf, "the device agrees with the queued view");
+        let c = q.counters();
+        assert_eq!((c.discards, c.discard_errors), (1, 0));
+        // Past the end: refused when appended, not when run.
+        assert!(q.discard(63 * B as u64, 2 * B as u64).is_err());
     }
 
     /// Reads see queued writes, the later of two overlapping ones, and the

@@ -1,6 +1,6 @@
 //! A device in memory, for tests and simulations.
 
-use super::{check_range, BlockDevice, DeviceStats};
+use super::{check_discard, check_range, BlockDevice, DeviceStats};
 use crate::error::Result;
 use std::sync::Mutex;
 
@@ -48,6 +48,15 @@ impl BlockDevice for MemDevice {
     fn flush(&self) -> Result<()> {
         self.stats.note_flush();
         Ok(())
+    }
+    /// Zeros the range: what a punched hole reads as, and what lets a test
+    /// that reads a discarded block see that it was discarded.
+    fn discard(&self, offset: u64, len: u64) -> Result<u64> {
+        check_discard(self.size_bytes(), offset, len)?;
+        let o = offset as usize;
+        self.data.lock().unwrap()[o..o + len as usize].fill(0);
+        self.stats.note_discard(len);
+        Ok(len)
     }
     fn stats(&self) -> &DeviceStats {
         &self.stats

@@ -39,6 +39,14 @@ pub trait BlockDevice: Send + Sync {
     }
     /// Make every write that returned before this call durable.
     fn flush(&self) -> Result<()>;
+    /// Tell the device that nothing will read the `len` bytes at `offset`
+    /// before writing them again, so it may drop them: a hole punched in
+    /// an image file, BLKDISCARD on a block device. Afterwards the range
+    /// reads as zeros or as anything else; callers must not care which.
+    /// Returns the bytes the device took (0 where it cannot discard). A
+    /// device that cannot discard is no error: discarding is a hint, and
+    /// a file system must never stop for the lack of it.
+    fn discard(&self, offset: u64, len: u64) -> Result<u64>;
     /// Counters of this device's traffic.
     fn stats(&self) -> &DeviceStats;
 }
@@ -51,6 +59,8 @@ pub struct DeviceStats {
     pub writes: AtomicU64,
     pub write_bytes: AtomicU64,
     pub flushes: AtomicU64,
+    pub discards: AtomicU64,
+    pub discard_bytes: AtomicU64,
 }
 
 impl DeviceStats {
@@ -65,6 +75,10 @@ impl DeviceStats {
     pub fn note_flush(&self) {
         self.flushes.fetch_add(1, Ordering::Relaxed);
     }
+    pub fn note_discard(&self, bytes: u64) {
+        self.discards.fetch_add(1, Ordering::Relaxed);
+        self.discard_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
     pub fn snapshot(&self) -> DeviceCounters {
         DeviceCounters {
             reads: self.reads.load(Ordering::Relaxed),
@@ -72,6 +86,8 @@ impl DeviceStats {
             writes: self.writes.load(Ordering::Relaxed),
             write_bytes: self.write_bytes.load(Ordering::Relaxed),
             flushes: self.flushes.load(Ordering::Relaxed),
+            discards: self.discards.load(Ordering::Relaxed),
+            discard_bytes: self.discard_bytes.load(Ordering::Relaxed),
         }
     }
 }
@@ -84,6 +100,20 @@ pub struct DeviceCounters {
     pub writes: u64,
     pub write_bytes: u64,
     pub flushes: u64,
+    /// Ranges the device dropped, and their bytes (`BlockDevice::discard`).
+    pub discards: u64,
+    pub discard_bytes: u64,
+}
+
+/// Checks that a discard of `len` bytes at `offset` lies inside the device.
+pub(crate) fn check_discard(size_bytes: u64, offset: u64, len: u64) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size_bytes => Ok(()),
+        _ => Err(crate::error::Error::io(
+            format!("discard of {len} bytes at offset {offset} is past the device end ({size_bytes} bytes)"),
+            std::io::Error::from_raw_os_error(libc::EINVAL),
+        )),
+    }
 }
 
 /// Checks that an access lies inside the device, naming it if not.

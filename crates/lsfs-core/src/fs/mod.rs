@@ -19,6 +19,7 @@ mod namespace;
 pub mod oplog;
 mod replay;
 pub mod snapview;
+mod trim;
 pub mod write_amp;
 pub mod xattr;
 
@@ -373,6 +374,7 @@ impl Lsfs {
             // (the next checkpoint records how far).
             self.store.reconcile_step(RECONCILE_DAT_BLOCKS_PER_TICK)?;
         }
+        self.store.discard_batch_if_due()?;
         self.clean_in_background()
     }
 
@@ -433,6 +435,11 @@ impl Lsfs {
         self.stop_after_read_error();
         if self.view.is_none() && self.store.writable().is_ok() {
             self.checkpoint_for("unmount")?;
+            // What the last batch would have discarded, now: nothing is
+            // left to tick once unmounted. (After the checkpoint, which is
+            // durable; before the superblocks, so the device's last
+            // operation stays their flush.)
+            self.store.discard_batch()?;
             self.store.settle_superblocks()?;
         }
         Ok(())
@@ -1292,6 +1299,11 @@ impl Vfs for Lsfs {
             return Ok(());
         }
         self.checkpoint_for("sync").map(|_| ()).map_err(Errno::from)
+    }
+
+    fn trim(&mut self, start: u64, len: u64, minlen: u64) -> VfsResult<u64> {
+        self.trim_free_space(start, len, minlen)
+            .map_err(Errno::from)
     }
 
     fn read_only(&self) -> bool {

@@ -741,7 +741,8 @@ impl Store {
         );
         self.dat_journal.checkpoint_done(journal_addrs);
         self.segs.dirty_blocks.clear();
-        self.segs.pending_free.clear();
+        // Free from now on: the checkpoint recording it is durable.
+        let freed = std::mem::take(&mut self.segs.pending_free);
         self.moved_dead.clear();
         self.deaths_since_checkpoint = 0;
         self.cur_cno += 1;
@@ -749,6 +750,10 @@ impl Store {
         self.dat_reuse.checkpoint_done();
         self.stats.checkpoints_written += 1;
         self.write_superblock(cno, last.0, last.1)?;
+        // After the flush that made the checkpoint durable (write_checkpoint),
+        // so in the I/O queue's order no discard can reach the device
+        // before it (meta/discard.rs argues why this is the moment).
+        self.segments_freed_durably(freed);
         Ok(())
     }
 

@@ -13,6 +13,7 @@
 //! - [`construct`]: the segment constructor, which writes checkpoints and fsync records;
 //! - [`open`]: mkfs, and opening an image with recovery;
 //! - [`reclaim`]: deleting expired checkpoints and freeing dead segments;
+//! - [`discard`]: discarding freed segments on the device, and FITRIM;
 //! - [`reconcile`]: O(1) snapshot changes, applied to the counters in the background;
 //! - [`snapshots`]: promoting and demoting checkpoints, and the reconcile step, on the store;
 //! - [`stream`]: write streams (hot, cold, cleaner output, metadata) and the temperature signal;
@@ -26,6 +27,7 @@ pub mod cpfile;
 pub mod dat_entry;
 pub mod dat_journal;
 pub mod dat_reuse;
+pub mod discard;
 pub mod ifile;
 pub mod open;
 pub mod plug;

@@ -120,6 +120,7 @@ impl Store {
             dat_reuse: Default::default(),
             plugs: Default::default(),
             dat_journal: Default::default(),
+            discards: Default::default(),
             data_records_since_log: 0,
             streams: crate::meta::stream::Streams::new(
                 config_streams && geo.nsegments >= config_streams_min,

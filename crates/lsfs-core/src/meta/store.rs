@@ -51,6 +51,8 @@ pub struct StoreConfig {
     /// default: each stream keeps a segment open).
     pub streams: bool,
     pub streams_min_segments: u64,
+    /// What freed segments the device is told to drop (meta/discard.rs).
+    pub discard: crate::meta::discard::DiscardMode,
     /// Every timestamp and interval of the mount (`clock.rs`): the
     /// system's, or one a test or simulation drives.
     pub clock: crate::clock::Clock,
@@ -64,6 +66,7 @@ impl Default for StoreConfig {
             read_only: false,
             streams: true,
             streams_min_segments: crate::meta::stream::STREAMS_MIN_SEGMENTS,
+            discard: Default::default(),
             clock: crate::clock::Clock::system(),
         }
     }
@@ -191,6 +194,8 @@ pub struct Store {
     /// DAT blocks kept in memory with their changed entries journaled
     /// (meta/dat_journal.rs).
     pub(crate) dat_journal: crate::meta::dat_journal::DatJournal,
+    /// Freed segments waiting to be discarded (meta/discard.rs).
+    pub(crate) discards: crate::meta::discard::Discards,
 }
 
 /// Bound of the in-memory mirror of the DAT's block map: 1M entries (about

@@ -1,0 +1,267 @@
+//! Discard against a real `lsfs mount` on an image file: after files are
+//! deleted, `fstrim` on the mount (FITRIM, sent by the kernel to the mount's
+//! root directory) or continuous discard gives the image's blocks back to
+//! the host, so `du` of the image shrinks; and the image stays clean.
+
+#[path = "../../lsfs-fuse/tests/common/mod.rs"]
+mod common;
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::is_mounted;
+
+const MIB: u64 = 1 << 20;
+
+fn lsfs() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_lsfs"))
+}
+
+/// `lsfs mount` in the foreground, as a child; dropping it unmounts and
+/// waits for the server to exit, also when the test fails.
+struct Mounted {
+    child: Child,
+    mnt: PathBuf,
+}
+
+impl Mounted {
+    fn new(image: &Path, mnt: &Path, opts: &str) -> Mounted {
+        let child = lsfs()
+            .arg("mount")
+            .arg(image)
+            .arg(mnt)
+            .args(["-o", opts])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run lsfs mount");
+        let mut m = Mounted {
+            child,
+            mnt: fs::canonicalize(mnt).unwrap(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !is_mounted(&m.mnt) {
+            if let Some(st) = m.child.try_wait().unwrap() {
+                panic!("lsfs mount exited with {st}");
+            }
+            assert!(Instant::now() < deadline, "not mounted within 10 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        m
+    }
+
+    fn unmount(mut self) {
+        self.take_down();
+        let st = self.child.wait().unwrap();
+        assert!(st.success(), "lsfs mount exited with {st}");
+    }
+
+    fn take_down(&mut self) {
+        if is_mounted(&self.mnt) {
+            let _ = Command::new("fusermount3")
+                .arg("-u")
+                .arg(&self.mnt)
+                .status();
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        self.take_down();
+        if self.child.try_wait().unwrap().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        if is_mounted(&self.mnt) {
+            let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+        }
+    }
+}
+
+/// What the image takes on the host (`du`).
+fn du(image: &Path) -> u64 {
+    fs::metadata(image).unwrap().blocks() * 512
+}
+
+/// A 256 MiB image under /var/tmp (not a tmpfs /tmp: the test is about
+/// the host's disk), with a config file that keeps no plain checkpoint
+/// back (so deleted files' segments are free at once), mounted with
+/// `discard=MODE`; 8 files of 16 MiB written and durable.
+fn setup(mode: &str) -> Option<(tempfile::TempDir, PathBuf, Mounted)> {
+    if !common::fuse_available() {
+        return None;
+    }
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let image = tmp.path().join("img");
+    let mnt = tmp.path().join("mnt");
+    let cfg = tmp.path().join("lsfs.toml");
+    fs::create_dir(&mnt).unwrap();
+    fs::write(&cfg, "protection_secs = 0\n").unwrap();
+    let st = lsfs()
+        .args(["mkfs", "--size", "256M"])
+        .arg(&image)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let m = Mounted::new(
+        &image,
+        &mnt,
+        &format!("discard={mode},config={}", cfg.display()),
+    );
+    for i in 0..8u8 {
+        let data: Vec<u8> = (0..16 * MIB).map(|j| (j % 251) as u8 ^ i).collect();
+        fs::write(m.mnt.join(format!("f{i}")), &data).unwrap();
+    }
+    sync(&m.mnt);
+    Some((tmp, image, m))
+}
+
+fn sync(mnt: &Path) {
+    let f = fs::File::open(mnt).unwrap();
+    let fd = std::os::unix::io::AsRawFd::as_raw_fd(&f);
+    // SAFETY: syncfs on a descriptor we own.
+    let rc = unsafe { libc::syncfs(fd) };
+    assert_eq!(rc, 0, "syncfs: {}", std::io::Error::last_os_error());
+}
+
+fn delete_half(mnt: &Path) {
+    for i in (0..8).step_by(2) {
+        fs::remove_file(mnt.join(format!("f{i}"))).unwrap();
+    }
+    sync(mnt);
+}
+
+fn fsck_clean(image: &Path) {
+    let out = lsfs().arg("fsck").arg(image).output().unwrap();
+    assert!(
+        out.status.success(),
+        "fsck: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+fn files_read_back(mnt: &Path) {
+    for i in (1..8u8).step_by(2) {
+        let got = fs::read(mnt.join(format!("f{i}"))).unwrap();
+        let want: Vec<u8> = (0..16 * MIB).map(|j| (j % 251) as u8 ^ i).collect();
+        assert!(got == want, "f{i} differs");
+    }
+}
+
+/// `fstrim -v` on the mount says how much it trimmed, and the image
+/// shrinks on the host by about the deleted files; nothing is discarded
+/// before (discard is off).
+#[test]
+fn fstrim_on_the_mount_shrinks_the_image() {
+    let Some((_tmp, image, m)) = setup("off") else {
+        return;
+    };
+    let full = du(&image);
+    assert!(full >= 128 * MIB, "{full} bytes on the host");
+    delete_half(&m.mnt);
+    let deleted = du(&image);
+    assert!(
+        deleted + 8 * MIB > full,
+        "discard is off, yet the image shrank from {full} to {deleted}"
+    );
+    let trimmed = match Command::new("fstrim").arg("-v").arg(&m.mnt).output() {
+        Ok(out) => {
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            assert!(
+                out.status.success(),
+                "fstrim: {text} {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            // "MNT: 60 MiB (62914560 bytes) trimmed"
+            let n = text
+                .split('(')
+                .nth(1)
+                .and_then(|r| r.split(' ').next())
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("fstrim said {text:?}"));
+            eprintln!("{}", text.trim());
+            n
+        }
+        Err(_) => {
+            eprintln!("no fstrim here: lsfs trim instead");
+            let out = lsfs()
+                .args(["trim", "--json", "--mount"])
+                .arg(&m.mnt)
+                .output()
+                .unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            v["trimmed_bytes"].as_u64().unwrap()
+        }
+    };
+    let after = du(&image);
+    eprintln!(
+        "du: {} MiB written, {} MiB after deleting half, {} MiB after trimming",
+        full >> 20,
+        deleted >> 20,
+        after >> 20
+    );
+    assert!(trimmed >= 64 * MIB, "trimmed only {trimmed} bytes");
+    assert!(
+        after + 56 * MIB <= deleted,
+        "the image did not shrink by the deleted 64 MiB: {deleted} -> {after}"
+    );
+    // The mount counts it; a second trim through the control socket finds
+    // the same free space (nothing remembers what was trimmed).
+    let out = lsfs()
+        .args(["stats", "--json", "--mount"])
+        .arg(&m.mnt)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["discard"]["trims"], 1, "{}", v["discard"]);
+    assert_eq!(v["discard"]["trim_bytes"].as_u64(), Some(trimmed));
+    assert!(v["device"]["discard_bytes"].as_u64().unwrap() >= trimmed);
+    files_read_back(&m.mnt);
+    m.unmount();
+    fsck_clean(&image);
+}
+
+/// With `discard=on` the deleted files' segments are discarded by the
+/// checkpoints that free them: the image shrinks without any trim.
+#[test]
+fn continuous_discard_shrinks_the_image_by_itself() {
+    let Some((_tmp, image, m)) = setup("on") else {
+        return;
+    };
+    let full = du(&image);
+    delete_half(&m.mnt);
+    // Segments are freed by checkpoints (a bounded number each, and not
+    // while they are in the recovery chain the superblocks name): ask for
+    // a few, as the periodic ones would come while the mount is busy.
+    for _ in 0..4 {
+        let st = lsfs()
+            .args(["checkpoint", "create", "--mount"])
+            .arg(&m.mnt)
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    let after = du(&image);
+    eprintln!(
+        "du: {} MiB written, {} MiB after deleting half",
+        full >> 20,
+        after >> 20
+    );
+    assert!(
+        after + 56 * MIB <= full,
+        "the image did not shrink by the deleted 64 MiB: {full} -> {after}"
+    );
+    files_read_back(&m.mnt);
+    m.unmount();
+    fsck_clean(&image);
+}
