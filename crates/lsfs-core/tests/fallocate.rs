@@ -53,7 +53,7 @@ fn same(got: &[u8], want: &[u8], what: &str) {
 }
 
 /// What the file should read after zeroing `[off, off + len)` of `want`.
-fn zero(want: &mut Vec<u8>, off: u64, len: u64) {
+fn zero(want: &mut [u8], off: u64, len: u64) {
     let end = ((off + len) as usize).min(want.len());
     if (off as usize) < end {
         want[off as usize..end].fill(0);
@@ -95,7 +95,10 @@ fn punch_frees_whole_blocks_and_zeroes_the_edges() {
     zero(&mut want, 60 * B, 100 * B);
     assert_eq!(blocks(&mut fs, f), n - 20);
     assert_eq!(fs.getattr(f).unwrap().size, n * B);
-    assert_eq!(fs.seek_data_or_hole(f, 59 * B, false).unwrap(), Some(60 * B));
+    assert_eq!(
+        fs.seek_data_or_hole(f, 59 * B, false).unwrap(),
+        Some(60 * B)
+    );
     assert_eq!(fs.seek_data_or_hole(f, 60 * B, true).unwrap(), None);
     // Punching a hole again changes nothing.
     fs.fallocate(f, 5 * B, 10 * B, PUNCH).unwrap();
@@ -122,7 +125,8 @@ fn zero_range_and_keep_size() {
     let mut want = pattern(2, (10 * B) as usize);
     fs.write(f, 0, &want).unwrap();
     // KEEP_SIZE, mode 0: the size stays, nothing changes.
-    fs.fallocate(f, 5 * B, 100 * B, FALLOC_FL_KEEP_SIZE).unwrap();
+    fs.fallocate(f, 5 * B, 100 * B, FALLOC_FL_KEEP_SIZE)
+        .unwrap();
     assert_eq!(fs.getattr(f).unwrap().size, 10 * B);
     same(&contents(&mut fs, f), &want, "contents");
     // Zero range inside the file: as a punch.
@@ -131,8 +135,13 @@ fn zero_range_and_keep_size() {
     same(&contents(&mut fs, f), &want, "contents");
     assert_eq!(blocks(&mut fs, f), 8);
     // Over the end with KEEP_SIZE: the size stays.
-    fs.fallocate(f, 9 * B + 1, 5 * B, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE)
-        .unwrap();
+    fs.fallocate(
+        f,
+        9 * B + 1,
+        5 * B,
+        FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE,
+    )
+    .unwrap();
     zero(&mut want, 9 * B + 1, 5 * B);
     assert_eq!(fs.getattr(f).unwrap().size, 10 * B);
     same(&contents(&mut fs, f), &want, "contents");
@@ -178,10 +187,7 @@ fn refused_modes_and_ranges() {
     for (mode, len, err) in cases {
         assert_eq!(fs.fallocate(f, 0, len, mode), Err(err), "mode {mode:#x}");
     }
-    assert_eq!(
-        fs.fallocate(f, u64::MAX - 5, 10, PUNCH),
-        Err(Errno::FBIG)
-    );
+    assert_eq!(fs.fallocate(f, u64::MAX - 5, 10, PUNCH), Err(Errno::FBIG));
     assert_eq!(fs.fallocate(ROOT_INO, 0, 10, PUNCH), Err(Errno::ISDIR));
     same(&contents(&mut fs, f), &before, "nothing changed");
 }
@@ -242,8 +248,13 @@ fn an_fsync_after_a_punch_survives_a_crash() {
         (
             "zero range, KEEP_SIZE",
             Box::new(move |fs, want| {
-                fs.fallocate(f, 150 * B, 9 * B + 9, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE)
-                    .unwrap();
+                fs.fallocate(
+                    f,
+                    150 * B,
+                    9 * B + 9,
+                    FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE,
+                )
+                .unwrap();
                 zero(want, 150 * B, 9 * B + 9);
                 f
             }),
@@ -252,13 +263,21 @@ fn an_fsync_after_a_punch_survives_a_crash() {
     for (what, step) in steps {
         let target = step(&mut fs, &mut want);
         fs.fsync(target, false).unwrap();
-        same(&contents(&mut fs, f), &want, &format!("{what}: before the crash"));
+        same(
+            &contents(&mut fs, f),
+            &want,
+            &format!("{what}: before the crash"),
+        );
         let held = blocks(&mut fs, f);
         let img = image(&mut fs);
         assert_clean(&fsck_bytes(img.clone()), what);
         let mut back = Lsfs::open(Box::new(MemDevice::from_bytes(img)), cfg()).unwrap();
         assert!(back.replayed_records > 0, "{what}: nothing rolled forward");
-        same(&contents(&mut back, f), &want, &format!("{what}: after a crash"));
+        same(
+            &contents(&mut back, f),
+            &want,
+            &format!("{what}: after a crash"),
+        );
         assert_eq!(blocks(&mut back, f), held, "{what}: blocks after a crash");
         back.checkpoint().unwrap();
         assert_clean(&fsck_bytes(image(&mut back)), what);

@@ -13,9 +13,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::{
-    Attr, Ctx, DirEntry, Errno, FallocMode, FileKind, Ino, SetAttr, StatFs, TimeSet, Timespec, Vfs, VfsResult,
-    NAME_MAX_BYTES, RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT_INO, SYMLINK_MAX_BYTES, XATTR_CREATE,
-    XATTR_REPLACE,
+    Attr, Ctx, DirEntry, Errno, FallocMode, FileKind, Ino, SetAttr, StatFs, TimeSet, Timespec, Vfs,
+    VfsResult, NAME_MAX_BYTES, RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT_INO, SYMLINK_MAX_BYTES,
+    XATTR_CREATE, XATTR_REPLACE,
 };
 
 /// Page size of file data, also the reported block size.
@@ -1620,7 +1620,8 @@ mod tests {
             .unwrap();
         want[1..3].fill(0);
         assert_eq!(fs.read(f, 0, 6 * PAGE as u32).unwrap(), want);
-        fs.fallocate(f, 5 * PAGE - 1, 7, FALLOC_FL_ZERO_RANGE).unwrap();
+        fs.fallocate(f, 5 * PAGE - 1, 7, FALLOC_FL_ZERO_RANGE)
+            .unwrap();
         want.resize(5 * PAGE as usize + 6, 0);
         assert_eq!(fs.read(f, 0, 6 * PAGE as u32).unwrap(), want);
     }

@@ -611,7 +611,10 @@ pub fn punch(s: &mut Store, ino: &mut Inode, off: u64, len: u64) -> Result<()> {
 /// Zero bytes `[from, to)` of file block `b`, if it is mapped and they are
 /// not zeros already (a hole reads as zeros).
 fn zero_in_block(s: &mut Store, ino: &mut Inode, b: u64, from: usize, to: usize) -> Result<()> {
-    assert!(from < to && to <= BLOCK as usize, "zero {from}..{to} of a block");
+    assert!(
+        from < to && to <= BLOCK as usize,
+        "zero {from}..{to} of a block"
+    );
     let Some(e) = extent_at(s, ino, b)? else {
         return Ok(());
     };
