@@ -166,6 +166,33 @@ fn zero_range_and_keep_size() {
     assert_clean(&fsck_bytes(image(&mut fs)), "after zero ranges");
 }
 
+/// A punch or zero range reaching far past the end stops at the last
+/// block that can be mapped: one operation, not one per cache-sized piece
+/// up to 16 TiB. A zero range growing the file that far maps nothing.
+#[test]
+fn ranges_to_the_largest_file_are_one_step() {
+    let mut fs = mkfs(DEV_BYTES, cfg());
+    let f = create(&mut fs, "f");
+    fs.write(f, 0, &pattern(5, (10 * B) as usize)).unwrap();
+    fs.fsync(f, false).unwrap();
+    let max = lsfs_core::layout::MAX_FILE_BYTES;
+    fs.fallocate(f, B, max - B, PUNCH).unwrap();
+    assert_eq!(fs.oplog.pending().len(), 1, "{:?}", fs.oplog.pending());
+    assert_eq!(blocks(&mut fs, f), 1);
+    assert_eq!(fs.getattr(f).unwrap().size, 10 * B);
+    fs.fallocate(f, 5, max - 5, FALLOC_FL_ZERO_RANGE).unwrap();
+    assert_eq!(fs.oplog.pending().len(), 2);
+    assert_eq!(fs.getattr(f).unwrap().size, max);
+    assert_eq!(blocks(&mut fs, f), 1, "block 0 keeps its first 5 bytes");
+    let mut want = pattern(5, 5);
+    want.resize(100, 0);
+    assert_eq!(fs.read(f, 0, 100).unwrap(), want);
+    assert_eq!(fs.seek_data_or_hole(f, 0, false).unwrap(), Some(B));
+    assert_eq!(fs.seek_data_or_hole(f, B, true).unwrap(), None);
+    fs.checkpoint().unwrap();
+    assert_clean(&fsck_bytes(image(&mut fs)), "a 16 TiB sparse file");
+}
+
 #[test]
 fn refused_modes_and_ranges() {
     let mut fs = mkfs(DEV_BYTES, cfg());

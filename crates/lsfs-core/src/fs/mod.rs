@@ -1270,13 +1270,21 @@ impl Vfs for Lsfs {
             _ if how.grows() && offset + length > i.size => self.reserve(1)?,
             _ => {}
         }
+        let end = offset + length;
+        // No block is mapped past the one holding the last byte, so a punch
+        // or zero stops there: a range to the largest file is not millions
+        // of empty steps.
+        let stop = if how.zeroes() {
+            end.min(i.size.div_ceil(file::BLOCK) * file::BLOCK)
+        } else {
+            end
+        };
         // In pieces, like write: each piece dirties at most a quarter of the
         // cache (data blocks, or the DAT blocks a punch frees entries in).
         let chunk = self.chunk_bytes();
-        let mut done = 0u64;
-        loop {
-            let pos = offset + done;
-            let n = (chunk - pos % file::BLOCK).min(length - done);
+        let mut pos = offset;
+        while pos < stop {
+            let n = (chunk - pos % file::BLOCK).min(stop - pos);
             let now = self.store.clock().now();
             if how.zeroes() {
                 file::punch(&mut self.store, &mut i, pos, n)?;
@@ -1302,12 +1310,19 @@ impl Vfs for Lsfs {
             i.ctime = now;
             self.put(i);
             self.after_change()?;
-            done += n;
-            if done >= length {
-                return Ok(());
-            }
+            pos += n;
             i = self.get(ino)?;
         }
+        if how.grows() && end > i.size {
+            // A zero range past the end: the rest only grows the file.
+            file::allocate(&mut self.store, &mut i, offset, length)?;
+            let now = self.store.clock().now();
+            i.mtime = now;
+            i.ctime = now;
+            self.put(i);
+            self.after_change()?;
+        }
+        Ok(())
     }
 
     fn sync(&mut self) -> VfsResult<()> {
