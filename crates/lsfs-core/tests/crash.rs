@@ -4,7 +4,8 @@
 //! a crash would leave must open, pass fsck, and hold every fsync'd file with
 //! exactly a content (and xattr) it had at or after its last completed
 //! fsync. The workload also creates, links, renames and unlinks files and
-//! makes and removes directories, fsyncing new and renamed files and the
+//! makes and removes directories, punches holes and zeroes ranges in the
+//! durable files, fsyncing new and renamed files and the
 //! directory: the directory's names must be those after some operation
 //! since the last completed fsync, sync or checkpoint, and every file
 //! fsync'd before the crash holds its contents under each name it has.
@@ -15,7 +16,9 @@ mod common;
 use common::*;
 use lsfs_core::device::{CrashDevice, CrashLog, MemDevice};
 use lsfs_core::fs::{Lsfs, MountConfig};
-use lsfs_vfs::{Errno, SetAttr, Vfs, ROOT_INO};
+use lsfs_vfs::{
+    Errno, SetAttr, Vfs, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE, ROOT_INO,
+};
 use rand::{Rng, SeedableRng};
 use std::collections::{BTreeSet, HashMap};
 
@@ -163,7 +166,7 @@ fn run_workload_on(base: Vec<u8>, config: MountConfig, seed: u64, steps: usize) 
         // fsync of a scratch file by name, or of the root (after the change).
         let mut fsync_after: Option<Option<Vec<u8>>> = None;
         match rng.gen_range(0..100) {
-            0..=29 => {
+            0..=26 => {
                 let f = &mut files[rng.gen_range(0..4)];
                 let (mut content, x) = f.versions.last().unwrap().1.clone();
                 let off = rng.gen_range(0..200_000usize);
@@ -171,6 +174,28 @@ fn run_workload_on(base: Vec<u8>, config: MountConfig, seed: u64, steps: usize) 
                 let data = pattern(rng.gen(), len);
                 fs.write(f.ino, off as u64, &data).unwrap();
                 apply_write(&mut content, off, &data);
+                f.versions.push((before, (content, x)));
+            }
+            27..=29 => {
+                // A punch or a zero range: fsync must keep the hole.
+                let f = &mut files[rng.gen_range(0..4)];
+                let (mut content, x) = f.versions.last().unwrap().1.clone();
+                let off = rng.gen_range(0..150_000usize);
+                let len = rng.gen_range(1..60_000usize);
+                let mode = [
+                    FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                    FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE,
+                    FALLOC_FL_ZERO_RANGE,
+                ][rng.gen_range(0..3)];
+                fs.fallocate(f.ino, off as u64, len as u64, mode).unwrap();
+                let end = off + len;
+                if mode & FALLOC_FL_KEEP_SIZE == 0 && end > content.len() {
+                    content.resize(end, 0);
+                }
+                let stop = end.min(content.len());
+                if off < stop {
+                    content[off..stop].fill(0);
+                }
                 f.versions.push((before, (content, x)));
             }
             30..=34 => {

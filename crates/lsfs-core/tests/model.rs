@@ -16,8 +16,8 @@ use lsfs_core::device::MemDevice;
 use lsfs_core::fs::{Lsfs, MountConfig};
 use lsfs_vfs::model::MemFs;
 use lsfs_vfs::{
-    Errno, FileKind, Ino, SetAttr, Vfs, VfsResult, RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT_INO,
-    XATTR_CREATE, XATTR_REPLACE,
+    Errno, FileKind, Ino, SetAttr, Vfs, VfsResult, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE,
+    FALLOC_FL_ZERO_RANGE, RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT_INO, XATTR_CREATE, XATTR_REPLACE,
 };
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -56,7 +56,9 @@ enum Op {
     RemoveXattr(Path, u8),
     Fsync(Path),
     Chmod(Path, u32),
-    Fallocate(Path, u64, u64),
+    /// fallocate with a mode: 0, KEEP_SIZE, a punch, a zero range (± KEEP_SIZE), or
+    /// a word both refuse.
+    Fallocate(Path, u64, u64, i32),
     /// List a directory a few entries at a time, resuming from cookies.
     ReaddirPaged(Path, usize),
     /// Open a file and keep it open (unlinking it then makes an orphan).
@@ -93,6 +95,19 @@ enum Op {
         dir: bool,
     },
     OpenOld(usize),
+    /// Create a file and write `len` bytes, maybe checkpoint (so that the
+    /// blocks are on disk, not fresh), fallocate inside what was written
+    /// (`off` and `flen` taken modulo `len`), then maybe as `FsyncPeek`.
+    FallocWritten {
+        path: Path,
+        len: usize,
+        seed: u64,
+        checkpoint: bool,
+        off: u64,
+        flen: u64,
+        mode: i32,
+        fsync: bool,
+    },
 }
 
 fn path() -> impl Strategy<Value = Path> {
@@ -105,6 +120,20 @@ fn offset() -> impl Strategy<Value = u64> {
         2 => 380u64..400, // around the inline-data limit
         2 => (1u64 << 20)..(1 << 20) + 10_000,
         1 => (1u64 << 33)..(1 << 33) + 10_000, // sparse, far away
+    ]
+}
+
+fn falloc_mode() -> impl Strategy<Value = i32> {
+    let keep = FALLOC_FL_KEEP_SIZE;
+    prop_oneof![
+        2 => Just(0),
+        1 => Just(keep),
+        4 => Just(FALLOC_FL_PUNCH_HOLE | keep),
+        2 => Just(FALLOC_FL_ZERO_RANGE),
+        2 => Just(FALLOC_FL_ZERO_RANGE | keep),
+        // Refused: punch without KEEP_SIZE, collapse.
+        1 => Just(FALLOC_FL_PUNCH_HOLE),
+        1 => Just(libc::FALLOC_FL_COLLAPSE_RANGE),
     ]
 }
 
@@ -128,7 +157,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (path(), 0u8..3).prop_map(|(p, n)| Op::RemoveXattr(p, n)),
         3 => path().prop_map(Op::Fsync),
         1 => (path(), 0u32..0o7777).prop_map(|(p, m)| Op::Chmod(p, m)),
-        1 => (path(), offset(), 0u64..300_000).prop_map(|(p, o, l)| Op::Fallocate(p, o, l)),
+        4 => (path(), offset(), prop_oneof![3 => 0u64..12_000, 1 => 0u64..300_000], falloc_mode()).prop_map(|(p, o, l, m)| Op::Fallocate(p, o, l, m)),
         2 => (prop::collection::vec(0u8..4, 0..=2), 1usize..4).prop_map(|(p, n)| Op::ReaddirPaged(p, n)),
         2 => path().prop_map(Op::Open),
         2 => (0usize..4).prop_map(Op::ReadHandle),
@@ -146,6 +175,20 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(path, len, seed)| Op::CreateFsync { path, len, seed }),
         2 => (path(), path(), any::<bool>()).prop_map(|(from, to, dir)| Op::RenameFsync { from, to, dir }),
         1 => (0usize..8).prop_map(Op::OpenOld),
+        3 => (
+            (path(), prop_oneof![1usize..300, 3000usize..200_000], any::<u64>(), any::<bool>()),
+            (any::<u64>(), any::<u64>(), falloc_mode(), any::<bool>()),
+        )
+            .prop_map(|((path, len, seed, checkpoint), (off, flen, mode, fsync))| Op::FallocWritten {
+                path,
+                len,
+                seed,
+                checkpoint,
+                off,
+                flen,
+                mode,
+                fsync,
+            }),
     ]
 }
 
@@ -291,11 +334,14 @@ fn apply(fs: &mut dyn Vfs, op: &Op) -> VfsResult<String> {
             )?;
             Ok(attr_summary(&a))
         }
-        Op::Fallocate(p, off, len) => {
+        Op::Fallocate(p, off, len, mode) => {
             let ino = resolve(fs, p)?;
-            fs.fallocate(ino, *off, *len, 0)?;
+            fs.fallocate(ino, *off, *len, *mode)?;
             let a = fs.getattr(ino)?;
-            let back = fs.read(ino, off.saturating_sub(10), 20_000)?;
+            // Around both ends of the range: a punch or zero changes the
+            // blocks there in part.
+            let mut back = fs.read(ino, off.saturating_sub(10), 20_000)?;
+            back.extend(fs.read(ino, (off + len).saturating_sub(10_000), 20_000)?);
             Ok(format!("{} {:x}", attr_summary(&a), hash(&back)))
         }
         Op::ReaddirPaged(p, n) => {
@@ -656,6 +702,39 @@ fn run(ops: &[Op], expire: bool) {
                     assert!(got == want, "{what}: {op:?}: lsfs {got:?} model {want:?}");
                 }
                 fsync_peek(&mut fs, &mut model, &config, path, &what);
+            }
+            Op::FallocWritten {
+                path,
+                len,
+                seed,
+                checkpoint,
+                off,
+                flen,
+                mode,
+                fsync,
+            } => {
+                let n = *len as u64;
+                let ops = [
+                    Op::Create(path.clone()),
+                    Op::Write {
+                        path: path.clone(),
+                        off: 0,
+                        len: *len,
+                        seed: *seed,
+                    },
+                    Op::Fallocate(path.clone(), off % n, 1 + flen % n, *mode),
+                ];
+                for (i, op) in ops.iter().enumerate() {
+                    if i == 2 && *checkpoint {
+                        fs.checkpoint().unwrap_or_else(|e| panic!("{what}: {e}"));
+                    }
+                    let got = apply(&mut fs, op);
+                    let want = apply(&mut model, op);
+                    assert!(got == want, "{what}: {op:?}: lsfs {got:?} model {want:?}");
+                }
+                if *fsync {
+                    fsync_peek(&mut fs, &mut model, &config, path, &what);
+                }
             }
             Op::RenameFsync { from, to, dir } => {
                 let op = Op::Rename(from.clone(), to.clone(), 0);

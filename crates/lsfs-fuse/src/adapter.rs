@@ -642,10 +642,16 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
     /// The kernel handles SEEK_SET, SEEK_CUR and SEEK_END itself and asks
     /// only for SEEK_DATA and SEEK_HOLE (cp, tar and rsync use them to skip
     /// holes). With the writeback cache the answer is ENOSYS: the kernel
-    /// does not write its dirty pages back before it asks, so lsfs would
-    /// report holes (or the end of the file) where written data still sits
-    /// in the page cache, and a copy would lose it. After ENOSYS the kernel
-    /// answers itself from its own size, the whole file being data.
+    /// does not write its dirty pages back before it asks (`fuse_lseek` in
+    /// fs/fuse/file.c sends FUSE_LSEEK at once, up to Linux 6.18 at least;
+    /// only its fallback refreshes the size), so lsfs would report holes
+    /// (or the end of the file) where written data still sits in the page
+    /// cache, and a copy would lose it. No other answer is safe: lsfs does
+    /// not know the kernel's size, and any error but ENOSYS reaches the
+    /// caller. After ENOSYS the kernel answers itself from its own size,
+    /// the whole file being data. (fallocate is different: the kernel
+    /// writes the range back before a punch or zero range, and drops its
+    /// pages after.)
     fn lseek(
         &self,
         _req: &Request,
@@ -895,6 +901,10 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         }
     }
 
+    /// The mode word goes to the engine as it is (`lsfs_vfs::FallocMode`
+    /// reads it). The kernel sends only KEEP_SIZE, PUNCH_HOLE and
+    /// ZERO_RANGE; it writes a punched or zeroed range back first, so the
+    /// engine zeroes what the page cache held too.
     fn fallocate(
         &self,
         _req: &Request,

@@ -39,6 +39,81 @@ fn seek_data_and_hole_through_the_mount() {
     mount.unmount();
 }
 
+/// A punched range is a hole to SEEK_HOLE and SEEK_DATA through the mount,
+/// `du` (st_blocks) drops by the blocks freed, and after an unmount the
+/// image is clean (fsck's recount of live blocks per segment agrees) and
+/// still reads the same.
+#[test]
+fn punched_range_is_a_hole_through_the_mount() {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    use std::os::unix::io::AsRawFd;
+    if !common::fuse_available() {
+        return;
+    }
+    let mount = common::TestMount::with_options(
+        engine(),
+        &lsfs_fuse::MountOptions {
+            writeback_cache: false,
+            ..lsfs_fuse::MountOptions::default()
+        },
+    );
+    let path = mount.root().join("f");
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .unwrap();
+    let mib = 1 << 20;
+    let mut want: Vec<u8> = (0..mib).map(|i| (i % 251) as u8 + 1).collect();
+    f.write_all_at(&want, 0).unwrap();
+    let seek = |off: i64, whence: i32| common::seek(&f, off, whence);
+    assert_eq!(seek(0, libc::SEEK_HOLE), Ok(mib as i64), "no hole yet");
+    let before = f.metadata().unwrap().blocks();
+    let (off, len) = (256 << 10, 512 << 10);
+    let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+    // SAFETY: valid fd; fallocate reads only its integer arguments.
+    let r = unsafe { libc::fallocate(f.as_raw_fd(), mode, off, len) };
+    assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+    want[off as usize..(off + len) as usize].fill(0);
+    assert_eq!(seek(0, libc::SEEK_HOLE), Ok(off));
+    assert_eq!(seek(off, libc::SEEK_DATA), Ok(off + len));
+    assert_eq!(seek(off + 100, libc::SEEK_HOLE), Ok(off + 100));
+    assert_eq!(seek(off + len, libc::SEEK_HOLE), Ok(mib as i64));
+    let after = f.metadata().unwrap().blocks();
+    assert_eq!(
+        before - after,
+        (len / 512) as u64,
+        "st_blocks {before} -> {after}"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), want);
+    drop(f);
+    let vfs = mount.vfs.clone();
+    mount.unmount();
+    let img = vfs.lock().unwrap().store.dev_bytes_for_test();
+    let report = lsfs_core::fsck::fsck(Box::new(lsfs_core::device::MemDevice::from_bytes(
+        img.clone(),
+    )))
+    .unwrap();
+    assert!(report.errors.is_empty(), "fsck: {:?}", report.errors);
+    let mut fs = lsfs_core::fs::Lsfs::open(
+        Box::new(lsfs_core::device::MemDevice::from_bytes(img)),
+        lsfs_core::fs::MountConfig::default(),
+    )
+    .unwrap();
+    use lsfs_vfs::Vfs;
+    let a = fs.lookup(lsfs_vfs::ROOT_INO, b"f").unwrap();
+    assert_eq!(
+        fs.read(a.ino, 0, mib as u32).unwrap(),
+        want,
+        "after a remount"
+    );
+    assert_eq!(
+        fs.seek_data_or_hole(a.ino, 0, false).unwrap(),
+        Some(off as u64)
+    );
+}
+
 /// Threaded logging through a real mount: a nearly full 32 MiB image takes
 /// random overwrites of 16 KiB files by write(2) and fsync(2); victims are
 /// plugged rather than cleaned, the data written into their holes reads

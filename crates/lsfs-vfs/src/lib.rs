@@ -18,7 +18,10 @@
 //!   serialises calls (a lock) finishes it after letting go, before it
 //!   treats the call as done.
 
+pub mod falloc;
 pub mod model;
+
+pub use falloc::{FallocMode, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE};
 
 use std::fmt;
 use std::sync::Arc;
@@ -302,7 +305,11 @@ pub trait Vfs: Send {
     fn getxattr(&mut self, ino: Ino, name: &[u8]) -> VfsResult<Vec<u8>>;
     fn listxattr(&mut self, ino: Ino) -> VfsResult<Vec<Vec<u8>>>;
     fn removexattr(&mut self, ino: Ino, name: &[u8]) -> VfsResult<()>;
-    /// Only mode 0 (allocate and extend) is supported; others give EOPNOTSUPP.
+    /// fallocate(2) with the modes [`FallocMode`] reads: mode 0 with or
+    /// without `FALLOC_FL_KEEP_SIZE`, `FALLOC_FL_PUNCH_HOLE |
+    /// FALLOC_FL_KEEP_SIZE` and `FALLOC_FL_ZERO_RANGE` with or without
+    /// `FALLOC_FL_KEEP_SIZE`; other words give EOPNOTSUPP, an empty range
+    /// EINVAL. A punched or zeroed range reads as zeros.
     fn fallocate(&mut self, ino: Ino, offset: u64, length: u64, mode: i32) -> VfsResult<()>;
     /// lseek(2)'s SEEK_DATA (`data`) or SEEK_HOLE from `offset` of a regular
     /// file: the offset found, or `None` for ENXIO (`offset` at or past the

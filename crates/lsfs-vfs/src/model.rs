@@ -13,9 +13,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::{
-    Attr, Ctx, DirEntry, Errno, FileKind, Ino, SetAttr, StatFs, TimeSet, Timespec, Vfs, VfsResult,
-    NAME_MAX_BYTES, RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT_INO, SYMLINK_MAX_BYTES, XATTR_CREATE,
-    XATTR_REPLACE,
+    Attr, Ctx, DirEntry, Errno, FallocMode, FileKind, Ino, SetAttr, StatFs, TimeSet, Timespec, Vfs,
+    VfsResult, NAME_MAX_BYTES, RENAME_EXCHANGE, RENAME_NOREPLACE, ROOT_INO, SYMLINK_MAX_BYTES,
+    XATTR_CREATE, XATTR_REPLACE,
 };
 
 /// Page size of file data, also the reported block size.
@@ -566,6 +566,29 @@ impl MemFs {
         }
     }
 
+    /// Make bytes `[from, to)` read as zeros: whole pages go, the pages at
+    /// the edges are zeroed in part.
+    fn zero_pages(pages: &mut BTreeMap<u64, Box<[u8]>>, from: u64, to: u64) {
+        // Within one page the whole-page range is empty (or reversed).
+        let (lo, hi) = (from.div_ceil(PAGE), to / PAGE);
+        let whole: Vec<u64> = if lo < hi {
+            pages.range(lo..hi).map(|(&p, _)| p).collect()
+        } else {
+            Vec::new()
+        };
+        for p in whole {
+            pages.remove(&p);
+        }
+        for pno in [from / PAGE, (to - 1) / PAGE] {
+            if let Some(page) = pages.get_mut(&pno) {
+                let start = pno * PAGE;
+                let lo = from.max(start) - start;
+                let hi = to.min(start + PAGE) - start;
+                page[lo as usize..hi as usize].fill(0);
+            }
+        }
+    }
+
     /// Cut or extend to `new_size`; bytes past the old end read as zeros.
     fn truncate_pages(size: &mut u64, pages: &mut BTreeMap<u64, Box<[u8]>>, new_size: u64) {
         if new_size < *size {
@@ -999,15 +1022,10 @@ impl Vfs for MemFs {
     }
 
     fn fallocate(&mut self, ino: Ino, offset: u64, length: u64, mode: i32) -> VfsResult<()> {
-        if mode != 0 {
-            return Err(Errno::OPNOTSUPP);
-        }
-        if length == 0 {
-            return Err(Errno::INVAL);
-        }
+        let how = FallocMode::parse(mode, length)?;
         let now = self.now();
         let n = self.node_mut(ino)?;
-        let Content::File { size, .. } = &mut n.content else {
+        let Content::File { size, pages } = &mut n.content else {
             return Err(if n.kind == FileKind::Dir {
                 Errno::ISDIR
             } else {
@@ -1018,10 +1036,16 @@ impl Vfs for MemFs {
         if end > MAX_FILE_SIZE {
             return Err(Errno::FBIG);
         }
-        // Space is not reserved (nothing is ever short of it here); only the
-        // size grows. Linux changes the times only when the size does.
-        if end > *size {
+        if how.zeroes() {
+            Self::zero_pages(pages, offset, end);
+        }
+        // Space is not reserved (nothing is ever short of it here). Linux
+        // changes the times when the size grows, and on every punch or zero.
+        let grows = how.grows() && end > *size;
+        if grows {
             *size = end;
+        }
+        if grows || how.zeroes() {
             n.mtime = now;
             n.ctime = now;
         }
@@ -1040,6 +1064,7 @@ impl Vfs for MemFs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE};
 
     const CTX: Ctx = Ctx {
         uid: 1000,
@@ -1561,9 +1586,44 @@ mod tests {
         fs.fallocate(f, 0, 10, 0).unwrap();
         assert_eq!(fs.getattr(f).unwrap().size, 1100, "never shrinks");
         assert_eq!(fs.read(f, 0, 2000).unwrap(), vec![0; 1100]);
-        assert_eq!(fs.fallocate(f, 0, 10, 1), Err(Errno::OPNOTSUPP));
+        assert_eq!(
+            fs.fallocate(f, 0, 10, FALLOC_FL_PUNCH_HOLE),
+            Err(Errno::OPNOTSUPP)
+        );
+        fs.fallocate(f, 0, 5000, FALLOC_FL_KEEP_SIZE).unwrap();
+        assert_eq!(fs.getattr(f).unwrap().size, 1100, "KEEP_SIZE");
         let st = fs.statfs().unwrap();
         assert!(st.bfree <= st.blocks && st.ffree < st.files && st.namelen == 255);
+    }
+
+    /// A punch zeroes its range and drops the whole pages in it; a zero
+    /// range does the same and grows the file unless KEEP_SIZE.
+    #[test]
+    fn punch_and_zero_range() {
+        let mut fs = fs();
+        let f = file(&mut fs, ROOT_INO, "f");
+        let data: Vec<u8> = (0..5 * PAGE).map(|i| (i % 251) as u8 + 1).collect();
+        fs.write(f, 0, &data).unwrap();
+        let punch = FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE;
+        // From inside page 0 to inside page 3: pages 1 and 2 go.
+        fs.fallocate(f, 100, 3 * PAGE, punch).unwrap();
+        let mut want = data.clone();
+        want[100..(3 * PAGE + 100) as usize].fill(0);
+        assert_eq!(fs.read(f, 0, 6 * PAGE as u32).unwrap(), want);
+        assert_eq!(fs.getattr(f).unwrap().blocks, 3 * PAGE / 512);
+        // Past the end: the size stays.
+        fs.fallocate(f, 4 * PAGE, 10 * PAGE, punch).unwrap();
+        want[4 * PAGE as usize..].fill(0);
+        assert_eq!(fs.getattr(f).unwrap().size, 5 * PAGE);
+        assert_eq!(fs.read(f, 0, 6 * PAGE as u32).unwrap(), want);
+        fs.fallocate(f, 1, 2, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE)
+            .unwrap();
+        want[1..3].fill(0);
+        assert_eq!(fs.read(f, 0, 6 * PAGE as u32).unwrap(), want);
+        fs.fallocate(f, 5 * PAGE - 1, 7, FALLOC_FL_ZERO_RANGE)
+            .unwrap();
+        want.resize(5 * PAGE as usize + 6, 0);
+        assert_eq!(fs.read(f, 0, 6 * PAGE as u32).unwrap(), want);
     }
 
     /// Thousands of random operations (most fail, which is the point), with

@@ -569,9 +569,115 @@ pub fn allocate(s: &mut Store, ino: &mut Inode, off: u64, len: u64) -> Result<()
     Ok(())
 }
 
+/// Make bytes `[off, off + len)` read as zeros without changing the size
+/// (fallocate's PUNCH_HOLE, and ZERO_RANGE): the partial blocks at the edges
+/// are zeroed in place, the whole blocks between them are unmapped and
+/// their virtual blocks freed (their segments' live counts drop). Blocks
+/// past the end of the file are left as they are: there are none.
+pub fn punch(s: &mut Store, ino: &mut Inode, off: u64, len: u64) -> Result<()> {
+    let end = off
+        .checked_add(len)
+        .filter(|&e| e <= MAX_FILE_BYTES)
+        .ok_or(Error::Errno(Errno::FBIG))?;
+    if len == 0 {
+        return Ok(());
+    }
+    if ino.format == Format::InlineData {
+        // Bytes past the area already read as zeros.
+        let n = ino.area.len() as u64;
+        if off < n {
+            ino.area[off as usize..end.min(n) as usize].fill(0);
+        }
+        return Ok(());
+    }
+    let head = off / BLOCK;
+    if off % BLOCK != 0 {
+        let to = end.min((head + 1) * BLOCK) - head * BLOCK;
+        zero_in_block(s, ino, head, (off % BLOCK) as usize, to as usize)?;
+    }
+    let tail = end / BLOCK;
+    // A range inside one block was zeroed above, unless it starts at the
+    // block's first byte.
+    if end % BLOCK != 0 && (tail > head || off % BLOCK == 0) {
+        zero_in_block(s, ino, tail, 0, (end % BLOCK) as usize)?;
+    }
+    let (first, last) = (off.div_ceil(BLOCK), end / BLOCK);
+    if first < last {
+        unmap(s, ino, first, last)?;
+    }
+    Ok(())
+}
+
+/// Zero bytes `[from, to)` of file block `b`, if it is mapped and they are
+/// not zeros already (a hole reads as zeros).
+fn zero_in_block(s: &mut Store, ino: &mut Inode, b: u64, from: usize, to: usize) -> Result<()> {
+    assert!(
+        from < to && to <= BLOCK as usize,
+        "zero {from}..{to} of a block"
+    );
+    let Some(e) = extent_at(s, ino, b)? else {
+        return Ok(());
+    };
+    let mut cur = s.vread(e.vstart + (b - e.file_block), owner(ino.ino, b))?;
+    if cur[from..to].iter().any(|&x| x != 0) {
+        cur[from..to].fill(0);
+        write_block(s, ino, b, cur)?;
+    }
+    Ok(())
+}
+
+/// Unmap file blocks `[from, to)`, freeing their virtual blocks: the
+/// extents that overlap keep their pieces outside the range.
+fn unmap(s: &mut Store, ino: &mut Inode, from: u64, to: u64) -> Result<()> {
+    for e in extents_over(s, ino, from, to - from)? {
+        let (lo, hi) = (from.max(e.file_block), to.min(e.file_block + e.len));
+        debug_assert!(lo < hi, "extents_over gave {e:?} outside {from}..{to}");
+        let mut i = lo;
+        while i < hi {
+            let n = (hi - i).min(DROP_BATCH_BLOCKS);
+            let dead: Vec<u64> = (i..i + n).map(|f| e.vstart + (f - e.file_block)).collect();
+            if let Err(err) = s.vkill_many(&dead) {
+                if i > lo {
+                    // Blocks are freed that the extent still names: stop writes.
+                    s.fail(&err);
+                }
+                return Err(err);
+            }
+            i += n;
+        }
+        ino.blocks = ino.blocks.checked_sub(hi - lo).ok_or_else(|| {
+            let err = Error::corrupt(format!(
+                "inode {} counts {} blocks, fewer than a punch frees from its extent at file block {}",
+                ino.ino, ino.blocks, e.file_block
+            ));
+            s.fail(&err);
+            err
+        })?;
+        map::remove(s, ino, e.file_block)?;
+        if e.file_block < lo {
+            let left = Extent {
+                file_block: e.file_block,
+                vstart: e.vstart,
+                len: lo - e.file_block,
+            };
+            map::insert(s, ino, left.file_block, &encode_ext(&left))?;
+        }
+        let e_end = e.file_block + e.len;
+        if hi < e_end {
+            let right = Extent {
+                file_block: hi,
+                vstart: e.vstart + (hi - e.file_block),
+                len: e_end - hi,
+            };
+            map::insert(s, ino, right.file_block, &encode_ext(&right))?;
+        }
+    }
+    Ok(())
+}
+
 /// lseek(2)'s SEEK_DATA (`data`) or SEEK_HOLE from byte `off`: the first
 /// byte at or after `off` in data, or in a hole. Blocks no extent maps are
-/// holes (also those fallocate reserved: they read as zeros); the end of the
+/// holes (also those fallocate reserved or punched: they read as zeros); the end of the
 /// file counts as a hole; inline data is all data. `None` is ENXIO: `off` is
 /// at or past the end, or no data follows it.
 pub fn seek_data_or_hole(s: &mut Store, ino: &Inode, off: u64, data: bool) -> Result<Option<u64>> {

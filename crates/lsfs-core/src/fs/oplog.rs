@@ -1,6 +1,7 @@
 //! The operation log: the namespace and metadata changes made since the
 //! last checkpoint (create, link, unlink, rmdir, rename, shrinking
-//! truncate, setxattr, removexattr), in the order they were made, as the
+//! truncate, hole punch and zero range, setxattr, removexattr), in the
+//! order they were made, as the
 //! inline items an fsync record carries (`log/items.rs`).
 //!
 //! An fsync writes the operations not yet in a record, with images of the

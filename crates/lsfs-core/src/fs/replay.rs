@@ -170,6 +170,20 @@ impl Lsfs {
                 file::truncate(&mut self.store, &mut i, *size)?;
                 self.put(i);
             }
+            Item::Punch {
+                ino,
+                offset,
+                length,
+            } => {
+                let Some(mut i) = self.existing(*ino)? else {
+                    return Ok(());
+                };
+                if i.kind() != FileKind::File {
+                    return Err(Error::corrupt(format!("inode {ino} is a {:?}", i.kind())));
+                }
+                file::punch(&mut self.store, &mut i, *offset, *length)?;
+                self.put(i);
+            }
             Item::SetXattr { ino, name, value } => {
                 if self.existing(*ino)?.is_some() {
                     self.setxattr_apply(*ino, name, value, 0, now)?;

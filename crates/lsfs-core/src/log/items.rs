@@ -83,6 +83,15 @@ pub enum Item {
         ino: u64,
         name: Vec<u8>,
     },
+    /// Bytes `[offset, offset + length)` of regular file `ino` made to read
+    /// as zeros by fallocate (PUNCH_HOLE or ZERO_RANGE): the whole blocks
+    /// in the range unmapped and freed, the partial ones at its edges
+    /// zeroed. The size is the inode image's.
+    Punch {
+        ino: u64,
+        offset: u64,
+        length: u64,
+    },
     /// A data-stream record this fsync wrote its hot or cold data blocks
     /// to (in a segment of their temperature, not in the log): it starts
     /// at physical block `block` and has sequence number `seq` and
@@ -106,6 +115,7 @@ const T_TRUNCATE: u8 = 7;
 const T_SETXATTR: u8 = 8;
 const T_REMOVEXATTR: u8 = 9;
 const T_STREAM_RECORD: u8 = 10;
+const T_PUNCH: u8 = 11;
 
 impl Item {
     fn type_code(&self) -> u8 {
@@ -120,6 +130,7 @@ impl Item {
             Item::SetXattr { .. } => T_SETXATTR,
             Item::RemoveXattr { .. } => T_REMOVEXATTR,
             Item::StreamRecord { .. } => T_STREAM_RECORD,
+            Item::Punch { .. } => T_PUNCH,
         }
     }
 
@@ -196,6 +207,13 @@ impl Item {
             } => {
                 w.u64(*block).u64(*seq).u32(*nblocks);
             }
+            Item::Punch {
+                ino,
+                offset,
+                length,
+            } => {
+                w.u64(*ino).u64(*offset).u64(*length);
+            }
         }
     }
 
@@ -237,6 +255,7 @@ fn type_name(t: u8) -> &'static str {
         T_SETXATTR => "setxattr",
         T_REMOVEXATTR => "removexattr",
         T_STREAM_RECORD => "stream record",
+        T_PUNCH => "punch",
         _ => "unknown",
     }
 }
@@ -311,6 +330,7 @@ fn decode_body(t: u8, body: &[u8], ctx: &str) -> Result<Item> {
             name: xattr_name(&mut r, ctx)?,
         },
         T_STREAM_RECORD => decode_stream_record(&mut r, ctx)?,
+        T_PUNCH => decode_punch(&mut r, ctx)?,
         _ => return Err(Error::corrupt(format!("{ctx}: unknown item type {t}"))),
     };
     if r.pos() != body.len() {
@@ -406,6 +426,25 @@ fn decode_stream_record(r: &mut Reader, ctx: &str) -> Result<Item> {
     })
 }
 
+fn decode_punch(r: &mut Reader, ctx: &str) -> Result<Item> {
+    let (ino, offset, length) = (r.u64()?, r.u64()?, r.u64()?);
+    // fallocate refuses an empty range and one past the largest file.
+    if length == 0
+        || offset
+            .checked_add(length)
+            .is_none_or(|end| end > MAX_FILE_BYTES)
+    {
+        return Err(Error::corrupt(format!(
+            "{ctx}: punch of inode {ino} at {offset} for {length} bytes, empty or past the largest file ({MAX_FILE_BYTES})"
+        )));
+    }
+    Ok(Item::Punch {
+        ino,
+        offset,
+        length,
+    })
+}
+
 /// A directory entry's name: 1 to 255 bytes, no '/' or NUL, not "." or "..".
 fn entry_name(r: &mut Reader, ctx: &str) -> Result<Vec<u8>> {
     let n = r.u8()? as usize;
@@ -478,6 +517,11 @@ pub fn describe(it: &Item) -> String {
             seq,
             nblocks,
         } => format!("stream record at block {block}, sequence {seq}, {nblocks} blocks"),
+        Item::Punch {
+            ino,
+            offset,
+            length,
+        } => format!("punch {ino} bytes {offset}..{}", offset + length),
     }
 }
 
@@ -528,6 +572,11 @@ mod tests {
                 flags: lsfs_vfs::RENAME_EXCHANGE,
             },
             Item::Truncate { ino: 17, size: 5 },
+            Item::Punch {
+                ino: 17,
+                offset: 4095,
+                length: 8194,
+            },
             Item::SetXattr {
                 ino: 17,
                 name: b"user.x".to_vec(),
@@ -627,6 +676,21 @@ mod tests {
             Item::Truncate {
                 ino: 17,
                 size: MAX_FILE_BYTES + 1,
+            },
+            Item::Punch {
+                ino: 17,
+                offset: 5,
+                length: 0,
+            },
+            Item::Punch {
+                ino: 17,
+                offset: MAX_FILE_BYTES - 1,
+                length: 2,
+            },
+            Item::Punch {
+                ino: 17,
+                offset: u64::MAX,
+                length: 2,
             },
         ];
         for it in bad {

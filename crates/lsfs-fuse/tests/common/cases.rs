@@ -6,7 +6,7 @@ use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
@@ -800,4 +800,75 @@ pub fn fsync_and_fallocate(root: &Path) {
     assert!(data[3..].iter().all(|&b| b == 0));
     // A directory can be fsynced too.
     File::open(root).unwrap().sync_all().unwrap();
+}
+
+/// fallocate(2) with a mode word, on `f`: Ok or the errno.
+fn fallocate(f: &File, mode: i32, off: i64, len: i64) -> Result<(), i32> {
+    // SAFETY: valid fd; fallocate reads only its integer arguments.
+    check(unsafe { libc::fallocate(f.as_raw_fd(), mode, off, len) })
+        .map_err(|e| e.raw_os_error().unwrap())
+}
+
+/// The modes of fallocate(2) a user of ext4 expects, through the kernel:
+/// KEEP_SIZE, PUNCH_HOLE | KEEP_SIZE and ZERO_RANGE (± KEEP_SIZE). A punch
+/// reads as zeros, keeps the size and frees its whole blocks (st_blocks, as
+/// `du` sees it, drops); the refused words give EOPNOTSUPP.
+pub fn fallocate_modes(root: &Path) {
+    const B: usize = 4096;
+    let keep = libc::FALLOC_FL_KEEP_SIZE;
+    let punch = libc::FALLOC_FL_PUNCH_HOLE | keep;
+    let zero = libc::FALLOC_FL_ZERO_RANGE;
+    let p = root.join("f");
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&p)
+        .unwrap();
+    let mut want: Vec<u8> = (0..64 * B).map(|i| (i % 253) as u8 + 1).collect();
+    (&f).write_all(&want).unwrap();
+    // Everything reaches the file system: st_blocks then counts it all.
+    f.sync_all().unwrap();
+    // KEEP_SIZE: past the end, the size stays. (Any fallocate also makes
+    // the kernel forget the attributes it keeps, st_blocks among them:
+    // with its writeback cache they date from before the data was written.)
+    fallocate(&f, keep, 60 * B as i64, 100 * B as i64).unwrap();
+    assert_eq!(f.metadata().unwrap().len(), want.len() as u64);
+    let blocks = |f: &File| f.metadata().unwrap().blocks();
+    let full = blocks(&f);
+    assert!(full >= 64 * 8, "st_blocks {full} for 64 written blocks");
+    // Refused before anything changes.
+    assert_eq!(
+        fallocate(&f, libc::FALLOC_FL_PUNCH_HOLE, 0, 10),
+        Err(libc::EOPNOTSUPP)
+    );
+    assert_eq!(
+        fallocate(&f, libc::FALLOC_FL_COLLAPSE_RANGE, 0, B as i64),
+        Err(libc::EOPNOTSUPP)
+    );
+    assert_eq!(fallocate(&f, punch, 0, 0), Err(libc::EINVAL));
+
+    // A punch from inside block 3 to inside block 35: 31 whole blocks go.
+    let (off, len) = (3 * B + 100, 32 * B);
+    fallocate(&f, punch, off as i64, len as i64).unwrap();
+    want[off..off + len].fill(0);
+    assert_eq!(f.metadata().unwrap().len(), want.len() as u64, "KEEP_SIZE");
+    assert_eq!(fs::read(&p).unwrap(), want, "after a punch");
+    let after = blocks(&f);
+    assert_eq!(full - after, 31 * 8, "st_blocks {full} -> {after}");
+
+    // A zero range inside the file, then one that grows it.
+    fallocate(&f, zero | keep, 40 * B as i64 + 5, 10).unwrap();
+    want[40 * B + 5..40 * B + 15].fill(0);
+    fallocate(&f, zero, 63 * B as i64 + 1, 2 * B as i64).unwrap();
+    want[63 * B + 1..].fill(0);
+    want.resize(65 * B + 1, 0);
+    assert_eq!(f.metadata().unwrap().len(), want.len() as u64);
+    assert_eq!(fs::read(&p).unwrap(), want, "after zero ranges");
+    // Writes into the hole land, the rest of it stays zeros.
+    f.write_all_at(b"back", 10 * B as u64).unwrap();
+    want[10 * B..10 * B + 4].copy_from_slice(b"back");
+    f.sync_all().unwrap();
+    drop(f);
+    assert_eq!(fs::read(&p).unwrap(), want, "after a write into the hole");
 }

@@ -187,6 +187,7 @@ macro_rules! posix_suite {
             unlinked_open_file_stays_readable,
             special_files,
             fsync_and_fallocate,
+            fallocate_modes,
         );
     };
     (@cases $make:expr, $wb:expr; $($case:ident),* $(,)?) => {
