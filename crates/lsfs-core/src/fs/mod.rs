@@ -7,6 +7,7 @@
 //! change is logged (`oplog.rs`). Recovery replays logged changes through
 //! the same `*_apply` functions (`replay.rs`).
 
+pub mod atomic;
 pub mod clean;
 pub mod dir;
 pub mod file;
@@ -99,6 +100,8 @@ pub struct Lsfs {
     /// Run fsck's checks after each checkpoint and panic on a violation
     /// (`fs/invariants.rs`).
     pub check_checkpoints: bool,
+    /// Writes held apart until their file's atomic commit (`atomic.rs`).
+    pub atomic: atomic::AtomicWrites,
 }
 
 fn check_name(name: &[u8]) -> VfsResult<()> {
@@ -190,6 +193,7 @@ impl Lsfs {
             write_amp: Default::default(),
             oplog: Default::default(),
             check_checkpoints: invariants::on_by_default(),
+            atomic: Default::default(),
         }
     }
 
@@ -538,6 +542,8 @@ impl Lsfs {
             self.put(orphans);
         }
         self.inodes.remove(&ino);
+        // Deleted with atomic writes pending: they had nowhere to go.
+        self.atomic.drop_file(ino);
         self.store.inode_write(ino, None)?;
         // Saturating, as `blocks_used`: the count comes from the super root
         // and a damaged one may say 0; fsck reports the difference.
@@ -777,7 +783,9 @@ impl Vfs for Lsfs {
         let ent = self.lookup_entry(parent, name)?.ok_or(Errno::NOENT)?;
         let c = self.load(ent.ino)?;
         c.lookups += 1;
-        Ok(c.inode.attr())
+        let mut a = c.inode.attr();
+        self.atomic.patch_attr(&mut a);
+        Ok(a)
     }
 
     fn forget(&mut self, ino: Ino, nlookup: u64) {
@@ -796,7 +804,9 @@ impl Vfs for Lsfs {
                 .getattr(&mut self.store, ino)
                 .map_err(Errno::from);
         }
-        Ok(self.load(ino)?.inode.attr())
+        let mut a = self.load(ino)?.inode.attr();
+        self.atomic.patch_attr(&mut a);
+        Ok(a)
     }
 
     fn setattr(&mut self, ino: Ino, set: &SetAttr) -> VfsResult<Attr> {
@@ -809,6 +819,11 @@ impl Vfs for Lsfs {
             }
             if i.kind() != FileKind::File {
                 return Err(Errno::INVAL);
+            }
+            // The pending set holds whole blocks over the old size: a
+            // truncate would have to reach into it (docs/ATOMIC.md).
+            if self.atomic.contains(ino) {
+                return Err(Errno::BUSY);
             }
             if size > i.size {
                 self.reserve(1)?;
@@ -851,7 +866,8 @@ impl Vfs for Lsfs {
         if let Some(c) = set.ctime {
             i.ctime = c;
         }
-        let attr = i.attr();
+        let mut attr = i.attr();
+        self.atomic.patch_attr(&mut attr);
         self.put(i);
         self.after_change()?;
         Ok(attr)
@@ -1012,6 +1028,11 @@ impl Vfs for Lsfs {
     fn release(&mut self, ino: Ino) {
         if let Some(c) = self.inodes.get_mut(&ino) {
             c.opens = c.opens.saturating_sub(1);
+            // The last close drops pending atomic writes, as F2FS does at
+            // the last writer's release.
+            if c.opens == 0 {
+                self.atomic.drop_file(ino);
+            }
         }
         if let Err(err) = self.maybe_destroy(ino) {
             tracing::warn!("deleting inode {ino} after its last close: {err}");
@@ -1032,6 +1053,9 @@ impl Vfs for Lsfs {
             // A symlink's bytes are its target (readlink); others have none.
             _ => return Err(Errno::INVAL),
         }
+        if self.atomic.contains(ino) {
+            return self.atomic_read(ino, offset, size as u64);
+        }
         file::read(&mut self.store, &i, offset, size as u64).map_err(Errno::from)
     }
 
@@ -1047,6 +1071,11 @@ impl Vfs for Lsfs {
             FileKind::Dir => return Err(Errno::ISDIR),
             _ => return Err(Errno::INVAL),
         }
+        if self.atomic.contains(ino) {
+            // Pending blocks are not in the block map: all data, which POSIX allows.
+            let size = self.getattr(ino)?.size;
+            return Ok(lsfs_vfs::seek_in_all_data(size, offset, data));
+        }
         file::seek_data_or_hole(&mut self.store, &i, offset, data).map_err(Errno::from)
     }
 
@@ -1058,6 +1087,11 @@ impl Vfs for Lsfs {
             FileKind::Dir => return Err(Errno::ISDIR),
             // Writing a symlink would overwrite its target.
             _ => return Err(Errno::INVAL),
+        }
+        if self.atomic.contains(ino) {
+            self.atomic_write(ino, offset, data)?;
+            self.cleaner.last_activity = self.store.clock().mono();
+            return Ok(data.len() as u32);
         }
         self.reserve(data.len() as u64 / file::BLOCK + 2)?;
         if offset
@@ -1303,5 +1337,25 @@ impl Vfs for Lsfs {
 
     fn deferred_io(&self) -> Option<std::sync::Arc<dyn DeferredIo>> {
         Some(self.store.io.clone())
+    }
+
+    fn atomic_writes(&self) -> bool {
+        true
+    }
+
+    fn atomic_start(&mut self, ino: Ino) -> VfsResult<()> {
+        Lsfs::atomic_start(self, ino)
+    }
+
+    fn atomic_commit(&mut self, ino: Ino) -> VfsResult<()> {
+        Lsfs::atomic_commit(self, ino)
+    }
+
+    fn atomic_abort(&mut self, ino: Ino) -> VfsResult<()> {
+        Lsfs::atomic_abort(self, ino)
+    }
+
+    fn atomic_pending(&self, ino: Ino) -> bool {
+        self.atomic.contains(ino)
     }
 }
