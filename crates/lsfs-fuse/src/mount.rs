@@ -238,6 +238,7 @@ fn start<V: Vfs + 'static>(
         opts.counters.clone(),
         CachePolicy::new(read_only, opts.cache_forever),
         spinner.clone(),
+        opts.kernel_cache.clone(),
     );
     let mount_error = |e: io::Error| {
         io::Error::new(
