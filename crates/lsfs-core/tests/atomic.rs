@@ -170,6 +170,15 @@ fn a_crash_keeps_all_of_a_commit_or_none() {
             }
         }
     }
+    // An fsync right after the commit (SQLite makes one) has nothing to write.
+    let flushes = log.flush_count();
+    fs.fsync(ino, false).unwrap();
+    assert_eq!(
+        log.flush_count(),
+        flushes,
+        "an fsync after the commit flushed"
+    );
+    assert_eq!(fs.atomic.stats.fsyncs_skipped, 1);
     // Later writes are ordinary again.
     fs.write(ino, 0, b"plain").unwrap();
     fs.fsync(ino, false).unwrap();

@@ -50,6 +50,10 @@ pub struct AtomicWrites {
     files: HashMap<u64, PendingFile>,
     /// Blocks held over all files.
     blocks: u64,
+    /// The file whose commit came last, unchanged since (`put` forgets
+    /// it): its fsync has nothing to add, as SQLite's fsync right after
+    /// each commit finds.
+    pub(super) committed: Option<u64>,
     pub stats: AtomicStats,
 }
 
@@ -61,6 +65,8 @@ pub struct AtomicStats {
     /// Sets dropped because their file was closed, or deleted, pending.
     pub dropped: u64,
     pub blocks_committed: u64,
+    /// fsyncs with nothing to write after their file's commit.
+    pub fsyncs_skipped: u64,
 }
 
 impl AtomicWrites {
@@ -185,6 +191,7 @@ impl Lsfs {
         }
         self.atomic.stats.commits += 1;
         self.atomic.stats.blocks_committed += n;
+        self.atomic.committed = Some(ino);
         Ok(())
     }
 

@@ -281,6 +281,9 @@ impl Lsfs {
 
     /// Store a changed inode (written to the IFILE at the next checkpoint).
     fn put(&mut self, inode: Inode) {
+        if self.atomic.committed == Some(inode.ino) {
+            self.atomic.committed = None;
+        }
         let c = self.inodes.entry(inode.ino).or_insert(Cached {
             inode: inode.clone(),
             dirty: true,
@@ -1136,6 +1139,11 @@ impl Vfs for Lsfs {
         }
         self.mutable()?;
         self.load(ino)?;
+        if self.atomic.committed == Some(ino) && self.oplog.pending().is_empty() {
+            // Its atomic commit made it durable, and nothing changed since.
+            self.atomic.stats.fsyncs_skipped += 1;
+            return Ok(());
+        }
         if !self.fsync_record(ino)? {
             // One flush: no data-stream records (see Store::checkpoint).
             self.store.streams.one_flush_next = true;
