@@ -406,3 +406,95 @@ fn enospc_at_commit_keeps_the_set_pending() {
     let mut r = recover(MemDevice::from_bytes(image(&mut fs)), cfg_no_protection());
     same(&contents(&mut r, "db"), &pattern(9, 60 * BLOCK), "contents");
 }
+
+/// Several files committed as one unit (`atomic_commit_files`, docs/ATOMIC.md):
+/// one flush, and a crash after any device operation of the commit keeps
+/// every file's set or none, never one without the other. A listed file
+/// not in atomic mode is made durable with them.
+#[test]
+fn several_files_commit_as_one_unit() {
+    // Data streams from the start: the larger set goes to a data-stream
+    // record that the log's record names.
+    let mut config = cfg();
+    config.store.streams_min_segments = 0;
+    let cfg = || config.clone();
+    let mut fs = mkfs(64 * MIB, cfg());
+    let base = image(&mut fs);
+    drop(fs);
+    let (dev, log) = CrashDevice::new(MemDevice::from_bytes(base));
+    let mut fs = Lsfs::open(Box::new(dev), cfg()).unwrap();
+    let (a, b, c) = (
+        create(&mut fs, "a"),
+        create(&mut fs, "b"),
+        create(&mut fs, "c"),
+    );
+    let (a_old, b_old) = (pattern(20, 12 * BLOCK), pattern(21, 3 * BLOCK));
+    fs.write(a, 0, &a_old).unwrap();
+    fs.write(b, 0, &b_old).unwrap();
+    fs.fsync(a, false).unwrap();
+    fs.fsync(b, false).unwrap();
+    fs.atomic_start(a).unwrap();
+    fs.atomic_start(b).unwrap();
+    // Ten blocks: the commit puts them in a data-stream record of their own.
+    let a_new = transaction(&mut fs, a, &a_old);
+    fs.write(a, 0, &pattern(22, 10 * BLOCK)).unwrap();
+    let mut a_new = a_new;
+    a_new[..10 * BLOCK].copy_from_slice(&pattern(22, 10 * BLOCK));
+    let b_new = transaction(&mut fs, b, &b_old);
+    fs.write(c, 0, b"plain, not fsynced").unwrap();
+    let (before, flushes) = (log.len(), log.flush_count());
+    let streamed = fs.store.stats.dsync_stream_blocks;
+    fs.atomic_commit_files(&[b, a, c]).unwrap();
+    assert_eq!(log.flush_count() - flushes, 1, "one flush for the unit");
+    assert!(
+        fs.store.stats.dsync_stream_blocks > streamed,
+        "no data-stream record in the commit"
+    );
+    assert!(!fs.atomic_pending(a) && !fs.atomic_pending(b));
+    let after = log.len();
+    for nops in before..=after {
+        for seed in 0..6 {
+            let mut r = recover(log.crash_image(nops, seed), cfg());
+            let (ga, gb) = (contents(&mut r, "a"), contents(&mut r, "b"));
+            let old = ga == a_old && gb == b_old;
+            let new = ga == a_new && gb == b_new;
+            assert!(
+                old || new,
+                "one set without the other at op {nops}, seed {seed}"
+            );
+            if nops == after {
+                assert!(new, "lost a unit that was committed");
+                same(
+                    &contents(&mut r, "c"),
+                    b"plain, not fsynced",
+                    "the plain file",
+                );
+            }
+        }
+    }
+
+    // The unit's errors.
+    assert_eq!(fs.atomic_commit_files(&[]), Err(Errno::INVAL));
+    assert_eq!(
+        fs.atomic_commit_files(&vec![a; 65]),
+        Ok(()),
+        "duplicates count once"
+    );
+    let many: Vec<Ino> = (0..65).map(|i| create(&mut fs, &format!("m{i}"))).collect();
+    assert_eq!(fs.atomic_commit_files(&many), Err(Errno::E2BIG));
+    assert_eq!(fs.atomic_commit_files(&[ROOT_INO]), Err(Errno::INVAL));
+    // A broken set fails the unit: it is dropped, the other stays pending.
+    fs.atomic_start(a).unwrap();
+    fs.atomic_start(b).unwrap();
+    fs.write(b, 0, b"kept pending").unwrap();
+    let max = fs.atomic_mount_max_blocks() as usize;
+    assert_eq!(
+        fs.write(a, 0, &vec![1u8; (max + 1) * BLOCK]),
+        Err(Errno::FBIG)
+    );
+    assert_eq!(fs.atomic_commit_files(&[a, b]), Err(Errno::FBIG));
+    assert!(!fs.atomic_pending(a) && fs.atomic_pending(b));
+    same(&contents(&mut fs, "a"), &a_new, "a after its broken set");
+    fs.atomic_abort_files(&[a, b]).unwrap();
+    same(&contents(&mut fs, "b"), &b_new, "b after the abort");
+}

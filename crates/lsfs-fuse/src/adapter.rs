@@ -897,7 +897,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _fh: FileHandle,
         _flags: fuser::IoctlFlags,
         cmd: u32,
-        _in_data: &[u8],
+        in_data: &[u8],
         _out_size: u32,
         reply: fuser::ReplyIoctl,
     ) {
@@ -905,6 +905,10 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         match ioctl::decode(cmd) {
             Ioctl::Unknown => reply.error(fuser::Errno::ENOTTY),
             Ioctl::F2fs(op) => self.atomic.serve(req.uid(), req.pid(), ino.0, op, reply),
+            Ioctl::AtomicFiles(op) => match ioctl::atomic_files_arg(in_data) {
+                Ok(inos) => self.atomic.serve_files(req.uid(), inos, op, reply),
+                Err(e) => reply.error(errno(e)),
+            },
         }
     }
 

@@ -28,7 +28,7 @@ use fuser::ReplyIoctl;
 use lsfs_vfs::{DeferredIo, Errno, Vfs};
 
 use crate::adapter::call_vfs;
-use crate::ioctl::{F2fsIoctl, F2FS_FEATURE_ATOMIC_WRITE};
+use crate::ioctl::{AtomicFilesIoctl, F2fsIoctl, F2FS_FEATURE_ATOMIC_WRITE};
 use crate::kernel_cache::KernelCache;
 
 /// How often a watcher looks whether the mount has ended.
@@ -164,6 +164,62 @@ impl<V: Vfs + 'static> AtomicIoctls<V> {
                 r
             }
         }
+    }
+
+    /// lsfs's ioctl on several files (`inos`) at once, for caller `uid`:
+    /// each file's pages are written back first, then the `Vfs` commits
+    /// (or aborts) all of them in one call.
+    pub(crate) fn serve_files(
+        &self,
+        uid: u32,
+        inos: Vec<u64>,
+        op: AtomicFilesIoctl,
+        reply: ReplyIoctl,
+    ) {
+        match self.call(false, |v| Ok(v.atomic_writes())) {
+            Ok(true) => {}
+            Ok(false) => return reply.error(fuser::Errno::ENOTTY),
+            Err(e) => return reply.error(e),
+        }
+        let me = self.clone();
+        let spawned = thread::Builder::new()
+            .name("lsfs-atomic".to_string())
+            .spawn(move || match me.run_files(uid, &inos, op) {
+                Ok(()) => reply.ioctl(0, &[]),
+                Err(e) => reply.error(e),
+            });
+        if let Err(e) = spawned {
+            tracing::error!("no thread for an atomic-write ioctl: {e}");
+        }
+    }
+
+    fn run_files(&self, uid: u32, inos: &[u64], op: AtomicFilesIoctl) -> Result<(), fuser::Errno> {
+        for &ino in inos {
+            self.write_back_and_forget(ino);
+        }
+        let (r, pending) = self.call(op == AtomicFilesIoctl::Commit, |v| {
+            for &ino in inos {
+                if uid != 0 && v.getattr(ino)?.uid != uid {
+                    return Err(Errno::ACCES);
+                }
+            }
+            let r = match op {
+                AtomicFilesIoctl::Commit => v.atomic_commit_files(inos),
+                AtomicFilesIoctl::Abort => v.atomic_abort_files(inos),
+            };
+            let pending: Vec<bool> = inos.iter().map(|&i| v.atomic_pending(i)).collect();
+            Ok((r, pending))
+        })?;
+        for (&ino, pending) in inos.iter().zip(pending) {
+            if !pending {
+                self.disown(ino);
+                if r.is_err() || op == AtomicFilesIoctl::Abort {
+                    // Dropped sets: the pages show them still.
+                    self.write_back_and_forget(ino);
+                }
+            }
+        }
+        r.map_err(crate::convert::errno)
     }
 
     /// `ino`'s pending writes belong to process `tgid`: watch it.

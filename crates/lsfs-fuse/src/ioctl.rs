@@ -15,6 +15,52 @@ pub(crate) enum Ioctl {
     Unknown,
     /// One of F2FS's atomic-write ioctls (docs/ATOMIC.md).
     F2fs(F2fsIoctl),
+    /// lsfs's own: several files' atomic writes at once (docs/ATOMIC.md).
+    AtomicFiles(AtomicFilesIoctl),
+}
+
+/// lsfs's ioctls on several files in atomic mode, named by inode number
+/// in a [`AtomicFilesArg`]; sent on any file or directory of the mount.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AtomicFilesIoctl {
+    /// `LSFS_IOC_ATOMIC_COMMIT_FILES`: commit them as one unit.
+    Commit,
+    /// `LSFS_IOC_ATOMIC_ABORT_FILES`: abort each.
+    Abort,
+}
+
+/// Most files one [`AtomicFilesIoctl`] names (as `COMMIT_MAX_FILES` of
+/// the engine).
+pub(crate) const ATOMIC_FILES_MAX: usize = 64;
+/// Bytes of the argument: `u32` count, `u32` zero, 64 `u64` inode
+/// numbers, in the machine's byte order.
+pub(crate) const ATOMIC_FILES_ARG_BYTES: usize = 8 + 8 * ATOMIC_FILES_MAX;
+/// The magic of lsfs's ioctls: 'L', numbers from 0x80 (loop devices use
+/// 0x00-0x1f of it, and only on block devices).
+const LSFS_IOCTL_MAGIC: u32 = b'L' as u32;
+pub(crate) const LSFS_IOC_ATOMIC_COMMIT_FILES: u32 =
+    libc::_IOW::<[u8; ATOMIC_FILES_ARG_BYTES]>(LSFS_IOCTL_MAGIC, 0x80) as u32;
+pub(crate) const LSFS_IOC_ATOMIC_ABORT_FILES: u32 =
+    libc::_IOW::<[u8; ATOMIC_FILES_ARG_BYTES]>(LSFS_IOCTL_MAGIC, 0x81) as u32;
+
+/// The inode numbers an [`AtomicFilesIoctl`]'s argument names: EINVAL if
+/// it is short, its count is past [`ATOMIC_FILES_MAX`], or its reserved
+/// word is not zero.
+pub(crate) fn atomic_files_arg(data: &[u8]) -> Result<Vec<u64>, lsfs_vfs::Errno> {
+    let word = |at: usize| -> Option<u32> {
+        Some(u32::from_ne_bytes(data.get(at..at + 4)?.try_into().ok()?))
+    };
+    let (Some(count), Some(0)) = (word(0), word(4)) else {
+        return Err(lsfs_vfs::Errno::INVAL);
+    };
+    let count = count as usize;
+    if count > ATOMIC_FILES_MAX || data.len() < 8 + 8 * count {
+        return Err(lsfs_vfs::Errno::INVAL);
+    }
+    Ok(data[8..8 + 8 * count]
+        .chunks_exact(8)
+        .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))
+        .collect())
 }
 
 /// F2FS's atomic-write interface, as SQLite built with
@@ -49,6 +95,8 @@ pub(crate) fn decode(cmd: u32) -> Ioctl {
         F2FS_IOC_START_ATOMIC_WRITE => Ioctl::F2fs(F2fsIoctl::StartAtomicWrite),
         F2FS_IOC_COMMIT_ATOMIC_WRITE => Ioctl::F2fs(F2fsIoctl::CommitAtomicWrite),
         F2FS_IOC_ABORT_ATOMIC_WRITE => Ioctl::F2fs(F2fsIoctl::AbortAtomicWrite),
+        LSFS_IOC_ATOMIC_COMMIT_FILES => Ioctl::AtomicFiles(AtomicFilesIoctl::Commit),
+        LSFS_IOC_ATOMIC_ABORT_FILES => Ioctl::AtomicFiles(AtomicFilesIoctl::Abort),
         _ => Ioctl::Unknown,
     }
 }
@@ -77,8 +125,45 @@ mod tests {
             decode(F2FS_IOC_GET_FEATURES),
             Ioctl::F2fs(F2fsIoctl::GetFeatures)
         );
+        #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+        {
+            assert_eq!(LSFS_IOC_ATOMIC_COMMIT_FILES, 0x4208_4c80);
+            assert_eq!(LSFS_IOC_ATOMIC_ABORT_FILES, 0x4208_4c81);
+        }
         // START_VOLATILE_WRITE (3) and RELEASE_VOLATILE_WRITE (4) are not served.
         assert_eq!(decode(libc::_IO(0xf5, 3) as u32), Ioctl::Unknown);
         assert_eq!(decode(libc::_IO(0xf5, 4) as u32), Ioctl::Unknown);
+    }
+}
+
+#[cfg(test)]
+mod arg_tests {
+    use super::*;
+
+    #[test]
+    fn the_files_argument_is_checked() {
+        let mut a = vec![0u8; ATOMIC_FILES_ARG_BYTES];
+        a[0..4].copy_from_slice(&2u32.to_ne_bytes());
+        a[8..16].copy_from_slice(&20u64.to_ne_bytes());
+        a[16..24].copy_from_slice(&21u64.to_ne_bytes());
+        assert_eq!(atomic_files_arg(&a), Ok(vec![20, 21]));
+        a[4] = 1;
+        assert_eq!(
+            atomic_files_arg(&a),
+            Err(lsfs_vfs::Errno::INVAL),
+            "reserved word"
+        );
+        a[4] = 0;
+        a[0..4].copy_from_slice(&65u32.to_ne_bytes());
+        assert_eq!(
+            atomic_files_arg(&a),
+            Err(lsfs_vfs::Errno::INVAL),
+            "too many"
+        );
+        assert_eq!(
+            atomic_files_arg(&a[..6]),
+            Err(lsfs_vfs::Errno::INVAL),
+            "short"
+        );
     }
 }

@@ -352,3 +352,88 @@ fn without_atomic_writes_the_ioctls_are_enotty() {
     drop(f);
     mount.unmount();
 }
+
+const COMMIT_FILES: u64 = 0x4208_4c80;
+const ABORT_FILES: u64 = 0x4208_4c81;
+
+/// lsfs's ioctl on several files: `u32` count, `u32` zero, 64 inode numbers.
+fn files_ioctl(on: &std::fs::File, cmd: u64, inos: &[u64]) -> Result<(), i32> {
+    let mut arg = [0u8; 8 + 8 * 64];
+    arg[..4].copy_from_slice(&(inos.len() as u32).to_ne_bytes());
+    for (i, ino) in inos.iter().enumerate() {
+        arg[8 + 8 * i..16 + 8 * i].copy_from_slice(&ino.to_ne_bytes());
+    }
+    // SAFETY: the command reads 520 bytes from `arg`, which lives here.
+    let r = unsafe { libc::ioctl(on.as_raw_fd(), cmd as _, arg.as_ptr()) };
+    if r < 0 {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap())
+    } else {
+        Ok(())
+    }
+}
+
+/// Two files in atomic mode committed as one unit by lsfs's ioctl, sent
+/// on the mount's root directory while their writes are still in the page
+/// cache: the device holds neither before, both right after; the abort
+/// ioctl drops both.
+#[test]
+fn several_files_commit_through_the_mount_as_one_unit() {
+    if !common::fuse_available() {
+        return;
+    }
+    let mount = mount();
+    let (pa, pb) = (mount.root().join("a"), mount.root().join("b"));
+    std::fs::write(&pa, [1u8; 8192]).unwrap();
+    std::fs::write(&pb, [2u8; 4096]).unwrap();
+    let (fa, fb) = (open_rw(&pa), open_rw(&pb));
+    fa.sync_all().unwrap();
+    fb.sync_all().unwrap();
+    let inos = [fa.metadata().unwrap().ino(), fb.metadata().unwrap().ino()];
+    let root = std::fs::File::open(mount.root()).unwrap();
+    ioctl(&fa, START).unwrap();
+    ioctl(&fb, START).unwrap();
+    fa.write_all_at(&[3u8; 8192], 0).unwrap();
+    fb.write_all_at(&[4u8; 4096], 4096).unwrap();
+    let image = device_image(&mount.vfs);
+    same(
+        &contents_after_crash(image.clone(), "a"),
+        &[1u8; 8192],
+        "a before",
+    );
+    same(&contents_after_crash(image, "b"), &[2u8; 4096], "b before");
+    files_ioctl(&root, COMMIT_FILES, &inos).unwrap();
+    let image = device_image(&mount.vfs);
+    same(
+        &contents_after_crash(image.clone(), "a"),
+        &[3u8; 8192],
+        "a after",
+    );
+    let mut b_new = vec![2u8; 4096];
+    b_new.extend_from_slice(&[4u8; 4096]);
+    same(&contents_after_crash(image, "b"), &b_new, "b after");
+
+    ioctl(&fa, START).unwrap();
+    ioctl(&fb, START).unwrap();
+    fa.write_all_at(&[5u8; 100], 0).unwrap();
+    fb.write_all_at(&[6u8; 100], 0).unwrap();
+    files_ioctl(&root, ABORT_FILES, &inos).unwrap();
+    assert!(!mount.vfs.lock().unwrap().atomic_pending(inos[0]));
+    same(
+        &std::fs::read(&pa).unwrap(),
+        &[3u8; 8192],
+        "a after the abort",
+    );
+    same(&std::fs::read(&pb).unwrap(), &b_new, "b after the abort");
+    // A bad argument: a nonzero reserved word.
+    let mut bad = [0u8; 8 + 8 * 64];
+    bad[4] = 1;
+    // SAFETY: as in files_ioctl.
+    let r = unsafe { libc::ioctl(root.as_raw_fd(), COMMIT_FILES as _, bad.as_ptr()) };
+    assert_eq!(r, -1);
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EINVAL)
+    );
+    drop((fa, fb, root));
+    mount.unmount();
+}

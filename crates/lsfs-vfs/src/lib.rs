@@ -358,6 +358,17 @@ pub trait Vfs: Send {
         let _ = ino;
         false
     }
+    /// [`Vfs::atomic_commit`] of several files as one unit: after a crash
+    /// all of their writes since their starts are there, or none.
+    fn atomic_commit_files(&mut self, inos: &[Ino]) -> VfsResult<()> {
+        let _ = inos;
+        Err(Errno(libc::ENOTTY))
+    }
+    /// [`Vfs::atomic_abort`] of several files.
+    fn atomic_abort_files(&mut self, inos: &[Ino]) -> VfsResult<()> {
+        let _ = inos;
+        Err(Errno(libc::ENOTTY))
+    }
 }
 
 /// Device work a file system queued during its calls, to be finished

@@ -25,6 +25,8 @@ use std::collections::{BTreeMap, HashMap};
 /// Most pending blocks of one file (4 MiB): one record's payload
 /// (`MAX_RECORD_PAYLOAD`). Past it a write fails with EFBIG.
 pub const FILE_MAX_BLOCKS: u64 = 1024;
+/// Most files one [`Lsfs::atomic_commit_files`] takes.
+pub const COMMIT_MAX_FILES: usize = 64;
 /// Most pending blocks of all files of a mount (16 MiB), and at most a
 /// quarter of the block cache (so that a commit's blocks fit its dirty
 /// half). Past it a write fails with ENOSPC.
@@ -159,39 +161,85 @@ impl Lsfs {
     /// set must never reach the device.
     pub fn atomic_commit(&mut self, ino: Ino) -> VfsResult<()> {
         self.mutable()?;
-        let Some(f) = self.atomic.files.get(&ino) else {
+        if !self.atomic.contains(ino) {
             return lsfs_vfs::Vfs::fsync(self, ino, false);
-        };
-        if let Some(err) = f.failed {
-            self.atomic.take(ino);
-            self.atomic.stats.aborts += 1;
+        }
+        self.atomic_commit_files(&[ino])
+    }
+
+    /// Commit the pending writes of every file of `inos` as one unit: one
+    /// fsync record group and one flush holds all of them, so a crash keeps
+    /// all of the sets or none. Listed files not in atomic mode are made
+    /// durable in the same record, as by fsync. At most
+    /// [`COMMIT_MAX_FILES`] files (E2BIG), at least one (EINVAL).
+    ///
+    /// The errors of [`Lsfs::atomic_commit`], for the whole unit: if one
+    /// set is broken, the broken ones are dropped, the others stay pending
+    /// and none is applied; on ENOSPC all stay pending.
+    pub fn atomic_commit_files(&mut self, inos: &[Ino]) -> VfsResult<()> {
+        self.mutable()?;
+        let mut inos = inos.to_vec();
+        inos.sort_unstable();
+        inos.dedup();
+        if inos.is_empty() {
+            return Err(Errno::INVAL);
+        }
+        if inos.len() > COMMIT_MAX_FILES {
+            return Err(Errno::E2BIG);
+        }
+        for &ino in &inos {
+            if self.get(ino)?.kind() != FileKind::File {
+                return Err(Errno::INVAL);
+            }
+        }
+        let broken: Vec<(u64, Errno)> = inos
+            .iter()
+            .filter_map(|i| Some((*i, self.atomic.files.get(i)?.failed?)))
+            .collect();
+        if let Some(&(_, err)) = broken.first() {
+            for (ino, _) in broken {
+                self.atomic.take(ino);
+                self.atomic.stats.aborts += 1;
+            }
             return Err(err);
         }
-        let n = f.blocks.len() as u64;
+        let n: u64 = inos.iter().map(|&i| self.atomic.file_blocks(i)).sum();
         // Room on the device for the blocks and their metadata, before
-        // anything changes (this may checkpoint or clean: the set is not in
-        // the cache, so neither sees it).
-        self.reserve(n + 2)?;
+        // anything changes (this may checkpoint or clean: the sets are not
+        // in the cache, so neither sees them).
+        self.reserve(n + 2 * inos.len() as u64)?;
         // Room in the cache's dirty half for the blocks and the tree nodes
         // they dirty, so that applying them needs no checkpoint midway.
-        if (self.store.pending_blocks() as u64 + 2 * n) * 2
-            > self.store.cache.capacity_blocks() as u64
-        {
+        let cache = self.store.cache.capacity_blocks() as u64;
+        if (self.store.pending_blocks() as u64 + 2 * n) * 2 > cache {
             self.checkpoint_for("atomic commit: cache")?;
         }
-        let f = self.atomic.take(ino).expect("checked above");
-        if let Err(err) = self.atomic_apply(ino, &f) {
-            self.store.fail(&err);
-            return Err(Errno::from(err));
+        let sets: Vec<(u64, PendingFile)> = inos
+            .iter()
+            .filter_map(|&i| Some((i, self.atomic.take(i)?)))
+            .collect();
+        for (ino, f) in &sets {
+            if let Err(err) = self.atomic_apply(*ino, f) {
+                self.store.fail(&err);
+                return Err(Errno::from(err));
+            }
         }
-        if !self.fsync_record(ino)? {
+        if !self.fsync_record_of(&inos)? {
             // One flush: no data-stream records (see Store::checkpoint).
             self.store.streams.one_flush_next = true;
             self.checkpoint_for("atomic commit")?;
         }
-        self.atomic.stats.commits += 1;
+        self.atomic.stats.commits += sets.len() as u64;
         self.atomic.stats.blocks_committed += n;
-        self.atomic.committed = Some(ino);
+        self.atomic.committed = (inos.len() == 1).then_some(inos[0]);
+        Ok(())
+    }
+
+    /// [`Lsfs::atomic_abort`] of every file of `inos`.
+    pub fn atomic_abort_files(&mut self, inos: &[Ino]) -> VfsResult<()> {
+        for &ino in inos {
+            self.atomic_abort(ino)?;
+        }
         Ok(())
     }
 

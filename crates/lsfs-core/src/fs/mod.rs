@@ -690,11 +690,17 @@ impl Lsfs {
     /// Write fsync's record for `ino` (see `fsync`); `false` if its items
     /// do not fit one record, or the image cannot take items.
     fn fsync_record(&mut self, ino: u64) -> Result<bool> {
+        self.fsync_record_of(&[ino])
+    }
+
+    /// [`Lsfs::fsync_record`] for several inodes at once: one record (one
+    /// group, replayed whole or not at all) with all of them.
+    fn fsync_record_of(&mut self, of: &[u64]) -> Result<bool> {
         if !self.store.sb.inline_items() {
             return Ok(false);
         }
         let mut inos: BTreeSet<u64> = self.oplog.touched().collect();
-        inos.insert(ino);
+        inos.extend(of.iter().copied());
         let mut items = self.oplog.pending().to_vec();
         let nops = items.len() as u64;
         let mut files = Vec::new();
@@ -706,7 +712,7 @@ impl Lsfs {
                 Err(err) => return Err(err),
             };
             // Unlinked but open: deleted at the next mount whatever happens.
-            if node.nlink == 0 && i != ino {
+            if node.nlink == 0 && !of.contains(&i) {
                 continue;
             }
             if node.kind() == FileKind::File {
@@ -1365,5 +1371,13 @@ impl Vfs for Lsfs {
 
     fn atomic_pending(&self, ino: Ino) -> bool {
         self.atomic.contains(ino)
+    }
+
+    fn atomic_commit_files(&mut self, inos: &[Ino]) -> VfsResult<()> {
+        Lsfs::atomic_commit_files(self, inos)
+    }
+
+    fn atomic_abort_files(&mut self, inos: &[Ino]) -> VfsResult<()> {
+        Lsfs::atomic_abort_files(self, inos)
     }
 }
