@@ -77,10 +77,11 @@ impl<V: Vfs> FuseAdapter<V> {
         policy: CachePolicy,
         spinner: Arc<OnceLock<Arc<Spinner>>>,
         kernel: Arc<KernelCache>,
+        atomic_writes: bool,
     ) -> Self {
         let io = vfs.lock().ok().and_then(|v| v.deferred_io());
         FuseAdapter {
-            atomic: AtomicIoctls::new(vfs.clone(), io.clone(), kernel),
+            atomic: AtomicIoctls::new(vfs.clone(), io.clone(), kernel, atomic_writes),
             vfs,
             io,
             writeback_cache,

@@ -45,6 +45,8 @@ pub(crate) struct AtomicIoctls<V: Vfs> {
     owners: Arc<Mutex<HashMap<u32, HashSet<u64>>>>,
     /// The mount has ended: watchers stop.
     stopped: Arc<AtomicBool>,
+    /// The mount serves the ioctls (`MountOptions::atomic_writes`).
+    enabled: bool,
 }
 
 impl<V: Vfs> Clone for AtomicIoctls<V> {
@@ -55,6 +57,7 @@ impl<V: Vfs> Clone for AtomicIoctls<V> {
             kernel: self.kernel.clone(),
             owners: self.owners.clone(),
             stopped: self.stopped.clone(),
+            enabled: self.enabled,
         }
     }
 }
@@ -64,6 +67,7 @@ impl<V: Vfs> AtomicIoctls<V> {
         vfs: Arc<Mutex<V>>,
         io: Option<Arc<dyn DeferredIo>>,
         kernel: Arc<KernelCache>,
+        enabled: bool,
     ) -> Self {
         AtomicIoctls {
             vfs,
@@ -71,12 +75,22 @@ impl<V: Vfs> AtomicIoctls<V> {
             kernel,
             owners: Arc::default(),
             stopped: Arc::default(),
+            enabled,
         }
     }
 
     /// The mount has ended: watchers stop at their next look.
     pub(crate) fn stop(&self) {
         self.stopped.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the ioctls are served here: the mount allows them and the
+    /// `Vfs` has atomic writes.
+    fn served(&self) -> Result<bool, fuser::Errno> {
+        if !self.enabled {
+            return Ok(false);
+        }
+        self.call(false, |v| Ok(v.atomic_writes()))
     }
 
     fn call<T>(
@@ -102,7 +116,7 @@ impl<V: Vfs> AtomicIoctls<V> {
 impl<V: Vfs + 'static> AtomicIoctls<V> {
     /// Answer `op` on `ino` for the caller `uid`, thread `pid`.
     pub(crate) fn serve(&self, uid: u32, pid: u32, ino: u64, op: F2fsIoctl, reply: ReplyIoctl) {
-        match self.call(false, |v| Ok(v.atomic_writes())) {
+        match self.served() {
             Ok(true) => {}
             // Not this file system's: as on a file system without the ioctls.
             Ok(false) => return reply.error(fuser::Errno::ENOTTY),
@@ -176,7 +190,7 @@ impl<V: Vfs + 'static> AtomicIoctls<V> {
         op: AtomicFilesIoctl,
         reply: ReplyIoctl,
     ) {
-        match self.call(false, |v| Ok(v.atomic_writes())) {
+        match self.served() {
             Ok(true) => {}
             Ok(false) => return reply.error(fuser::Errno::ENOTTY),
             Err(e) => return reply.error(e),
