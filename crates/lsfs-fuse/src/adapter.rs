@@ -247,7 +247,7 @@ pub(crate) fn call_vfs<V: Vfs, T>(
 }
 
 impl<V: Vfs> Drop for FuseAdapter<V> {
-    /// The session ended: processes with atomic writes pending are no
+    /// The mount ended: processes with atomic writes pending are no
     /// longer watched.
     fn drop(&mut self) {
         self.atomic.stop();
