@@ -20,8 +20,9 @@
 //!   holds a lookup reference to it, which it does while the file is open;
 //! - READDIRPLUS returns attributes with the names where the kernel expects
 //!   lookups to follow;
-//! - ioctls: FITRIM trims (`fstrim`); the rest (the terminal probe of
-//!   `isatty()`) are refused at once (`ioctl`).
+//! - ioctls: FITRIM trims (`fstrim`); F2FS's atomic-write ones and lsfs's
+//!   multi-file commit are served by `atomic_ioctl.rs`; the rest (the
+//!   terminal probe of `isatty()`) are refused at once (`ioctl`).
 //!
 //! Every request is counted by opcode (`counters`).
 
@@ -39,10 +40,12 @@ use fuser::{
 };
 use lsfs_vfs::{Attr, Ctx, DeferredIo, FileKind, SetAttr, Vfs, VfsResult};
 
+use crate::atomic_ioctl::AtomicIoctls;
 use crate::cache_policy::CachePolicy;
 use crate::convert::{errno, file_attr, file_type, system_time_opt, time_set, xattr_list};
 use crate::counters::{Op, RequestCounters};
 use crate::ioctl::{self, Ioctl};
+use crate::kernel_cache::KernelCache;
 use crate::privs;
 use crate::spin::Spinner;
 
@@ -63,6 +66,8 @@ pub(crate) struct FuseAdapter<V: Vfs> {
     /// Polls the device file while requests come fast (`spin.rs`); set
     /// once mounted, if the mount spins.
     spinner: Arc<OnceLock<Arc<Spinner>>>,
+    /// Answers F2FS's atomic-write ioctls (`atomic_ioctl.rs`).
+    atomic: AtomicIoctls<V>,
 }
 
 impl<V: Vfs> FuseAdapter<V> {
@@ -72,9 +77,12 @@ impl<V: Vfs> FuseAdapter<V> {
         counters: Arc<RequestCounters>,
         policy: CachePolicy,
         spinner: Arc<OnceLock<Arc<Spinner>>>,
+        kernel: Arc<KernelCache>,
+        atomic_writes: bool,
     ) -> Self {
         let io = vfs.lock().ok().and_then(|v| v.deferred_io());
         FuseAdapter {
+            atomic: AtomicIoctls::new(vfs.clone(), io.clone(), kernel, atomic_writes),
             vfs,
             io,
             writeback_cache,
@@ -202,28 +210,48 @@ impl<V: Vfs> FuseAdapter<V> {
         durable: bool,
         f: impl FnOnce(&mut V) -> VfsResult<T>,
     ) -> Result<T, fuser::Errno> {
-        let r = catch_unwind(AssertUnwindSafe(|| {
-            let Ok(mut guard) = self.vfs.lock() else {
-                tracing::error!("file system state is poisoned by an earlier panic");
-                return Err(fuser::Errno::EIO);
-            };
-            let before = self.io.as_ref().map(|io| io.last_ticket());
-            let r = f(&mut guard).map_err(errno);
-            let after = self.io.as_ref().map(|io| io.last_ticket());
-            drop(guard);
-            if let (Some(io), Some(before), Some(after)) = (&self.io, before, after) {
-                if durable || after > before {
-                    let done = io.finish(after).map_err(errno);
-                    // The call's own error says more than the device's.
-                    return r.and_then(|v| done.map(|()| v));
-                }
+        call_vfs(&self.vfs, self.io.as_ref(), durable, f)
+    }
+}
+
+/// [`FuseAdapter::call_then_finish`] for whoever holds the `Vfs` and its
+/// device queue: the adapter, and the threads that answer the atomic-write
+/// ioctls (`atomic_ioctl.rs`).
+pub(crate) fn call_vfs<V: Vfs, T>(
+    vfs: &Mutex<V>,
+    io: Option<&Arc<dyn DeferredIo>>,
+    durable: bool,
+    f: impl FnOnce(&mut V) -> VfsResult<T>,
+) -> Result<T, fuser::Errno> {
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        let Ok(mut guard) = vfs.lock() else {
+            tracing::error!("file system state is poisoned by an earlier panic");
+            return Err(fuser::Errno::EIO);
+        };
+        let before = io.map(|io| io.last_ticket());
+        let r = f(&mut guard).map_err(errno);
+        let after = io.map(|io| io.last_ticket());
+        drop(guard);
+        if let (Some(io), Some(before), Some(after)) = (io, before, after) {
+            if durable || after > before {
+                let done = io.finish(after).map_err(errno);
+                // The call's own error says more than the device's.
+                return r.and_then(|v| done.map(|()| v));
             }
-            r
-        }));
-        r.unwrap_or_else(|_| {
-            tracing::error!("file system call panicked; failing every later request with EIO");
-            Err(fuser::Errno::EIO)
-        })
+        }
+        r
+    }));
+    r.unwrap_or_else(|_| {
+        tracing::error!("file system call panicked; failing every later request with EIO");
+        Err(fuser::Errno::EIO)
+    })
+}
+
+impl<V: Vfs> Drop for FuseAdapter<V> {
+    /// The mount ended: processes with atomic writes pending are no
+    /// longer watched.
+    fn drop(&mut self) {
+        self.atomic.stop();
     }
 }
 
@@ -869,11 +897,11 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         self.refuse(Op::Create, reply);
     }
 
-    /// See `ioctl`: unknown commands are refused quietly.
+    /// See `ioctl`: what lsfs does not know is refused quietly.
     fn ioctl(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _flags: fuser::IoctlFlags,
         cmd: u32,
@@ -898,6 +926,11 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
                 }
             }
             Ioctl::Unknown => reply.error(fuser::Errno::ENOTTY),
+            Ioctl::F2fs(op) => self.atomic.serve(req.uid(), req.pid(), ino.0, op, reply),
+            Ioctl::AtomicFiles(op) => match ioctl::atomic_files_arg(in_data) {
+                Ok(inos) => self.atomic.serve_files(req.uid(), inos, op, reply),
+                Err(e) => reply.error(errno(e)),
+            },
         }
     }
 

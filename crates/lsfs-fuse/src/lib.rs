@@ -28,6 +28,7 @@
 //! `tests/engine_mount.rs` do.
 
 mod adapter;
+mod atomic_ioctl;
 mod cache_policy;
 mod convert;
 mod counters;

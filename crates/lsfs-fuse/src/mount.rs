@@ -58,6 +58,10 @@ pub struct MountOptions {
     /// `MS_NOATIME`, …) from `-o nosuid,noexec,…`; `MS_RDONLY` comes from
     /// `read_only`. Zero by default.
     pub kernel_flags: libc::c_ulong,
+    /// Serve F2FS's atomic-write ioctls when the `Vfs` has atomic writes
+    /// (docs/ATOMIC.md); off, they answer ENOTTY, and SQLite built for
+    /// them keeps its rollback journal. On by default.
+    pub atomic_writes: bool,
 }
 
 /// The default of [`MountOptions::spin`]: measured in docs/PERFORMANCE.md.
@@ -75,6 +79,7 @@ impl Default for MountOptions {
             writeback_cache: true,
             spin: DEFAULT_SPIN,
             kernel_flags: 0,
+            atomic_writes: true,
             cache_forever: None,
             kernel_cache: Arc::default(),
             counters: Arc::default(),
@@ -238,6 +243,8 @@ fn start<V: Vfs + 'static>(
         opts.counters.clone(),
         CachePolicy::new(read_only, opts.cache_forever),
         spinner.clone(),
+        opts.kernel_cache.clone(),
+        opts.atomic_writes,
     );
     let mount_error = |e: io::Error| {
         io::Error::new(

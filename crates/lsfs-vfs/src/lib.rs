@@ -337,6 +337,53 @@ pub trait Vfs: Send {
     fn deferred_io(&self) -> Option<Arc<dyn DeferredIo>> {
         None
     }
+
+    // ---- atomic writes (F2FS's interface; docs/ATOMIC.md) ----
+
+    /// Whether [`Vfs::atomic_start`] and its companions work here (what
+    /// F2FS's GET_FEATURES reports). By default they do not, and each
+    /// answers ENOTTY, as a file system without the ioctls does.
+    fn atomic_writes(&self) -> bool {
+        false
+    }
+    /// From now on, writes to regular file `ino` are held apart until
+    /// [`Vfs::atomic_commit`] makes all of them durable at once, or
+    /// [`Vfs::atomic_abort`] drops them; a crash before the commit keeps
+    /// none of them. Starting again is no change.
+    fn atomic_start(&mut self, ino: Ino) -> VfsResult<()> {
+        let _ = ino;
+        Err(Errno(libc::ENOTTY))
+    }
+    /// Make every write since [`Vfs::atomic_start`] durable as one unit,
+    /// and end the atomic mode; on a file not in it, an fsync. On an error
+    /// nothing of them is applied (docs/ATOMIC.md says whether they are
+    /// still pending).
+    fn atomic_commit(&mut self, ino: Ino) -> VfsResult<()> {
+        let _ = ino;
+        Err(Errno(libc::ENOTTY))
+    }
+    /// Drop every write since [`Vfs::atomic_start`] without device I/O, and
+    /// end the atomic mode; on a file not in it, nothing.
+    fn atomic_abort(&mut self, ino: Ino) -> VfsResult<()> {
+        let _ = ino;
+        Err(Errno(libc::ENOTTY))
+    }
+    /// Whether `ino` has writes held by [`Vfs::atomic_start`].
+    fn atomic_pending(&self, ino: Ino) -> bool {
+        let _ = ino;
+        false
+    }
+    /// [`Vfs::atomic_commit`] of several files as one unit: after a crash
+    /// all of their writes since their starts are there, or none.
+    fn atomic_commit_files(&mut self, inos: &[Ino]) -> VfsResult<()> {
+        let _ = inos;
+        Err(Errno(libc::ENOTTY))
+    }
+    /// [`Vfs::atomic_abort`] of several files.
+    fn atomic_abort_files(&mut self, inos: &[Ino]) -> VfsResult<()> {
+        let _ = inos;
+        Err(Errno(libc::ENOTTY))
+    }
 }
 
 /// Device work a file system queued during its calls, to be finished

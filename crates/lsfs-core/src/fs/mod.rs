@@ -7,6 +7,7 @@
 //! change is logged (`oplog.rs`). Recovery replays logged changes through
 //! the same `*_apply` functions (`replay.rs`).
 
+pub mod atomic;
 pub mod clean;
 pub mod dir;
 pub mod file;
@@ -100,6 +101,8 @@ pub struct Lsfs {
     /// Run fsck's checks after each checkpoint and panic on a violation
     /// (`fs/invariants.rs`).
     pub check_checkpoints: bool,
+    /// Writes held apart until their file's atomic commit (`atomic.rs`).
+    pub atomic: atomic::AtomicWrites,
 }
 
 fn check_name(name: &[u8]) -> VfsResult<()> {
@@ -191,6 +194,7 @@ impl Lsfs {
             write_amp: Default::default(),
             oplog: Default::default(),
             check_checkpoints: invariants::on_by_default(),
+            atomic: Default::default(),
         }
     }
 
@@ -278,6 +282,9 @@ impl Lsfs {
 
     /// Store a changed inode (written to the IFILE at the next checkpoint).
     fn put(&mut self, inode: Inode) {
+        if self.atomic.committed == Some(inode.ino) {
+            self.atomic.committed = None;
+        }
         let c = self.inodes.entry(inode.ino).or_insert(Cached {
             inode: inode.clone(),
             dirty: true,
@@ -545,6 +552,8 @@ impl Lsfs {
             self.put(orphans);
         }
         self.inodes.remove(&ino);
+        // Deleted with atomic writes pending: they had nowhere to go.
+        self.atomic.drop_file(ino);
         self.store.inode_write(ino, None)?;
         // Saturating, as `blocks_used`: the count comes from the super root
         // and a damaged one may say 0; fsck reports the difference.
@@ -688,11 +697,17 @@ impl Lsfs {
     /// Write fsync's record for `ino` (see `fsync`); `false` if its items
     /// do not fit one record, or the image cannot take items.
     fn fsync_record(&mut self, ino: u64) -> Result<bool> {
+        self.fsync_record_of(&[ino])
+    }
+
+    /// [`Lsfs::fsync_record`] for several inodes at once: one record (one
+    /// group, replayed whole or not at all) with all of them.
+    fn fsync_record_of(&mut self, of: &[u64]) -> Result<bool> {
         if !self.store.sb.inline_items() {
             return Ok(false);
         }
         let mut inos: BTreeSet<u64> = self.oplog.touched().collect();
-        inos.insert(ino);
+        inos.extend(of.iter().copied());
         let mut items = self.oplog.pending().to_vec();
         let nops = items.len() as u64;
         let mut files = Vec::new();
@@ -704,7 +719,7 @@ impl Lsfs {
                 Err(err) => return Err(err),
             };
             // Unlinked but open: deleted at the next mount whatever happens.
-            if node.nlink == 0 && i != ino {
+            if node.nlink == 0 && !of.contains(&i) {
                 continue;
             }
             if node.kind() == FileKind::File {
@@ -784,7 +799,9 @@ impl Vfs for Lsfs {
         let ent = self.lookup_entry(parent, name)?.ok_or(Errno::NOENT)?;
         let c = self.load(ent.ino)?;
         c.lookups += 1;
-        Ok(c.inode.attr())
+        let mut a = c.inode.attr();
+        self.atomic.patch_attr(&mut a);
+        Ok(a)
     }
 
     fn forget(&mut self, ino: Ino, nlookup: u64) {
@@ -803,7 +820,9 @@ impl Vfs for Lsfs {
                 .getattr(&mut self.store, ino)
                 .map_err(Errno::from);
         }
-        Ok(self.load(ino)?.inode.attr())
+        let mut a = self.load(ino)?.inode.attr();
+        self.atomic.patch_attr(&mut a);
+        Ok(a)
     }
 
     fn setattr(&mut self, ino: Ino, set: &SetAttr) -> VfsResult<Attr> {
@@ -816,6 +835,11 @@ impl Vfs for Lsfs {
             }
             if i.kind() != FileKind::File {
                 return Err(Errno::INVAL);
+            }
+            // The pending set holds whole blocks over the old size: a
+            // truncate would have to reach into it (docs/ATOMIC.md).
+            if self.atomic.contains(ino) {
+                return Err(Errno::BUSY);
             }
             if size > i.size {
                 self.reserve(1)?;
@@ -858,7 +882,8 @@ impl Vfs for Lsfs {
         if let Some(c) = set.ctime {
             i.ctime = c;
         }
-        let attr = i.attr();
+        let mut attr = i.attr();
+        self.atomic.patch_attr(&mut attr);
         self.put(i);
         self.after_change()?;
         Ok(attr)
@@ -1019,6 +1044,11 @@ impl Vfs for Lsfs {
     fn release(&mut self, ino: Ino) {
         if let Some(c) = self.inodes.get_mut(&ino) {
             c.opens = c.opens.saturating_sub(1);
+            // The last close drops pending atomic writes, as F2FS does at
+            // the last writer's release.
+            if c.opens == 0 {
+                self.atomic.drop_file(ino);
+            }
         }
         if let Err(err) = self.maybe_destroy(ino) {
             tracing::warn!("deleting inode {ino} after its last close: {err}");
@@ -1039,6 +1069,9 @@ impl Vfs for Lsfs {
             // A symlink's bytes are its target (readlink); others have none.
             _ => return Err(Errno::INVAL),
         }
+        if self.atomic.contains(ino) {
+            return self.atomic_read(ino, offset, size as u64);
+        }
         file::read(&mut self.store, &i, offset, size as u64).map_err(Errno::from)
     }
 
@@ -1054,6 +1087,11 @@ impl Vfs for Lsfs {
             FileKind::Dir => return Err(Errno::ISDIR),
             _ => return Err(Errno::INVAL),
         }
+        if self.atomic.contains(ino) {
+            // Pending blocks are not in the block map: all data, which POSIX allows.
+            let size = self.getattr(ino)?.size;
+            return Ok(lsfs_vfs::seek_in_all_data(size, offset, data));
+        }
         file::seek_data_or_hole(&mut self.store, &i, offset, data).map_err(Errno::from)
     }
 
@@ -1065,6 +1103,11 @@ impl Vfs for Lsfs {
             FileKind::Dir => return Err(Errno::ISDIR),
             // Writing a symlink would overwrite its target.
             _ => return Err(Errno::INVAL),
+        }
+        if self.atomic.contains(ino) {
+            self.atomic_write(ino, offset, data)?;
+            self.cleaner.last_activity = self.store.clock().mono();
+            return Ok(data.len() as u32);
         }
         self.reserve(data.len() as u64 / file::BLOCK + 2)?;
         if offset
@@ -1109,6 +1152,11 @@ impl Vfs for Lsfs {
         }
         self.mutable()?;
         self.load(ino)?;
+        if self.atomic.committed == Some(ino) && self.oplog.pending().is_empty() {
+            // Its atomic commit made it durable, and nothing changed since.
+            self.atomic.stats.fsyncs_skipped += 1;
+            return Ok(());
+        }
         if !self.fsync_record(ino)? {
             // One flush: no data-stream records (see Store::checkpoint).
             self.store.streams.one_flush_next = true;
@@ -1355,5 +1403,33 @@ impl Vfs for Lsfs {
 
     fn deferred_io(&self) -> Option<std::sync::Arc<dyn DeferredIo>> {
         Some(self.store.io.clone())
+    }
+
+    fn atomic_writes(&self) -> bool {
+        true
+    }
+
+    fn atomic_start(&mut self, ino: Ino) -> VfsResult<()> {
+        Lsfs::atomic_start(self, ino)
+    }
+
+    fn atomic_commit(&mut self, ino: Ino) -> VfsResult<()> {
+        Lsfs::atomic_commit(self, ino)
+    }
+
+    fn atomic_abort(&mut self, ino: Ino) -> VfsResult<()> {
+        Lsfs::atomic_abort(self, ino)
+    }
+
+    fn atomic_pending(&self, ino: Ino) -> bool {
+        self.atomic.contains(ino)
+    }
+
+    fn atomic_commit_files(&mut self, inos: &[Ino]) -> VfsResult<()> {
+        Lsfs::atomic_commit_files(self, inos)
+    }
+
+    fn atomic_abort_files(&mut self, inos: &[Ino]) -> VfsResult<()> {
+        Lsfs::atomic_abort_files(self, inos)
     }
 }
