@@ -64,6 +64,12 @@ pub struct DatReuse {
     /// Virtual blocks handed out from `ready` since the last checkpoint:
     /// fresh (no checkpoint has seen them) although below the fresh floor.
     pub(crate) fresh: HashSet<u64>,
+    /// DAT blocks changed since the last checkpoint. Only a block's first
+    /// change shows its slots as the durable checkpoint has them: a block
+    /// changed and then written before the checkpoint (the cleaner writes
+    /// its copies ahead) has a placed address again, and its contents are
+    /// not the durable ones.
+    touched: HashSet<u64>,
 }
 
 impl DatReuse {
@@ -101,9 +107,16 @@ impl DatReuse {
         }
     }
 
+    /// DAT block `idx` is about to change: whether it is the first change
+    /// since the last checkpoint.
+    pub(crate) fn touch(&mut self, idx: u64) -> bool {
+        self.touched.insert(idx)
+    }
+
     /// DAT block `idx` is about to change for the first time since the last
-    /// checkpoint; `free` has a bit set for each of its free slots, which
-    /// are therefore free in the durable checkpoint.
+    /// checkpoint ([`DatReuse::touch`]), and it is as on disk; `free` has a
+    /// bit set for each of its free slots, which are therefore free in the
+    /// durable checkpoint.
     pub(crate) fn note_durable_block(&mut self, idx: u64, free: Slots) {
         let known = self.ready.get(&idx).copied().unwrap_or(0);
         if free & !known != 0 {
@@ -151,9 +164,11 @@ impl DatReuse {
             self.set_ready(idx, known | slots);
         }
         self.fresh.clear();
+        self.touched.clear();
     }
 
-    /// DAT blocks tracked now, and at most.
+    /// DAT blocks tracked now, and at most (`touched` is bounded by the DAT
+    /// blocks one checkpoint changes, which the cache holds dirty).
     pub fn tracked_blocks(&self) -> (u64, u64) {
         (
             (self.ready.len() + self.pending.len()) as u64,
@@ -212,6 +227,27 @@ mod tests {
         assert_eq!(r.take(true), Some(b + 3));
         // With no hot block left, hot takes a cold one.
         assert_eq!(r.take(true), Some(2 * b + 1));
+    }
+
+    /// A block changed, written ahead and changed again before the
+    /// checkpoint: only its first change is as on disk. The slot freed in
+    /// between waits for the checkpoint, and is handed out once.
+    #[test]
+    fn only_the_first_change_since_a_checkpoint_shows_durable_slots() {
+        let mut r = DatReuse::default();
+        assert!(r.touch(4), "first change");
+        r.note_durable_block(4, 0b10);
+        assert_eq!(r.take(false), Some(4 * DAT_PER_BLOCK + 1));
+        r.note_freed(4, 0);
+        assert!(
+            !r.touch(4),
+            "changed already: its free slot 0 is not durable"
+        );
+        assert_eq!(r.take(false), None);
+        r.checkpoint_done();
+        assert!(r.touch(4), "a new checkpoint, a first change again");
+        assert_eq!(r.take(false), Some(4 * DAT_PER_BLOCK));
+        assert_eq!(r.take(false), None);
     }
 
     #[test]

@@ -622,8 +622,10 @@ impl Store {
         let addr = self.dat_block_addr(idx)?;
         let journaled = self.dat_journal.is_journaled(idx);
         // The first change since the last checkpoint: the block's contents
-        // are then the durable ones.
-        let clean = match addr {
+        // are then the durable ones. (A placed address alone does not say
+        // so: the cleaner writes changed DAT blocks ahead of the checkpoint.)
+        let first = self.dat_reuse.touch(idx);
+        let as_on_disk = match addr {
             Some(a) if journaled => {
                 debug_assert_eq!(self.dat_journal.base_of(idx), Some(a));
                 self.dat_journal.first_touch(idx)
@@ -631,6 +633,7 @@ impl Store {
             Some(a) => !is_temp(a),
             None => false,
         };
+        let clean = first && as_on_disk;
         let block_bytes = self.geo.block_bytes;
         let mut n = self.dat_nodes();
         let (t, mut block) = match addr {
