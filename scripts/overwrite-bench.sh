@@ -45,7 +45,9 @@
 # (mkfs.xfs refuses less than 300 MiB), one rewrite, small files on 128 MiB (xfs 300 MiB) with
 # one round, for a check of the script in a few minutes.
 #
-# LSFS=path chooses the lsfs binary (default target/release/lsfs). Images live under $BENCH_TMP
+# LSFS=path chooses the lsfs binary (default target/release/lsfs); LSFS_MOUNT_ARGS adds words to
+# its mount command (e.g. "--config FILE" to try other settings; results then name them only in
+# raw/). Images live under $BENCH_TMP
 # (default /var/tmp). Everything this script mounts, attaches (losetup), creates or starts (lsfs
 # mount processes, tracers) is removed or stopped by an EXIT trap, also on failure or Ctrl-C.
 # Needs root and the tools from scripts/install-deps.sh.
@@ -204,7 +206,8 @@ setup_fs() {
     else
         mkfs_peer "$fs" >"$RAW/$tag.mkfs.txt" 2>&1
     fi
-    mount_fs "$RAW/$tag.lsfs.log"
+    # shellcheck disable=SC2086 # LSFS_MOUNT_ARGS is a list of words
+    mount_fs "$RAW/$tag.lsfs.log" ${LSFS_MOUNT_ARGS:-}
 }
 
 # settle: everything the file system owes reaches the device. syncfs; FUSE has no syncfs, so
@@ -234,6 +237,12 @@ finish_run() {
     local env=$1 tag=$2 t0=$3
     unmount_fs
     echo "sect_umount=$(wsect)" >>"$env"
+    # The server's own log (beside the mount point) joins the mount command's, so the report's
+    # warnings include what the cleaner said.
+    if [[ -f $WORK/.mnt.lsfs.log ]]; then
+        cat "$WORK/.mnt.lsfs.log" >>"$RAW/$tag.lsfs.log"
+        rm -f "$WORK/.mnt.lsfs.log"
+    fi
     echo "fsck=$(fsck_fs "$tag")" >>"$env"
     teardown_fs
     {

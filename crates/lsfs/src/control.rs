@@ -185,7 +185,7 @@ pub fn execute(fs: &mut Lsfs, req: &Value) -> Result<Value, String> {
         "gc-stats" => {
             fs.refresh_cleaner_stats();
             Ok(json!({ "ok": true, "write_amplification": fs.write_amplification(), "stats": fs.cleaner.stats, "histogram": fs.store.utilization_histogram(),
-                       "threaded_logging": fs.cleaner.config.threaded_logging }))
+                       "census": fs.store.segment_census(), "threaded_logging": fs.cleaner.config.threaded_logging }))
         }
         "gc-start" | "gc-stop" => {
             fs.cleaner.enabled = req["cmd"] == "gc-start";

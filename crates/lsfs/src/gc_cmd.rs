@@ -74,7 +74,8 @@ pub fn stats(mnt: &Path, json_out: bool) -> Result<Value, String> {
     if json_out {
         println!(
             "{}",
-            json!({ "write_amplification": v["write_amplification"], "stats": v["stats"], "histogram": v["histogram"] })
+            json!({ "write_amplification": v["write_amplification"], "stats": v["stats"], "histogram": v["histogram"],
+                    "census": v["census"] })
         );
     } else {
         println!("{}", write_amplification_line(&v["write_amplification"]));

@@ -332,7 +332,12 @@ impl Lsfs {
                 rep.late_aborted.push(seg);
                 continue;
             }
-            if reason == "low space" && self.plug_instead(seg, &plan) {
+            if reason == "low space"
+                && plan.freed_at_next_checkpoint == 0
+                && self.plug_instead(seg, &plan)
+            {
+                // (Holes are written into before the next checkpoint: not
+                // when the latest one still sees what they held.)
                 // Preparing frees the plan's dead blocks now.
                 self.give_up_for(&mut rep, plan.give_up_below);
                 let holes = self.store.prepare_plug(plan)?;
@@ -353,7 +358,10 @@ impl Lsfs {
                 let (read, copied, freed) = clean_cost_terms(&plan);
                 self.cleaner.gate.cleaned_with(read, copied, freed);
             }
-            rep.held_by_latest += plan.held_by_checkpoints as u64;
+            if plan.freed_at_next_checkpoint > 0 {
+                self.store.give_up_at_next_checkpoint();
+                rep.freed_at_next_checkpoint += plan.freed_at_next_checkpoint as u64;
+            }
             let r = self.store.relocate_planned(plan)?;
             rep.blocks_copied += r.copied() as u64;
             rep.blocks_reclaimed += (r.nblocks - r.copied().min(r.nblocks)) as u64;
@@ -399,9 +407,54 @@ impl Lsfs {
                 rep.efficiency,
                 self.store.kept_window_secs(now)
             );
+            if tracing::enabled!(tracing::Level::DEBUG) {
+                self.log_census(&rep);
+            }
         }
         self.cleaner.last_pass = Some(rep.clone());
         Ok(rep)
+    }
+
+    /// Where the slack is after a pass, and what its victims held: one
+    /// debug line (a scan of the segment table, so only when asked for).
+    fn log_census(&self, rep: &PassReport) {
+        let c = self.store.segment_census();
+        let streams: Vec<String> = c
+            .by_stream
+            .iter()
+            .map(|(name, s)| {
+                format!(
+                    "{name} {} segs u={:.3}",
+                    s.segments,
+                    s.live as f64 / (s.segments * c.segment_blocks).max(1) as f64
+                )
+            })
+            .collect();
+        let victims: Vec<String> = rep
+            .victims
+            .iter()
+            .map(|v| {
+                format!(
+                    "{}:{:.2}",
+                    v.stream,
+                    (v.live_copied + v.protected_copied) as f64 / c.segment_blocks as f64
+                )
+            })
+            .collect();
+        tracing::debug!(
+            "census: free {} pending {} reserved {} chain {} partly {} dead {} live {}; {}; \
+             victims (stream:utilization) {}; freed at the next checkpoint {}",
+            c.free,
+            c.pending_free,
+            c.reserved,
+            c.in_recovery_chain,
+            c.partly_filled,
+            c.dead_blocks(),
+            c.live_blocks(),
+            streams.join(", "),
+            victims.join(" "),
+            rep.freed_at_next_checkpoint
+        );
     }
 
     /// Copies a pass may make: what the writer can still place (the rest of
@@ -483,6 +536,12 @@ impl Lsfs {
         c.stats.passes += 1;
         c.stats.segments_cleaned += rep.victims.len() as u64;
         c.stats.blocks_copied += rep.blocks_copied;
+        c.stats.dead_blocks_copied += rep
+            .victims
+            .iter()
+            .map(|v| v.protected_copied as u64)
+            .sum::<u64>();
+        c.stats.freed_at_next_checkpoint += rep.freed_at_next_checkpoint;
         c.stats.file_data_copied += rep
             .victims
             .iter()
@@ -559,6 +618,7 @@ impl Lsfs {
             })
             .sum();
         c.snapshot_changes_pending = self.store.recon.queue().len() as u64;
+        c.checkpoints_given_up_at_checkpoint = self.store.stats.checkpoints_given_up_at_checkpoint;
         c.checkpoints_kept_secs = self.store.kept_window_secs(self.store.now());
         c.threaded_logging = self.store.plugs.stats().clone();
         c.holes_ready = self.store.plugs.holes();

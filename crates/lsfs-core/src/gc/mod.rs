@@ -4,6 +4,7 @@
 //! during idle periods, more eagerly on AC power, and in the foreground as
 //! the last resort before ENOSPC.
 
+pub mod census;
 pub mod plug;
 pub mod relocate;
 
@@ -274,9 +275,11 @@ pub struct PassReport {
     /// Plain checkpoints given up so that the victims' dead blocks could be
     /// freed instead of copied (passes under space pressure).
     pub checkpoints_given_up: u64,
-    /// Dead blocks copied because the latest checkpoint (never given up)
-    /// still sees them.
-    pub held_by_latest: u64,
+    /// Dead blocks freed, not copied, although the latest checkpoint still
+    /// sees them (they died since): the victims wait for the next
+    /// checkpoint anyway, and it gives up the plain checkpoints before it
+    /// (passes under space pressure).
+    pub freed_at_next_checkpoint: u64,
     /// E = 1 − copied / total blocks of the victims.
     pub efficiency: f64,
     pub reason: String,
@@ -298,6 +301,14 @@ pub struct CleanerStats {
     pub passes: u64,
     pub segments_cleaned: u64,
     pub blocks_copied: u64,
+    /// Of the blocks copied, dead ones something still needed: a snapshot,
+    /// or a kept plain checkpoint.
+    pub dead_blocks_copied: u64,
+    /// Dead blocks passes under space pressure freed that the latest
+    /// checkpoint still saw ([`PassReport::freed_at_next_checkpoint`]).
+    pub freed_at_next_checkpoint: u64,
+    /// Plain checkpoints the checkpoint after such a pass gave up.
+    pub checkpoints_given_up_at_checkpoint: u64,
     pub late_aborts: u64,
     /// Plain checkpoints given up inside the protection period, oldest
     /// first, so that no block only they see was ever copied.

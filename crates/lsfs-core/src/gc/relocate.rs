@@ -63,9 +63,13 @@ enum Action {
 pub enum KeepCheckpoints {
     /// Every plain checkpoint kept now: dead blocks they see are copied.
     Kept,
-    /// Only the latest checkpoint (the recovery base, never given up): the
-    /// plan frees what older plain checkpoints alone hold, and says which of
-    /// them must be given up first ([`RelocationPlan::give_up_below`]).
+    /// No plain checkpoint (under space pressure): the plan frees what
+    /// older plain checkpoints alone hold, and says which of them must be
+    /// given up first ([`RelocationPlan::give_up_below`]). It also frees the
+    /// blocks that died since the latest checkpoint, which is the recovery
+    /// base until the next one is written: the victims are not reused
+    /// before that one is durable, and it gives up every plain checkpoint
+    /// before it ([`RelocationPlan::freed_at_next_checkpoint`]).
     LatestOnly,
 }
 
@@ -86,6 +90,11 @@ pub struct RelocationPlan {
     pub give_up_below: u64,
     /// Dead blocks freed only because of that giving up.
     pub freed_by_giving_up: u32,
+    /// Dead blocks freed that the latest checkpoint still sees (they died
+    /// since): carrying out the plan requires
+    /// [`Store::give_up_at_next_checkpoint`], and the victim must not be
+    /// written into before that checkpoint (no plugging).
+    pub freed_at_next_checkpoint: u32,
 }
 
 impl RelocationPlan {
@@ -213,9 +222,10 @@ impl Store {
     ) -> Result<RelocationPlan> {
         let entries = self.segment_entries(seg, true)?;
         let kept_now = self.oldest_kept_cno();
+        let latest = self.latest_cno();
         let oldest_kept = match keep {
             KeepCheckpoints::Kept => kept_now,
-            KeepCheckpoints::LatestOnly => self.latest_cno().max(kept_now),
+            KeepCheckpoints::LatestOnly => latest.max(kept_now),
         };
         let mut plan = RelocationPlan {
             segno: seg,
@@ -240,6 +250,12 @@ impl Store {
                         Action::MoveLive(ent.vblock, e, owner, pos)
                     } else if self.snapshot_in(e.start, e.end) {
                         Action::MoveProtected(ent.vblock, e, owner, pos)
+                    } else if e.end > oldest_kept && keep == KeepCheckpoints::LatestOnly {
+                        // Died since the latest checkpoint, a plain one
+                        // (a snapshot would have matched above).
+                        debug_assert!(e.end > latest && e.end <= self.cur_cno);
+                        plan.freed_at_next_checkpoint += 1;
+                        Action::Free(ent.vblock, e)
                     } else if e.end > oldest_kept {
                         plan.held_by_checkpoints += 1;
                         Action::MoveProtected(ent.vblock, e, owner, pos)

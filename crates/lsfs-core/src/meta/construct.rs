@@ -347,6 +347,20 @@ impl Store {
         self.reclaim_prepare(now)?;
         let cno = self.cur_cno;
         self.cps.insert(self.cp_entry(cno, now));
+        if std::mem::take(&mut self.give_up_plain_at_checkpoint) {
+            // A pass freed dead blocks in victims that only the checkpoints
+            // before this one see; the victims are reused only once this
+            // checkpoint, whose CPFILE no longer lists those, is durable.
+            let n = self.give_up_checkpoints_below(cno);
+            self.stats.checkpoints_given_up_at_checkpoint += n as u64;
+            assert!(
+                self.cps
+                    .entries
+                    .values()
+                    .all(|e| e.is_snapshot() || e.cno == cno),
+                "a plain checkpoint before {cno} survived giving them up"
+            );
+        }
         // The last checkpoint's DAT journal dies with this one, which writes
         // the journal whole again.
         for a in std::mem::take(&mut self.dat_journal.written) {

@@ -113,6 +113,7 @@ impl Store {
             tree: BTree::default(),
             snapshots: Vec::new(),
             moved_dead: Default::default(),
+            give_up_plain_at_checkpoint: false,
             dat_map: Default::default(),
             recon: Default::default(),
             deaths_since_checkpoint: 0,

@@ -53,6 +53,23 @@ impl Store {
         doomed.len()
     }
 
+    /// Have the next checkpoint give up every plain checkpoint before it
+    /// (never a snapshot). A cleaning pass under space pressure asks this
+    /// when it frees dead blocks that died since the latest checkpoint:
+    /// that checkpoint, the recovery base, cannot go before the next one is
+    /// written, but the pass's victims are not reused before then either,
+    /// so copying those blocks would save nothing a crash could need.
+    pub fn give_up_at_next_checkpoint(&mut self) {
+        self.give_up_plain_at_checkpoint = true;
+    }
+
+    /// Whether checkpoint `cno` is to be given up by the next checkpoint.
+    pub fn given_up_at_next_checkpoint(&self, cno: u64) -> bool {
+        self.give_up_plain_at_checkpoint
+            && cno < self.cur_cno
+            && self.cps.entries.get(&cno).is_some_and(|e| !e.is_snapshot())
+    }
+
     /// How far back plain checkpoints are kept now: the age in seconds of
     /// the oldest one (0 when only the latest is left). The protection
     /// period is the most it can be; space pressure shrinks it.

@@ -33,6 +33,13 @@ impl Store {
         if was == on {
             return Ok(());
         }
+        if on && self.given_up_at_next_checkpoint(cno) {
+            // Blocks only it sees are already freed in victims that the
+            // next checkpoint lets the writer reuse.
+            return Err(Error::invalid(format!(
+                "checkpoint {cno} was given up to make space"
+            )));
+        }
         // Snapshotting the checkpoint just written, with nothing dead since
         // and nothing queued, changes no counter: nothing to reconcile.
         // (The checkpoint written last, not the newest left in the table:

@@ -92,6 +92,10 @@ pub struct StoreStats {
     pub payload_blocks_written: u64,
     pub segments_reclaimed: u64,
     pub checkpoints_deleted: u64,
+    /// Plain checkpoints a checkpoint gave up because a cleaning pass under
+    /// space pressure freed dead blocks only they saw
+    /// ([`Store::give_up_at_next_checkpoint`]).
+    pub checkpoints_given_up_at_checkpoint: u64,
     /// Snapshot promotions and demotions fully applied to the counters.
     pub snapshot_changes_reconciled: u64,
     /// Payload blocks written, by what they hold (see `SummaryEntry::class`).
@@ -173,6 +177,10 @@ pub struct Store {
     /// Relocated blocks waiting to be placed that are dead but still needed
     /// (by a snapshot or a kept checkpoint): placed without counting as live.
     pub(crate) moved_dead: std::collections::HashSet<u64>,
+    /// The next checkpoint gives up every plain checkpoint before it: a
+    /// cleaning pass freed dead blocks that only they (the latest among
+    /// them) still see (gc/relocate.rs, [`Store::give_up_at_next_checkpoint`]).
+    pub(crate) give_up_plain_at_checkpoint: bool,
     /// DAT block index → address, mirroring the DAT's block map.
     pub(crate) dat_map: std::collections::HashMap<u64, u64>,
     /// Snapshot changes not yet applied to every segment counter.
