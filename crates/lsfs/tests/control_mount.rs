@@ -9,84 +9,17 @@
 // /dev/fuse and the mount table.
 #[path = "../../lsfs-fuse/tests/common/mod.rs"]
 mod common;
+mod mounted;
 
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::{Command, Stdio};
 
-use common::is_mounted;
+use mounted::Mounted;
 use serde_json::json;
 
 fn lsfs() -> Command {
     Command::new(env!("CARGO_BIN_EXE_lsfs"))
-}
-
-/// `lsfs mount` in the foreground, as a child; dropping it unmounts and
-/// waits for the server to write its last checkpoint and exit, also when
-/// the test fails.
-struct Mounted {
-    child: Child,
-    mnt: PathBuf,
-}
-
-impl Mounted {
-    fn new(image: &Path, mnt: &Path, opts: &[&str]) -> Mounted {
-        let child = lsfs()
-            .arg("mount")
-            .arg(image)
-            .arg(mnt)
-            .args(opts)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("run lsfs mount");
-        let mut m = Mounted {
-            child,
-            mnt: fs::canonicalize(mnt).unwrap(),
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !is_mounted(&m.mnt) {
-            if let Some(st) = m.child.try_wait().unwrap() {
-                panic!("lsfs mount exited with {st}");
-            }
-            assert!(Instant::now() < deadline, "not mounted within 10 s");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        m
-    }
-
-    fn unmount(mut self) {
-        self.take_down();
-        let st = self.child.wait().unwrap();
-        assert!(st.success(), "lsfs mount exited with {st}");
-    }
-
-    fn take_down(&mut self) {
-        if is_mounted(&self.mnt) {
-            let _ = Command::new("fusermount3")
-                .arg("-u")
-                .arg(&self.mnt)
-                .status();
-        }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while self.child.try_wait().unwrap().is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        self.take_down();
-        if self.child.try_wait().unwrap().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-        if is_mounted(&self.mnt) {
-            let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
-        }
-    }
 }
 
 /// One request on the mount's control socket, spoken directly: a `lsfs`

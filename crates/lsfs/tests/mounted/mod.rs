@@ -1,0 +1,85 @@
+//! `lsfs mount` in the foreground as a child process, for the tests that
+//! need the real binary's mount (its control socket, its `-o` options).
+//! Included with `#[path]` by each test, beside the FUSE tests' `common`
+//! (crates/lsfs-fuse/tests/common), which gives `is_mounted`.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::is_mounted;
+
+fn lsfs() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_lsfs"))
+}
+
+/// `lsfs mount` in the foreground, as a child; dropping it unmounts and
+/// waits for the server to write its last checkpoint and exit, also when
+/// the test fails.
+pub struct Mounted {
+    child: Child,
+    pub mnt: PathBuf,
+}
+
+impl Mounted {
+    /// Mount `image` on `mnt` with the extra arguments `args`, and wait
+    /// until it is mounted.
+    pub fn new(image: &Path, mnt: &Path, args: &[&str]) -> Mounted {
+        let child = lsfs()
+            .arg("mount")
+            .arg(image)
+            .arg(mnt)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run lsfs mount");
+        let mut m = Mounted {
+            child,
+            mnt: fs::canonicalize(mnt).unwrap(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !is_mounted(&m.mnt) {
+            if let Some(st) = m.child.try_wait().unwrap() {
+                panic!("lsfs mount exited with {st}");
+            }
+            assert!(Instant::now() < deadline, "not mounted within 10 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        m
+    }
+
+    /// Unmount and check that the server exited cleanly.
+    pub fn unmount(mut self) {
+        self.take_down();
+        let st = self.child.wait().unwrap();
+        assert!(st.success(), "lsfs mount exited with {st}");
+    }
+
+    fn take_down(&mut self) {
+        if is_mounted(&self.mnt) {
+            let _ = Command::new("fusermount3")
+                .arg("-u")
+                .arg(&self.mnt)
+                .status();
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        self.take_down();
+        if self.child.try_wait().unwrap().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        if is_mounted(&self.mnt) {
+            let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+        }
+    }
+}
