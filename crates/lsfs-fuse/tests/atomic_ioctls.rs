@@ -76,6 +76,19 @@ fn open_rw(path: &std::path::Path) -> std::fs::File {
         .unwrap()
 }
 
+/// The file `db` on `mount`, holding `contents` on the device (written,
+/// opened read-write, fsynced): the state every transaction starts from.
+fn db_file(
+    mount: &common::TestMount<Lsfs>,
+    contents: &[u8],
+) -> (std::path::PathBuf, std::fs::File) {
+    let path = mount.root().join("db");
+    std::fs::write(&path, contents).unwrap();
+    let f = open_rw(&path);
+    f.sync_all().unwrap();
+    (path, f)
+}
+
 #[track_caller]
 fn same(got: &[u8], want: &[u8], what: &str) {
     if got != want {
@@ -98,11 +111,8 @@ fn a_commit_through_the_mount_is_all_or_nothing() {
         return;
     }
     let mount = mount();
-    let path = mount.root().join("db");
     let old: Vec<u8> = (0..3 * 4096).map(|i| (i % 251) as u8).collect();
-    std::fs::write(&path, &old).unwrap();
-    let f = open_rw(&path);
-    f.sync_all().unwrap();
+    let (_, f) = db_file(&mount, &old);
     let ino = f.metadata().unwrap().ino();
     assert_eq!(
         features(&f).map(|x| x & FEATURE_ATOMIC_WRITE),
@@ -174,10 +184,7 @@ fn commit_takes_the_writes_still_in_the_page_cache() {
         return;
     }
     let mount = mount();
-    let path = mount.root().join("db");
-    std::fs::write(&path, [1u8; 8192]).unwrap();
-    let f = open_rw(&path);
-    f.sync_all().unwrap();
+    let (_, f) = db_file(&mount, &[1u8; 8192]);
     let ino = f.metadata().unwrap().ino();
     ioctl(&f, START).unwrap();
     f.write_all_at(&[2u8; 8192], 0).unwrap();
@@ -204,11 +211,8 @@ fn abort_through_the_mount_leaves_the_file_as_it_was() {
         return;
     }
     let mount = mount();
-    let path = mount.root().join("db");
     let old = vec![5u8; 4 * 4096];
-    std::fs::write(&path, &old).unwrap();
-    let f = open_rw(&path);
-    f.sync_all().unwrap();
+    let (path, f) = db_file(&mount, &old);
     let ino = f.metadata().unwrap().ino();
     ioctl(&f, START).unwrap();
     f.write_all_at(&[6u8; 4096], 4096).unwrap();
@@ -315,10 +319,7 @@ fn a_set_past_its_bound_fails_at_commit() {
         return;
     }
     let mount = mount();
-    let path = mount.root().join("db");
-    std::fs::write(&path, b"old").unwrap();
-    let f = open_rw(&path);
-    f.sync_all().unwrap();
+    let (_, f) = db_file(&mount, b"old");
     ioctl(&f, START).unwrap();
     let big = vec![3u8; (lsfs_core::fs::atomic::FILE_MAX_BLOCKS as usize + 1) * 4096];
     f.write_all_at(&big, 0).unwrap();
