@@ -76,6 +76,11 @@ fn fill_until_the_writer_checkpoints(
 /// Open `img` (recovering it), check `check` on it, unmount and fsck;
 /// returns the bytes recovery wrote and the free blocks it left.
 fn recover(img: MemDevice, what: &str, check: impl FnOnce(&mut Lsfs)) -> (u64, u64) {
+    // fsck rolls the records forward in memory and checks that state: each
+    // adopted block's DAT entry against its record's summary, and every
+    // segment's live count recounted.
+    let rolled = fsck_bytes(img.bytes().to_vec());
+    assert_clean(&rolled, &format!("{what}, rolled forward by fsck"));
     let mut fs = Lsfs::open(Box::new(img), config()).unwrap_or_else(|e| {
         panic!("{what}: recovery must fit in the space the live mount left: {e}")
     });
