@@ -37,6 +37,7 @@ mod kernel_cache;
 mod kernel_mount;
 mod mount;
 mod mountpoint;
+mod ops;
 mod privs;
 mod spin;
 

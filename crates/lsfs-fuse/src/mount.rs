@@ -19,6 +19,7 @@ use crate::counters::RequestCounters;
 use crate::kernel_cache::KernelCache;
 use crate::kernel_mount;
 use crate::mountpoint;
+use crate::ops::Ops;
 use crate::spin::Spinner;
 
 /// How a file system is mounted.
@@ -235,7 +236,7 @@ fn start<V: Vfs + 'static>(
     let read_only = opts.read_only || vfs.lock().map(|v| v.read_only()).unwrap_or(true);
     let config = config(opts, read_only);
     let spinner: Arc<OnceLock<Arc<Spinner>>> = Arc::default();
-    let adapter = FuseAdapter::new(
+    let ops = Arc::new(Ops::new(
         vfs,
         // Nothing is written on a read-only mount: no cache to write back,
         // and SEEK_DATA/SEEK_HOLE can then go to the Vfs.
@@ -245,7 +246,8 @@ fn start<V: Vfs + 'static>(
         spinner.clone(),
         opts.kernel_cache.clone(),
         opts.atomic_writes,
-    );
+    ));
+
     let mount_error = |e: io::Error| {
         io::Error::new(
             e.kind(),
@@ -262,6 +264,7 @@ fn start<V: Vfs + 'static>(
             opts.kernel_flags,
         )
         .map_err(mount_error)?;
+        let adapter = FuseAdapter::new(ops.clone());
         if !opts.spin.is_zero() {
             // Without a spinner the mount works as before: log and go on.
             match dev.try_clone().and_then(|d| Spinner::start(d, opts.spin)) {
@@ -280,6 +283,7 @@ fn start<V: Vfs + 'static>(
         }
     } else {
         // fusermount3, the setuid helper, mounts for ordinary users.
+        let adapter = FuseAdapter::new(ops.clone());
         let mut s = fuser::Session::new(adapter, mountpoint, &config).map_err(mount_error)?;
         let u = s.unmount_callable();
         (s, Unmount::Fuser(u))
@@ -287,6 +291,7 @@ fn start<V: Vfs + 'static>(
     opts.kernel_cache.attach(Some(session.notifier()));
     let kernel_cache = opts.kernel_cache.clone();
     let spin_stop = spinner;
+    drop(ops);
     let (tx, rx) = mpsc::channel();
     let ended = tx.clone();
     let thread = thread::Builder::new()
