@@ -1,5 +1,6 @@
 //! The fuser `Filesystem`: decodes what fuser parsed from `/dev/fuse`,
-//! calls the request's operation (`ops.rs`) and encodes its answer in fuser's reply types.
+//! calls the request's operation (`ops.rs`, shared with the io_uring
+//! transport in `uring/`) and encodes its answer in fuser's reply types.
 //!
 //! The kernel is asked to send as few requests as lsfs can do without:
 //! - it caches entries (negative ones too) and attributes long
@@ -11,6 +12,11 @@
 //! - READDIRPLUS returns attributes with the names where the kernel expects
 //!   lookups to follow;
 //! - ioctls: see `Ops::ioctl`.
+//!
+//! With FUSE over io_uring (`MountOptions::uring`), FUSE_INIT also asks for
+//! it and starts the ring queues (`uring::Rings`); from then on the kernel
+//! sends most requests through them, and only FORGET, BATCH_FORGET and
+//! INTERRUPT still come here.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -28,14 +34,18 @@ use lsfs_vfs::{Ctx, FileKind, SetAttr, Vfs};
 use crate::convert::{file_attr, file_type, system_time_opt, time_set};
 use crate::counters::Op;
 use crate::ops::{Cached, Lookup, OpResult, Ops, Xattr};
+use crate::uring::UringStart;
 
 pub(crate) struct FuseAdapter<V: Vfs> {
     ops: Arc<Ops<V>>,
+    /// Starts the io_uring queues once FUSE_INIT agreed on them; `None`
+    /// when the mount serves through `/dev/fuse` alone.
+    uring: Option<UringStart<V>>,
 }
 
 impl<V: Vfs> FuseAdapter<V> {
-    pub(crate) fn new(ops: Arc<Ops<V>>) -> Self {
-        FuseAdapter { ops }
+    pub(crate) fn new(ops: Arc<Ops<V>>, uring: Option<UringStart<V>>) -> Self {
+        FuseAdapter { ops, uring }
     }
 }
 
@@ -183,6 +193,9 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
             if let Err(missing) = config.add_capabilities(flag) {
                 tracing::debug!("the kernel offers no {what} ({missing:?})");
             }
+        }
+        if let Some(uring) = self.uring.take() {
+            uring.negotiate(config)?;
         }
         Ok(())
     }

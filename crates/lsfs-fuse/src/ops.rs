@@ -1,6 +1,7 @@
 //! The work of each FUSE request, once, for every transport: fuser's
-//! `/dev/fuse` loop (`adapter.rs`) decodes a request, calls one of these,
-//! and encodes what it returns. Each call counts its request (`counters`), runs the `Vfs`
+//! `/dev/fuse` loop (`adapter.rs`) and lsfs's own io_uring queues
+//! (`uring/`) decode a request, call one of these, and encode what it
+//! returns. Each call counts its request (`counters`), runs the `Vfs`
 //! ([`call_vfs`]) and applies the mount's cache policy; none of them knows
 //! how the answer travels.
 //!
@@ -66,6 +67,9 @@ pub(crate) enum Xattr {
     Data(Vec<u8>),
 }
 
+/// An IOCTL's answer: the result and the bytes copied back to the caller.
+pub(crate) type IoctlOut = OpResult<Vec<u8>>;
+
 pub(crate) struct Ops<V: Vfs> {
     vfs: Arc<Mutex<V>>,
     /// Where the `Vfs` queues device work to finish outside the lock.
@@ -101,6 +105,10 @@ impl<V: Vfs> Ops<V> {
             policy,
             spinner,
         }
+    }
+
+    pub(crate) fn counters(&self) -> &RequestCounters {
+        &self.counters
     }
 
     pub(crate) fn writeback_cache(&self) -> bool {
@@ -436,6 +444,14 @@ impl<V: Vfs> Ops<V> {
     /// Make everything durable (the mount ends).
     pub(crate) fn sync(&self) -> OpResult<()> {
         self.call_durable(|v| v.sync())
+    }
+
+    /// Requests come through io_uring now: polling `/dev/fuse` would only
+    /// burn a CPU for the few that still come there (FORGET).
+    pub(crate) fn stop_spinning(&self) {
+        if let Some(s) = self.spinner.get() {
+            s.stop();
+        }
     }
 }
 
