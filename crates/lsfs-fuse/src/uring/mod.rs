@@ -267,6 +267,16 @@ mod tests {
         assert_eq!(parse_cpu_list("3-1"), None);
     }
 
+    /// Without root the transport is refused: loudly for `on`, quietly
+    /// (falling back) for `auto`; `off` never looks.
+    #[test]
+    fn prepare_refuses_without_root() {
+        let e = prepare(UringMode::On, false).unwrap_err().to_string();
+        assert!(e.contains("root"), "{e}");
+        assert!(!prepare(UringMode::Auto, false).unwrap());
+        assert!(!prepare(UringMode::Off, true).unwrap());
+    }
+
     #[test]
     fn modes_parse() {
         assert_eq!("auto".parse(), Ok(UringMode::Auto));
