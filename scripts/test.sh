@@ -3,8 +3,8 @@
 # crash and model tests (cargo test), then the fuzz targets for a bounded time (scripts/fuzz.sh), then the external suites
 # through a real FUSE mount of lsfs (pjdfstest, fsx, fsck).
 # Installs what it needs first. Takes about 15 minutes on 2 cores.
-# The external suites run twice: with the default mount options, and with
-# the kernel's writeback cache off.
+# The external suites run three times: with the default mount options, with
+# the kernel's writeback cache off, and through FUSE over io_uring.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -23,3 +23,7 @@ scripts/suites.sh target/release/lsfs
 # The same suites with the kernel's writeback cache off: every write() is then
 # a request of its own, a different path through the adapter and the engine.
 LSFS_MOUNT_OPTS=no_writeback_cache FSX_OPS=${FSX_OPS_NO_WRITEBACK:-30000} scripts/suites.sh target/release/lsfs
+# And with requests served through FUSE over io_uring (a transport of its
+# own: lsfs-fuse/src/uring/); auto falls back to /dev/fuse on a kernel
+# without it, where the Rust tests that require the ring fail instead.
+LSFS_MOUNT_OPTS=uring=auto FSX_OPS=${FSX_OPS_URING:-30000} scripts/suites.sh target/release/lsfs

@@ -1,15 +1,6 @@
-//! The fuser `Filesystem` that forwards every request to a shared [`Vfs`].
-//!
-//! Each request locks the mutex for the duration of one `Vfs` call, so other
-//! threads (other FUSE workers, a checkpoint timer, a control socket)
-//! interleave between calls. Device work the call queued (`Vfs::deferred_io`:
-//! lsfs's writes and flushes) is finished after the lock is let go and
-//! before the reply: an fsync's flush, which takes milliseconds, holds up
-//! no other request, and fsyncs that arrive while it runs share the next
-//! flush (group commit).
-//! A panic inside the `Vfs` is caught and reported as EIO; it poisons the
-//! mutex, and every later request also gets EIO, because the file system's
-//! state can no longer be trusted.
+//! The fuser `Filesystem`: decodes what fuser parsed from `/dev/fuse`,
+//! calls the request's operation (`ops.rs`, shared with the io_uring
+//! transport in `uring/`) and encodes its answer in fuser's reply types.
 //!
 //! The kernel is asked to send as few requests as lsfs can do without:
 //! - it caches entries (negative ones too) and attributes long
@@ -20,17 +11,17 @@
 //!   holds a lookup reference to it, which it does while the file is open;
 //! - READDIRPLUS returns attributes with the names where the kernel expects
 //!   lookups to follow;
-//! - ioctls: FITRIM trims (`fstrim`); F2FS's atomic-write ones and lsfs's
-//!   multi-file commit are served by `atomic_ioctl.rs`; the rest (the
-//!   terminal probe of `isatty()`) are refused at once (`ioctl`).
+//! - ioctls: see `Ops::ioctl`.
 //!
-//! Every request is counted by opcode (`counters`).
+//! With FUSE over io_uring (`MountOptions::uring`), FUSE_INIT also asks for
+//! it and starts the ring queues (`uring::Rings`); from then on the kernel
+//! sends most requests through them, and only FORGET, BATCH_FORGET and
+//! INTERRUPT still come here.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
@@ -38,220 +29,23 @@ use fuser::{
     RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
     ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use lsfs_vfs::{Attr, Ctx, DeferredIo, FileKind, SetAttr, Vfs, VfsResult};
+use lsfs_vfs::{Ctx, FileKind, SetAttr, Vfs};
 
-use crate::atomic_ioctl::AtomicIoctls;
-use crate::cache_policy::CachePolicy;
-use crate::convert::{errno, file_attr, file_type, system_time_opt, time_set, xattr_list};
-use crate::counters::{Op, RequestCounters};
-use crate::ioctl::{self, Ioctl};
-use crate::kernel_cache::KernelCache;
-use crate::privs;
-use crate::spin::Spinner;
-
-/// How many entries to ask the `Vfs` for per refill of a readdir reply.
-const READDIR_BATCH: usize = 128;
-/// The same for readdirplus, smaller: each entry is looked up, and those
-/// that do not fit the reply (a page holds about 25) are forgotten again.
-const READDIRPLUS_BATCH: usize = 32;
+use crate::convert::{file_attr, file_type, system_time_opt, time_set};
+use crate::counters::Op;
+use crate::ops::{Cached, Lookup, OpResult, Ops, Xattr};
+use crate::uring::UringStart;
 
 pub(crate) struct FuseAdapter<V: Vfs> {
-    vfs: Arc<Mutex<V>>,
-    /// Where the `Vfs` queues device work to finish outside the lock.
-    io: Option<Arc<dyn DeferredIo>>,
-    /// Ask the kernel for its writeback cache (`MountOptions::writeback_cache`).
-    writeback_cache: bool,
-    counters: Arc<RequestCounters>,
-    policy: CachePolicy,
-    /// Polls the device file while requests come fast (`spin.rs`); set
-    /// once mounted, if the mount spins.
-    spinner: Arc<OnceLock<Arc<Spinner>>>,
-    /// Answers F2FS's atomic-write ioctls (`atomic_ioctl.rs`).
-    atomic: AtomicIoctls<V>,
+    ops: Arc<Ops<V>>,
+    /// Starts the io_uring queues once FUSE_INIT agreed on them; `None`
+    /// when the mount serves through `/dev/fuse` alone.
+    uring: Option<UringStart<V>>,
 }
 
 impl<V: Vfs> FuseAdapter<V> {
-    pub(crate) fn new(
-        vfs: Arc<Mutex<V>>,
-        writeback_cache: bool,
-        counters: Arc<RequestCounters>,
-        policy: CachePolicy,
-        spinner: Arc<OnceLock<Arc<Spinner>>>,
-        kernel: Arc<KernelCache>,
-        atomic_writes: bool,
-    ) -> Self {
-        let io = vfs.lock().ok().and_then(|v| v.deferred_io());
-        FuseAdapter {
-            atomic: AtomicIoctls::new(vfs.clone(), io.clone(), kernel, atomic_writes),
-            vfs,
-            io,
-            writeback_cache,
-            counters,
-            policy,
-            spinner,
-        }
-    }
-
-    /// An inode's attributes as sent to the kernel, with how long it may
-    /// keep them (the policy's TTL for that inode).
-    fn cached_attr(&self, a: &Attr) -> (FileAttr, Duration) {
-        (file_attr(a), self.policy.ttl(a.ino))
-    }
-
-    /// Reply with an entry the kernel keeps as long as the policy allows.
-    fn entry(&self, reply: ReplyEntry, a: Attr) {
-        let (attr, ttl) = self.cached_attr(&a);
-        reply.entry(&ttl, &attr, Generation(0))
-    }
-
-    fn attr(&self, reply: ReplyAttr, a: Attr) {
-        let (attr, ttl) = self.cached_attr(&a);
-        reply.attr(&ttl, &attr)
-    }
-
-    fn count(&self, op: Op) {
-        self.counters.count(op);
-        if let Some(s) = self.spinner.get() {
-            s.on_request();
-        }
-    }
-
-    /// The shape of nearly every request: count it, run `f` on the `Vfs`
-    /// ([`FuseAdapter::call`]), and answer with `ok` or the error.
-    fn serve<T, R: ErrorReply>(
-        &self,
-        op: Op,
-        reply: R,
-        f: impl FnOnce(&mut V) -> VfsResult<T>,
-        ok: impl FnOnce(R, T),
-    ) {
-        self.count(op);
-        answer(reply, self.call(f), ok);
-    }
-
-    /// [`FuseAdapter::serve`] for a request that makes a new name: the
-    /// reply is its entry.
-    fn serve_entry(&self, op: Op, reply: ReplyEntry, f: impl FnOnce(&mut V) -> VfsResult<Attr>) {
-        self.serve(op, reply, f, |reply, a| self.entry(reply, a));
-    }
-
-    /// [`FuseAdapter::serve`] for a request answered with success alone.
-    fn serve_empty(&self, op: Op, reply: ReplyEmpty, f: impl FnOnce(&mut V) -> VfsResult<()>) {
-        self.serve(op, reply, f, |reply, ()| reply.ok());
-    }
-
-    /// An fsync of a file or a directory: durable, so it waits for every
-    /// write queued before it ([`FuseAdapter::call_durable`]).
-    fn serve_fsync(&self, op: Op, reply: ReplyEmpty, ino: INodeNo, datasync: bool) {
-        self.count(op);
-        answer(
-            reply,
-            self.call_durable(|v| v.fsync(ino.0, datasync)),
-            |reply, ()| reply.ok(),
-        );
-    }
-
-    /// The batching both listings share: the entries after `offset`,
-    /// fetched `batch` at a time, go to `add` (with the rest of their
-    /// batch) until it finds the reply full or the directory ends. `cookie`
-    /// is an entry's offset, where the next fetch resumes.
-    fn list<E>(
-        &self,
-        offset: u64,
-        batch: usize,
-        fetch: impl Fn(&mut V, u64, usize) -> VfsResult<Vec<E>>,
-        cookie: impl Fn(&E) -> u64,
-        mut add: impl FnMut(E, &mut std::vec::IntoIter<E>) -> bool,
-    ) -> Result<(), fuser::Errno> {
-        let mut after = offset;
-        loop {
-            let entries = self.call(|v| fetch(v, after, batch))?;
-            let n = entries.len();
-            let mut entries = entries.into_iter();
-            while let Some(e) = entries.next() {
-                let next = cookie(&e);
-                if add(e, &mut entries) {
-                    return Ok(());
-                }
-                after = next;
-            }
-            if n < batch {
-                return Ok(());
-            }
-        }
-    }
-
-    /// A request lsfs does not serve: ENOSYS, after which the kernel stops
-    /// sending most of them.
-    fn refuse<R: ErrorReply>(&self, op: Op, reply: R) {
-        self.count(op);
-        reply.error(fuser::Errno::ENOSYS);
-    }
-
-    /// Run `f` on the locked `Vfs`, then finish the device work it queued
-    /// without the lock (a device error then fails the request with EIO);
-    /// a poisoned lock or a panic is EIO. The panic unwinds through the
-    /// guard, which poisons the mutex, so every other user of the `Vfs`
-    /// learns of it too.
-    fn call<T>(&self, f: impl FnOnce(&mut V) -> VfsResult<T>) -> Result<T, fuser::Errno> {
-        self.call_then_finish(false, f)
-    }
-
-    /// [`FuseAdapter::call`] for a request that promises durability (fsync,
-    /// sync): it finishes everything queued so far, also what other
-    /// requests queued and are still finishing, which its promise may rest
-    /// on.
-    fn call_durable<T>(&self, f: impl FnOnce(&mut V) -> VfsResult<T>) -> Result<T, fuser::Errno> {
-        self.call_then_finish(true, f)
-    }
-
-    fn call_then_finish<T>(
-        &self,
-        durable: bool,
-        f: impl FnOnce(&mut V) -> VfsResult<T>,
-    ) -> Result<T, fuser::Errno> {
-        call_vfs(&self.vfs, self.io.as_ref(), durable, f)
-    }
-}
-
-/// [`FuseAdapter::call_then_finish`] for whoever holds the `Vfs` and its
-/// device queue: the adapter, and the threads that answer the atomic-write
-/// ioctls (`atomic_ioctl.rs`).
-pub(crate) fn call_vfs<V: Vfs, T>(
-    vfs: &Mutex<V>,
-    io: Option<&Arc<dyn DeferredIo>>,
-    durable: bool,
-    f: impl FnOnce(&mut V) -> VfsResult<T>,
-) -> Result<T, fuser::Errno> {
-    let r = catch_unwind(AssertUnwindSafe(|| {
-        let Ok(mut guard) = vfs.lock() else {
-            tracing::error!("file system state is poisoned by an earlier panic");
-            return Err(fuser::Errno::EIO);
-        };
-        let before = io.map(|io| io.last_ticket());
-        let r = f(&mut guard).map_err(errno);
-        let after = io.map(|io| io.last_ticket());
-        drop(guard);
-        if let (Some(io), Some(before), Some(after)) = (io, before, after) {
-            if durable || after > before {
-                let done = io.finish(after).map_err(errno);
-                // The call's own error says more than the device's.
-                return r.and_then(|v| done.map(|()| v));
-            }
-        }
-        r
-    }));
-    r.unwrap_or_else(|_| {
-        tracing::error!("file system call panicked; failing every later request with EIO");
-        Err(fuser::Errno::EIO)
-    })
-}
-
-impl<V: Vfs> Drop for FuseAdapter<V> {
-    /// The mount ended: processes with atomic writes pending are no
-    /// longer watched.
-    fn drop(&mut self) {
-        self.atomic.stop();
+    pub(crate) fn new(ops: Arc<Ops<V>>, uring: Option<UringStart<V>>) -> Self {
+        FuseAdapter { ops, uring }
     }
 }
 
@@ -262,6 +56,36 @@ fn ctx(req: &Request, umask: u32) -> Ctx {
         pid: req.pid(),
         umask,
     }
+}
+
+/// An inode's attributes as sent to the kernel, and for how long.
+fn cached_attr(c: &Cached) -> (FileAttr, Duration) {
+    (file_attr(&c.attr), c.ttl)
+}
+
+fn entry(reply: ReplyEntry, r: OpResult<Cached>) {
+    answer(reply, r, |reply, c| {
+        let (attr, ttl) = cached_attr(&c);
+        reply.entry(&ttl, &attr, Generation(0))
+    })
+}
+
+fn attr(reply: ReplyAttr, r: OpResult<Cached>) {
+    answer(reply, r, |reply, c| {
+        let (attr, ttl) = cached_attr(&c);
+        reply.attr(&ttl, &attr)
+    })
+}
+
+fn empty(reply: ReplyEmpty, r: OpResult<()>) {
+    answer(reply, r, |reply, ()| reply.ok())
+}
+
+fn xattr(reply: ReplyXattr, r: OpResult<Xattr>) {
+    answer(reply, r, |reply, x| match x {
+        Xattr::Size(n) => reply.size(n),
+        Xattr::Data(d) => reply.data(&d),
+    })
 }
 
 /// The attributes sent with a name the kernel will not link to an inode: a
@@ -318,25 +142,14 @@ error_reply!(
     fuser::ReplyBmap,
     fuser::ReplyLock,
     fuser::ReplyPoll,
+    fuser::ReplyLseek,
 );
 
 /// Answer with `ok` and what the call returned, or with its error.
-fn answer<T, R: ErrorReply>(reply: R, r: Result<T, fuser::Errno>, ok: impl FnOnce(R, T)) {
+fn answer<T, R: ErrorReply>(reply: R, r: OpResult<T>, ok: impl FnOnce(R, T)) {
     match r {
         Ok(v) => ok(reply, v),
         Err(e) => reply.error(e),
-    }
-}
-
-/// Answer a getxattr/listxattr: a size probe (`size == 0`) gets the length,
-/// a buffer that is too small gets ERANGE.
-fn reply_xattr(reply: ReplyXattr, size: u32, v: Vec<u8>) {
-    if size == 0 {
-        reply.size(v.len() as u32)
-    } else if v.len() > size as usize {
-        reply.error(fuser::Errno::ERANGE)
-    } else {
-        reply.data(&v)
     }
 }
 
@@ -352,12 +165,12 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         if let Err(missing) = config.add_capabilities(fuser::InitFlags::FUSE_HANDLE_KILLPRIV_V2) {
             tracing::debug!("the kernel clears setuid bits itself ({missing:?})");
         }
-        if self.writeback_cache {
+        if self.ops.writeback_cache() {
             if let Err(missing) = config.add_capabilities(fuser::InitFlags::FUSE_WRITEBACK_CACHE) {
                 tracing::warn!(
                     "the kernel offers no FUSE writeback cache ({missing:?}); writing through"
                 );
-                self.writeback_cache = false;
+                self.ops.write_through();
             }
         }
         // Each is a saving only; a kernel without one works as before.
@@ -381,49 +194,44 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
                 tracing::debug!("the kernel offers no {what} ({missing:?})");
             }
         }
+        if let Some(uring) = self.uring.take() {
+            uring.negotiate(config)?;
+        }
         Ok(())
     }
 
     /// Called once the kernel has let go (unmount): make everything durable.
     fn destroy(&mut self) {
-        if let Err(e) = self.call_durable(|v| v.sync()) {
+        if let Err(e) = self.ops.sync() {
             tracing::error!("sync at unmount failed: {e:?}");
         }
     }
 
-    /// A name that does not exist is answered as an entry with node 0: the
-    /// kernel then keeps the negative entry for the TTL instead of asking
-    /// again (every stat of a missing file, every path search).
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.count(Op::Lookup);
-        match self.call(|v| v.lookup(parent.0, name.as_bytes())) {
-            Ok(a) => self.entry(reply, a),
-            Err(fuser::Errno::ENOENT) => {
-                let ttl = self.policy.ttl(parent.0);
-                let none = placeholder_attr(0, FileKind::File);
-                reply.entry_with_ttls(&Duration::ZERO, &ttl, &none, Generation(0))
-            }
-            Err(e) => reply.error(e),
-        }
+        answer(
+            reply,
+            self.ops.lookup(parent.0, name.as_bytes()),
+            |reply, l| match l {
+                Lookup::Found(c) => {
+                    let (attr, ttl) = cached_attr(&c);
+                    reply.entry(&ttl, &attr, Generation(0))
+                }
+                Lookup::Missing { ttl } => {
+                    let none = placeholder_attr(0, FileKind::File);
+                    reply.entry_with_ttls(&Duration::ZERO, &ttl, &none, Generation(0))
+                }
+            },
+        );
     }
 
     /// fuser's default `batch_forget` calls this once per inode (its
     /// `ForgetOne` type is not public, so it cannot be overridden).
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.count(Op::Forget);
-        let _ = self.call(|v| {
-            v.forget(ino.0, nlookup);
-            Ok(())
-        });
+        self.ops.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.serve(
-            Op::Getattr,
-            reply,
-            |v| v.getattr(ino.0),
-            |reply, a| self.attr(reply, a),
-        );
+        attr(reply, self.ops.getattr(ino.0));
     }
 
     fn setattr(
@@ -453,29 +261,11 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
             mtime: mtime.map(time_set),
             ctime: system_time_opt(ctime),
         };
-        // Privileges a chown or an unprivileged truncate drops (`privs`).
-        let drop = set.uid.is_some() || set.gid.is_some() || (set.size.is_some() && req.uid() != 0);
-        self.serve(
-            Op::Setattr,
-            reply,
-            |v| {
-                let mut set = set;
-                if drop {
-                    privs::drop_in(v, ino.0, &mut set)?;
-                }
-                v.setattr(ino.0, &set)
-            },
-            |reply, a| self.attr(reply, a),
-        );
+        attr(reply, self.ops.setattr(req.uid(), ino.0, set));
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        self.serve(
-            Op::Readlink,
-            reply,
-            |v| v.readlink(ino.0),
-            |reply, t| reply.data(&t),
-        );
+        answer(reply, self.ops.readlink(ino.0), |reply, t| reply.data(&t));
     }
 
     fn mknod(
@@ -489,9 +279,10 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         reply: ReplyEntry,
     ) {
         let ctx = ctx(req, umask);
-        self.serve_entry(Op::Mknod, reply, |v| {
-            v.mknod(parent.0, name.as_bytes(), mode, rdev, &ctx)
-        });
+        entry(
+            reply,
+            self.ops.mknod(&ctx, parent.0, name.as_bytes(), mode, rdev),
+        );
     }
 
     fn mkdir(
@@ -504,17 +295,15 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         reply: ReplyEntry,
     ) {
         let ctx = ctx(req, umask);
-        self.serve_entry(Op::Mkdir, reply, |v| {
-            v.mkdir(parent.0, name.as_bytes(), mode, &ctx)
-        });
+        entry(reply, self.ops.mkdir(&ctx, parent.0, name.as_bytes(), mode));
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.serve_empty(Op::Unlink, reply, |v| v.unlink(parent.0, name.as_bytes()));
+        empty(reply, self.ops.unlink(parent.0, name.as_bytes()));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.serve_empty(Op::Rmdir, reply, |v| v.rmdir(parent.0, name.as_bytes()));
+        empty(reply, self.ops.rmdir(parent.0, name.as_bytes()));
     }
 
     fn symlink(
@@ -527,9 +316,11 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
     ) {
         let ctx = ctx(req, 0);
         let target = target.as_os_str().as_bytes();
-        self.serve_entry(Op::Symlink, reply, |v| {
-            v.symlink(parent.0, link_name.as_bytes(), target, &ctx)
-        });
+        entry(
+            reply,
+            self.ops
+                .symlink(&ctx, parent.0, link_name.as_bytes(), target),
+        );
     }
 
     fn rename(
@@ -542,15 +333,16 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        self.serve_empty(Op::Rename, reply, |v| {
-            v.rename(
+        empty(
+            reply,
+            self.ops.rename(
                 parent.0,
                 name.as_bytes(),
                 newparent.0,
                 newname.as_bytes(),
                 flags.bits(),
-            )
-        });
+            ),
+        );
     }
 
     fn link(
@@ -561,9 +353,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        self.serve_entry(Op::Link, reply, |v| {
-            v.link(ino.0, newparent.0, newname.as_bytes())
-        });
+        entry(reply, self.ops.link(ino.0, newparent.0, newname.as_bytes()));
     }
 
     /// ENOSYS: the kernel stops sending OPEN (and RELEASE) for good and
@@ -574,7 +364,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
     /// file stays alive through the kernel's lookup reference, which it
     /// holds until the last close.
     fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.refuse(Op::Open, reply);
+        reply.error(self.ops.refuse(Op::Open));
     }
 
     fn read(
@@ -588,12 +378,9 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.serve(
-            Op::Read,
-            reply,
-            |v| v.read(ino.0, offset, size),
-            |reply, d| reply.data(&d),
-        );
+        answer(reply, self.ops.read(ino.0, offset, size), |reply, d| {
+            reply.data(&d)
+        });
     }
 
     fn write(
@@ -608,16 +395,10 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let drop = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
-        self.serve(
-            Op::Write,
+        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        answer(
             reply,
-            |v| {
-                if drop {
-                    privs::drop_now(v, ino.0)?;
-                }
-                v.write(ino.0, offset, data)
-            },
+            self.ops.write(ino.0, offset, data, kill),
             |reply, n| reply.written(n),
         );
     }
@@ -636,7 +417,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        self.refuse(Op::Flush, reply);
+        reply.error(self.ops.refuse(Op::Flush));
     }
 
     /// The kernel sends no RELEASE once it has learned that OPEN is not
@@ -652,7 +433,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.count(Op::Release);
+        self.ops.count(Op::Release);
         reply.ok();
     }
 
@@ -664,22 +445,10 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.serve_fsync(Op::Fsync, reply, ino, datasync);
+        empty(reply, self.ops.fsync(Op::Fsync, ino.0, datasync));
     }
 
-    /// The kernel handles SEEK_SET, SEEK_CUR and SEEK_END itself and asks
-    /// only for SEEK_DATA and SEEK_HOLE (cp, tar and rsync use them to skip
-    /// holes). With the writeback cache the answer is ENOSYS: the kernel
-    /// does not write its dirty pages back before it asks (`fuse_lseek` in
-    /// fs/fuse/file.c sends FUSE_LSEEK at once, up to Linux 6.18 at least;
-    /// only its fallback refreshes the size), so lsfs would report holes
-    /// (or the end of the file) where written data still sits in the page
-    /// cache, and a copy would lose it. No other answer is safe: lsfs does
-    /// not know the kernel's size, and any error but ENOSYS reaches the
-    /// caller. After ENOSYS the kernel answers itself from its own size,
-    /// the whole file being data. (fallocate is different: the kernel
-    /// writes the range back before a punch or zero range, and drops its
-    /// pages after.)
+    /// See `Ops::lseek`.
     fn lseek(
         &self,
         _req: &Request,
@@ -689,23 +458,9 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         whence: i32,
         reply: fuser::ReplyLseek,
     ) {
-        self.count(Op::Lseek);
-        if self.writeback_cache {
-            return reply.error(fuser::Errno::ENOSYS);
-        }
-        let data = match whence {
-            libc::SEEK_DATA => true,
-            libc::SEEK_HOLE => false,
-            _ => return reply.error(fuser::Errno::EINVAL),
-        };
-        let Ok(offset) = u64::try_from(offset) else {
-            return reply.error(fuser::Errno::ENXIO);
-        };
-        match self.call(|v| v.seek_data_or_hole(ino.0, offset, data)) {
-            Ok(Some(o)) => reply.offset(o as i64),
-            Ok(None) => reply.error(fuser::Errno::ENXIO),
-            Err(e) => reply.error(e),
-        }
+        answer(reply, self.ops.lseek(ino.0, offset, whence), |reply, o| {
+            reply.offset(o)
+        });
     }
 
     /// ENOSYS, as OPEN: the kernel stops sending OPENDIR and RELEASEDIR,
@@ -713,11 +468,9 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
     /// it drops when the directory changes through it or is invalidated
     /// (`KernelCache`).
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.refuse(Op::Opendir, reply);
+        reply.error(self.ops.refuse(Op::Opendir));
     }
 
-    /// `offset` is the `Vfs` cookie of the last entry the kernel has seen,
-    /// so a listing resumes correctly however the directory changed since.
     fn readdir(
         &self,
         _req: &Request,
@@ -726,28 +479,18 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        self.count(Op::Readdir);
-        let r = self.list(
-            offset,
-            READDIR_BATCH,
-            |v, cookie, n| v.readdir(ino.0, cookie, n),
-            |e| e.offset,
-            |e, _| {
-                // True when the buffer is full; this entry is sent next time.
-                reply.add(
-                    INodeNo(e.ino),
-                    e.offset,
-                    file_type(e.kind),
-                    OsStr::from_bytes(&e.name),
-                )
-            },
-        );
+        let r = self.ops.readdir(ino.0, offset, |e| {
+            // True when the buffer is full; this entry is sent next time.
+            reply.add(
+                INodeNo(e.ino),
+                e.offset,
+                file_type(e.kind),
+                OsStr::from_bytes(&e.name),
+            )
+        });
         answer(reply, r, |reply, ()| reply.ok());
     }
 
-    /// Like `readdir`, with each entry's attributes; every entry sent but
-    /// "." and ".." is a lookup reference the kernel now holds, and the
-    /// references of entries that did not fit are given back at once.
     fn readdirplus(
         &self,
         _req: &Request,
@@ -756,43 +499,20 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        self.count(Op::Readdirplus);
-        let r = self.list(
-            offset,
-            READDIRPLUS_BATCH,
-            |v, cookie, n| v.readdirplus(ino.0, cookie, n),
-            |(e, _)| e.offset,
-            |(e, attr), rest| {
-                let (fattr, ttl) = match &attr {
-                    Some(a) => self.cached_attr(a),
-                    None => (placeholder_attr(e.ino, e.kind), Duration::ZERO),
-                };
-                let full = reply.add(
-                    INodeNo(e.ino),
-                    e.offset,
-                    OsStr::from_bytes(&e.name),
-                    &ttl,
-                    &fattr,
-                    Generation(0),
-                );
-                if full {
-                    // This entry and the rest are sent next time, so the
-                    // kernel holds no reference to them yet.
-                    let unsent: Vec<u64> = std::iter::once(attr)
-                        .chain(rest.map(|(_, a)| a))
-                        .flatten()
-                        .map(|a| a.ino)
-                        .collect();
-                    let _ = self.call(|v| {
-                        for i in unsent {
-                            v.forget(i, 1);
-                        }
-                        Ok(())
-                    });
-                }
-                full
-            },
-        );
+        let r = self.ops.readdirplus(ino.0, offset, |e, cached| {
+            let (fattr, ttl) = match cached {
+                Some(c) => cached_attr(c),
+                None => (placeholder_attr(e.ino, e.kind), Duration::ZERO),
+            };
+            reply.add(
+                INodeNo(e.ino),
+                e.offset,
+                OsStr::from_bytes(&e.name),
+                &ttl,
+                &fattr,
+                Generation(0),
+            )
+        });
         answer(reply, r, |reply, ()| reply.ok());
     }
 
@@ -804,7 +524,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.count(Op::Releasedir);
+        self.ops.count(Op::Releasedir);
         reply.ok();
     }
 
@@ -816,20 +536,15 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.serve_fsync(Op::Fsyncdir, reply, ino, datasync);
+        empty(reply, self.ops.fsync(Op::Fsyncdir, ino.0, datasync));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        self.serve(
-            Op::Statfs,
-            reply,
-            |v| v.statfs(),
-            |reply, s| {
-                reply.statfs(
-                    s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
-                )
-            },
-        );
+        answer(reply, self.ops.statfs(), |reply, s| {
+            reply.statfs(
+                s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
+            )
+        });
     }
 
     fn setxattr(
@@ -842,42 +557,26 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        self.serve_empty(Op::Setxattr, reply, |v| {
-            v.setxattr(ino.0, name.as_bytes(), value, flags)
-        });
+        empty(
+            reply,
+            self.ops.setxattr(ino.0, name.as_bytes(), value, flags),
+        );
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        if name.as_bytes() == b"security.capability" {
-            self.counters.count_capability_probe();
-        }
-        self.serve(
-            Op::Getxattr,
-            reply,
-            |v| v.getxattr(ino.0, name.as_bytes()),
-            |reply, value| reply_xattr(reply, size, value),
-        );
+        xattr(reply, self.ops.getxattr(ino.0, name.as_bytes(), size));
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        self.serve(
-            Op::Listxattr,
-            reply,
-            |v| v.listxattr(ino.0),
-            |reply, names| reply_xattr(reply, size, xattr_list(&names)),
-        );
+        xattr(reply, self.ops.listxattr(ino.0, size));
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.serve_empty(Op::Removexattr, reply, |v| {
-            v.removexattr(ino.0, name.as_bytes())
-        });
+        empty(reply, self.ops.removexattr(ino.0, name.as_bytes()));
     }
 
-    /// Only called without `default_permissions`; the kernel checks
-    /// permissions, so existence is all there is left to check.
     fn access(&self, _req: &Request, ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
-        self.serve_empty(Op::Access, reply, |v| v.getattr(ino.0).map(|_| ()));
+        empty(reply, self.ops.access(ino.0));
     }
 
     /// ENOSYS: the kernel then makes new files with MKNOD and opens them
@@ -894,10 +593,9 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        self.refuse(Op::Create, reply);
+        reply.error(self.ops.refuse(Op::Create));
     }
 
-    /// See `ioctl`: what lsfs does not know is refused quietly.
     fn ioctl(
         &self,
         req: &Request,
@@ -909,35 +607,19 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _out_size: u32,
         reply: fuser::ReplyIoctl,
     ) {
-        self.count(Op::Ioctl);
-        match ioctl::decode(cmd) {
-            Ioctl::Fitrim => {
-                // Root's, as on every file system (CAP_SYS_ADMIN there):
-                // trimming makes the device work for everyone's space.
-                if req.uid() != 0 {
-                    return reply.error(fuser::Errno::EPERM);
-                }
-                let Some(range) = ioctl::FstrimRange::decode(in_data) else {
-                    return reply.error(fuser::Errno::EINVAL);
-                };
-                match self.call(|v| v.trim(range.start, range.len, range.minlen)) {
-                    Ok(bytes) => reply.ioctl(0, &range.reply(bytes)),
-                    Err(e) => reply.error(e),
-                }
-            }
-            Ioctl::Unknown => reply.error(fuser::Errno::ENOTTY),
-            Ioctl::F2fs(op) => self.atomic.serve(req.uid(), req.pid(), ino.0, op, reply),
-            Ioctl::AtomicFiles(op) => match ioctl::atomic_files_arg(in_data) {
-                Ok(inos) => self.atomic.serve_files(req.uid(), inos, op, reply),
-                Err(e) => reply.error(errno(e)),
-            },
-        }
+        self.ops.ioctl(
+            req.uid(),
+            req.pid(),
+            ino.0,
+            cmd,
+            in_data,
+            Box::new(move |r| match r {
+                Ok(out) => reply.ioctl(0, &out),
+                Err(e) => reply.error(e),
+            }),
+        );
     }
 
-    /// The mode word goes to the engine as it is (`lsfs_vfs::FallocMode`
-    /// reads it). The kernel sends only KEEP_SIZE, PUNCH_HOLE and
-    /// ZERO_RANGE; it writes a punched or zeroed range back first, so the
-    /// engine zeroes what the page cache held too.
     fn fallocate(
         &self,
         _req: &Request,
@@ -948,9 +630,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        self.serve_empty(Op::Fallocate, reply, |v| {
-            v.fallocate(ino.0, offset, length, mode)
-        });
+        empty(reply, self.ops.fallocate(ino.0, offset, length, mode));
     }
     // Requests lsfs does not serve, answered ENOSYS without fuser's warning
     // per request (the kernel stops sending most of them after the first).
@@ -967,7 +647,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _pid: u32,
         reply: fuser::ReplyLock,
     ) {
-        self.refuse(Op::Getlk, reply);
+        reply.error(self.ops.refuse(Op::Getlk));
     }
 
     fn setlk(
@@ -983,7 +663,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _sleep: bool,
         reply: ReplyEmpty,
     ) {
-        self.refuse(Op::Setlk, reply);
+        reply.error(self.ops.refuse(Op::Setlk));
     }
 
     fn bmap(
@@ -994,7 +674,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _idx: u64,
         reply: fuser::ReplyBmap,
     ) {
-        self.refuse(Op::Bmap, reply);
+        reply.error(self.ops.refuse(Op::Bmap));
     }
 
     fn poll(
@@ -1007,7 +687,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _flags: fuser::PollFlags,
         reply: fuser::ReplyPoll,
     ) {
-        self.refuse(Op::Poll, reply);
+        reply.error(self.ops.refuse(Op::Poll));
     }
 
     fn copy_file_range(
@@ -1023,6 +703,6 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _flags: fuser::CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        self.refuse(Op::CopyFileRange, reply);
+        reply.error(self.ops.refuse(Op::CopyFileRange));
     }
 }

@@ -24,12 +24,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 
-use fuser::ReplyIoctl;
 use lsfs_vfs::{DeferredIo, Errno, Vfs};
 
-use crate::adapter::call_vfs;
 use crate::ioctl::{AtomicFilesIoctl, F2fsIoctl, F2FS_FEATURE_ATOMIC_WRITE};
 use crate::kernel_cache::KernelCache;
+use crate::ops::call_vfs;
+
+/// Where an ioctl's answer goes (the bytes copied back to the caller, or
+/// the errno), from whichever thread has it: the transport that received
+/// the request encodes it.
+pub(crate) type IoctlDone = Box<dyn FnOnce(Result<Vec<u8>, fuser::Errno>) + Send>;
 
 /// How often a watcher looks whether the mount has ended.
 const WATCH_POLL_MS: i32 = 500;
@@ -115,28 +119,23 @@ impl<V: Vfs> AtomicIoctls<V> {
 
 impl<V: Vfs + 'static> AtomicIoctls<V> {
     /// Answer `op` on `ino` for the caller `uid`, thread `pid`.
-    pub(crate) fn serve(&self, uid: u32, pid: u32, ino: u64, op: F2fsIoctl, reply: ReplyIoctl) {
+    pub(crate) fn serve(&self, uid: u32, pid: u32, ino: u64, op: F2fsIoctl, done: IoctlDone) {
         match self.served() {
             Ok(true) => {}
             // Not this file system's: as on a file system without the ioctls.
-            Ok(false) => return reply.error(fuser::Errno::ENOTTY),
-            Err(e) => return reply.error(e),
+            Ok(false) => return done(Err(fuser::Errno::ENOTTY)),
+            Err(e) => return done(Err(e)),
         }
         if op == F2fsIoctl::GetFeatures {
-            return reply.ioctl(0, &F2FS_FEATURE_ATOMIC_WRITE.to_ne_bytes());
+            return done(Ok(F2FS_FEATURE_ATOMIC_WRITE.to_ne_bytes().to_vec()));
         }
         let me = self.clone();
         let spawned = thread::Builder::new()
             .name("lsfs-atomic".to_string())
-            .spawn(move || {
-                let r = me.run(uid, pid, ino, op);
-                match r {
-                    Ok(()) => reply.ioctl(0, &[]),
-                    Err(e) => reply.error(e),
-                }
-            });
+            .spawn(move || done(me.run(uid, pid, ino, op).map(|()| Vec::new())));
         if let Err(e) = spawned {
-            // The reply went down with the closure: fuser answers EIO.
+            // The answer went down with the closure; its transport answers
+            // EIO for it when it is dropped unanswered.
             tracing::error!("no thread for an atomic-write ioctl: {e}");
         }
     }
@@ -188,20 +187,17 @@ impl<V: Vfs + 'static> AtomicIoctls<V> {
         uid: u32,
         inos: Vec<u64>,
         op: AtomicFilesIoctl,
-        reply: ReplyIoctl,
+        done: IoctlDone,
     ) {
         match self.served() {
             Ok(true) => {}
-            Ok(false) => return reply.error(fuser::Errno::ENOTTY),
-            Err(e) => return reply.error(e),
+            Ok(false) => return done(Err(fuser::Errno::ENOTTY)),
+            Err(e) => return done(Err(e)),
         }
         let me = self.clone();
         let spawned = thread::Builder::new()
             .name("lsfs-atomic".to_string())
-            .spawn(move || match me.run_files(uid, &inos, op) {
-                Ok(()) => reply.ioctl(0, &[]),
-                Err(e) => reply.error(e),
-            });
+            .spawn(move || done(me.run_files(uid, &inos, op).map(|()| Vec::new())));
         if let Err(e) = spawned {
             tracing::error!("no thread for an atomic-write ioctl: {e}");
         }

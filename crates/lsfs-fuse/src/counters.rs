@@ -146,6 +146,9 @@ pub struct RequestCounters {
     /// GETXATTRs of `security.capability`: the kernel's check before a
     /// write, which `FUSE_HANDLE_KILLPRIV_V2` is meant to make rare.
     getxattr_security_capability: AtomicU64,
+    /// Requests that came through io_uring rather than `/dev/fuse`, of
+    /// those counted by opcode.
+    ring: AtomicU64,
 }
 
 impl Default for RequestCounters {
@@ -153,6 +156,7 @@ impl Default for RequestCounters {
         RequestCounters {
             by_op: std::array::from_fn(|_| AtomicU64::new(0)),
             getxattr_security_capability: AtomicU64::new(0),
+            ring: AtomicU64::new(0),
         }
     }
 }
@@ -169,6 +173,15 @@ impl RequestCounters {
     pub(crate) fn count_capability_probe(&self) {
         self.getxattr_security_capability
             .fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_ring(&self) {
+        self.ring.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many requests came through io_uring (`MountOptions::uring`).
+    pub fn ring_requests(&self) -> u64 {
+        self.ring.load(Ordering::Relaxed)
     }
 
     /// How many requests of `op` arrived so far.

@@ -37,9 +37,12 @@ mod kernel_cache;
 mod kernel_mount;
 mod mount;
 mod mountpoint;
+mod ops;
 mod privs;
 mod spin;
+mod uring;
 
 pub use counters::{Op, RequestCounters};
 pub use kernel_cache::KernelCache;
 pub use mount::{mount_foreground, spawn_mount, MountHandle, MountOptions};
+pub use uring::UringMode;

@@ -19,7 +19,9 @@ use crate::counters::RequestCounters;
 use crate::kernel_cache::KernelCache;
 use crate::kernel_mount;
 use crate::mountpoint;
+use crate::ops::Ops;
 use crate::spin::Spinner;
+use crate::uring::{self, UringMode, UringStart};
 
 /// How a file system is mounted.
 #[derive(Clone, Debug)]
@@ -62,6 +64,9 @@ pub struct MountOptions {
     /// (docs/ATOMIC.md); off, they answer ENOTTY, and SQLite built for
     /// them keeps its rollback journal. On by default.
     pub atomic_writes: bool,
+    /// Serve requests through FUSE over io_uring (`uring/`): one queue
+    /// per CPU, each request served on its caller's CPU. Off by default.
+    pub uring: UringMode,
 }
 
 /// The default of [`MountOptions::spin`]: measured in docs/PERFORMANCE.md.
@@ -80,6 +85,7 @@ impl Default for MountOptions {
             spin: DEFAULT_SPIN,
             kernel_flags: 0,
             atomic_writes: true,
+            uring: UringMode::Off,
             cache_forever: None,
             kernel_cache: Arc::default(),
             counters: Arc::default(),
@@ -235,7 +241,7 @@ fn start<V: Vfs + 'static>(
     let read_only = opts.read_only || vfs.lock().map(|v| v.read_only()).unwrap_or(true);
     let config = config(opts, read_only);
     let spinner: Arc<OnceLock<Arc<Spinner>>> = Arc::default();
-    let adapter = FuseAdapter::new(
+    let ops = Arc::new(Ops::new(
         vfs,
         // Nothing is written on a read-only mount: no cache to write back,
         // and SEEK_DATA/SEEK_HOLE can then go to the Vfs.
@@ -245,7 +251,10 @@ fn start<V: Vfs + 'static>(
         spinner.clone(),
         opts.kernel_cache.clone(),
         opts.atomic_writes,
-    );
+    ));
+    // Checked before mounting, so that `uring=on` fails without a mount.
+    let use_uring = uring::prepare(opts.uring, is_root())?;
+    let rings: Arc<Mutex<Option<uring::Rings>>> = Arc::default();
     let mount_error = |e: io::Error| {
         io::Error::new(
             e.kind(),
@@ -262,6 +271,17 @@ fn start<V: Vfs + 'static>(
             opts.kernel_flags,
         )
         .map_err(mount_error)?;
+        let uring_start = match use_uring {
+            true => match dev.try_clone() {
+                Ok(d) => Some(UringStart::new(opts.uring, d, ops.clone(), rings.clone())),
+                Err(e) => {
+                    let _ = kernel_mount::unmount(mountpoint);
+                    return Err(mount_error(e));
+                }
+            },
+            false => None,
+        };
+        let adapter = FuseAdapter::new(ops.clone(), uring_start);
         if !opts.spin.is_zero() {
             // Without a spinner the mount works as before: log and go on.
             match dev.try_clone().and_then(|d| Spinner::start(d, opts.spin)) {
@@ -280,6 +300,7 @@ fn start<V: Vfs + 'static>(
         }
     } else {
         // fusermount3, the setuid helper, mounts for ordinary users.
+        let adapter = FuseAdapter::new(ops.clone(), None);
         let mut s = fuser::Session::new(adapter, mountpoint, &config).map_err(mount_error)?;
         let u = s.unmount_callable();
         (s, Unmount::Fuser(u))
@@ -287,6 +308,7 @@ fn start<V: Vfs + 'static>(
     opts.kernel_cache.attach(Some(session.notifier()));
     let kernel_cache = opts.kernel_cache.clone();
     let spin_stop = spinner;
+    drop(ops);
     let (tx, rx) = mpsc::channel();
     let ended = tx.clone();
     let thread = thread::Builder::new()
@@ -304,6 +326,10 @@ fn start<V: Vfs + 'static>(
                 r => r,
             };
             kernel_cache.attach(None);
+            // The queues end once the kernel has given their entries back.
+            if let Some(mut r) = rings.lock().unwrap().take() {
+                r.stop();
+            }
             if let Some(s) = spin_stop.get() {
                 s.stop();
             }

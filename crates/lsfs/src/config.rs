@@ -21,9 +21,32 @@ pub struct FileConfig {
     /// "on" (after each checkpoint) or "batched" (the default; see
     /// docs/CLEANER.md on discard). `-o discard=…` overrides it.
     pub discard: Option<lsfs_core::meta::discard::DiscardMode>,
+    /// Serve FUSE requests through io_uring: "off" (the default), "auto"
+    /// (when the kernel and privileges allow, else /dev/fuse) or "on"
+    /// (else the mount fails). `--uring` and `-o uring=…` override it.
+    pub uring: Option<UringSetting>,
     /// The cleaner (see lsfs_core::gc::CleanerConfig for every key, default and range).
     #[serde(default)]
     pub cleaner: lsfs_core::gc::CleanerConfig,
+}
+
+/// `uring` as the file spells it.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum UringSetting {
+    Off,
+    Auto,
+    On,
+}
+
+impl From<UringSetting> for lsfs_fuse::UringMode {
+    fn from(s: UringSetting) -> Self {
+        match s {
+            UringSetting::Off => lsfs_fuse::UringMode::Off,
+            UringSetting::Auto => lsfs_fuse::UringMode::Auto,
+            UringSetting::On => lsfs_fuse::UringMode::On,
+        }
+    }
 }
 
 pub const CACHE_BYTES_DEFAULT: u64 = 64 << 20;
@@ -115,6 +138,13 @@ mod tests {
                 .to_string();
             assert!(err.contains(key) && err.contains(valid), "{err}");
         }
+    }
+
+    #[test]
+    fn uring_is_read_by_name() {
+        let f: FileConfig = toml::from_str("uring = \"auto\"").unwrap();
+        assert_eq!(f.uring, Some(UringSetting::Auto));
+        assert!(toml::from_str::<FileConfig>("uring = \"yes\"").is_err());
     }
 
     /// `discard` is a word too: batched unless the file says otherwise.

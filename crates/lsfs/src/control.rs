@@ -239,7 +239,8 @@ pub fn stats(fs: &Lsfs) -> Value {
 }
 
 /// The FUSE requests the mount served, by opcode (only those that came),
-/// and how many GETXATTRs were the kernel's `security.capability` probe.
+/// how many of them came through io_uring, and how many GETXATTRs were
+/// the kernel's `security.capability` probe.
 pub fn fuse_stats(counters: &RequestCounters) -> Value {
     let by_op: serde_json::Map<String, Value> = counters
         .snapshot()
@@ -250,6 +251,7 @@ pub fn fuse_stats(counters: &RequestCounters) -> Value {
     json!({
         "requests": by_op,
         "total": counters.total(),
+        "through_io_uring": counters.ring_requests(),
         "getxattr_security_capability": counters.capability_probes(),
     })
 }

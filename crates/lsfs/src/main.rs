@@ -244,6 +244,12 @@ struct MountArgs {
     /// to one CPU meanwhile; never on battery power. See docs/PERFORMANCE.md.
     #[arg(long, value_parser = clap::value_parser!(u32).range(0..=100_000))]
     spin_us: Option<u32>,
+    /// Serve FUSE requests through io_uring (Linux 6.14+, root): off (the
+    /// default), auto (when possible, else /dev/fuse; the log says which)
+    /// or on (else the mount fails). Turns on the kernel's
+    /// `enable_uring` switch if needed. See docs/PERFORMANCE.md.
+    #[arg(long)]
+    uring: Option<lsfs_fuse::UringMode>,
     /// Block cache size (1M..=64G).
     #[arg(long, value_parser = size::parse_size)]
     cache_size: Option<u64>,
@@ -471,6 +477,7 @@ fn mount_helper_main(args: &[std::ffi::OsString]) -> ExitCode {
         options: Some(h.options),
         threads: None,
         spin_us: None,
+        uring: None,
         cache_size: None,
         config: None,
         background: true,
@@ -585,6 +592,7 @@ fn run(a: RunArgs) -> Result<(), String> {
         options: None,
         threads: None,
         spin_us: None,
+        uring: None,
         cache_size: None,
         config: None,
         background: false,
@@ -637,6 +645,7 @@ fn mount(a: MountArgs) -> Result<(), String> {
     let checkpoint = flag_or_option("checkpoint", a.checkpoint, o.checkpoint)?;
     let threads = flag_or_option("threads", a.threads, o.threads)?.unwrap_or(1);
     let spin_us = flag_or_option("spin_us", a.spin_us, o.spin_us)?.unwrap_or(1000);
+    let uring = flag_or_option("uring", a.uring, o.uring)?;
     let cache_size = flag_or_option("cache_size", a.cache_size, o.cache_size)?;
     let config = flag_or_option("config", a.config.clone(), o.config.clone())?;
     if a.background {
@@ -682,6 +691,7 @@ fn mount(a: MountArgs) -> Result<(), String> {
         } else {
             std::time::Duration::from_micros(spin_us.into())
         },
+        uring: uring.or(file_cfg.uring.map(Into::into)).unwrap_or_default(),
         // Snapshots never change: the kernel keeps them without expiry.
         cache_forever: Some(lsfs_core::fs::snapview::is_virtual),
         ..Default::default()
@@ -752,6 +762,9 @@ fn mount_background(a: &MountArgs, mnt: &Path) -> Result<(), String> {
     }
     if let Some(s) = a.spin_us {
         cmd.arg("--spin-us").arg(s.to_string());
+    }
+    if let Some(u) = a.uring {
+        cmd.arg("--uring").arg(u.to_string());
     }
     if let Some(c) = a.cache_size {
         cmd.arg("--cache-size").arg(c.to_string());

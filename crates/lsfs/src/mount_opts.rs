@@ -36,6 +36,8 @@ pub struct MountOpts {
     pub threads: Option<u16>,
     /// `spin_us=N`: microseconds of polling (0..=100000).
     pub spin_us: Option<u32>,
+    /// `uring=off|auto|on`: serve FUSE requests through io_uring.
+    pub uring: Option<lsfs_fuse::UringMode>,
     /// `config=FILE`: a TOML file of mount settings.
     pub config: Option<PathBuf>,
     /// `discard=off|on|batched` (`discard` is on, `nodiscard` off): what
@@ -61,6 +63,7 @@ impl Default for MountOpts {
             cache_size: None,
             threads: None,
             spin_us: None,
+            uring: None,
             config: None,
             discard: None,
             allow_other: false,
@@ -72,8 +75,8 @@ impl Default for MountOpts {
 }
 
 const KNOWN: &str = "ro, rw, writeback_cache, no_writeback_cache, atomic_writes, \
-    no_atomic_writes, checkpoint=N, \
-    cache_size=SIZE, threads=N, spin_us=N, config=FILE, discard=off|on|batched, [no]discard, \
+    no_atomic_writes, checkpoint=N, cache_size=SIZE, threads=N, spin_us=N, uring=off|auto|on, \
+    config=FILE, discard=off|on|batched, [no]discard, \
     allow_other, default_permissions, \
     [no]suid, [no]dev, [no]exec, [no]atime, [no]diratime, relatime, strictatime, sync, \
     async, dirsync; ignored: defaults, [no]auto, nofail, [no]user, users, owner, group, \
@@ -156,6 +159,9 @@ impl MountOpts {
                 }
                 ("threads", Some(v)) => o.threads = Some(number(key, v, 1, 16)?),
                 ("spin_us", Some(v)) => o.spin_us = Some(number(key, v, 0, 100_000)?),
+                ("uring", Some(v)) => {
+                    o.uring = Some(v.parse().map_err(|e| format!("option 'uring={v}': {e}"))?)
+                }
                 ("config", Some(v)) if !v.is_empty() => o.config = Some(PathBuf::from(v)),
                 ("discard", Some(v)) => o.discard = Some(DiscardMode::parse(v)?),
                 ("discard", None) => o.discard = Some(DiscardMode::On),
@@ -251,6 +257,13 @@ mod tests {
         assert_eq!(o.threads, Some(4));
         assert_eq!(o.spin_us, Some(0));
         assert_eq!(o.config, Some(PathBuf::from("/etc/l.toml")));
+        assert_eq!(o.uring, None);
+        let o: MountOpts = "uring=auto".parse().unwrap();
+        assert_eq!(o.uring, Some(lsfs_fuse::UringMode::Auto));
+        assert!("uring=yes"
+            .parse::<MountOpts>()
+            .unwrap_err()
+            .contains("uring=yes"));
         for (bad, says) in [
             ("threads=17", "must be 1..=16"),
             ("threads=x", "not a number"),

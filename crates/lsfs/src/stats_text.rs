@@ -198,6 +198,7 @@ pub fn stats_text(s: &Value) -> String {
     if !f.is_null() {
         let mut fuse = vec![
             row("total", u(&f["total"]).to_string()),
+            row("through io_uring", u(&f["through_io_uring"]).to_string()),
             row(
                 "security.capability probes",
                 u(&f["getxattr_security_capability"]).to_string(),
@@ -247,7 +248,7 @@ mod tests {
             "io": { "deferred": true, "limit_bytes": 67108864 },
             "store": { "blocks_written": 7, "stream_writes": { "meta": 4 } },
             "memory": { "bytes": 0, "bound_bytes": 0, "items": [] },
-            "fuse": { "total": 2, "getxattr_security_capability": 0, "requests": { "LOOKUP": 2 } },
+            "fuse": { "total": 2, "through_io_uring": 1, "getxattr_security_capability": 0, "requests": { "LOOKUP": 2 } },
         });
         let t = stats_text(&s);
         assert!(!t.contains('{'), "{t}");

@@ -155,6 +155,26 @@ pub fn run_case_with<V: Vfs + 'static>(
     mount.unmount();
 }
 
+/// [`run_case`] with the writeback cache and requests served through
+/// FUSE over io_uring; the case must have gone through the ring.
+pub fn run_case_uring<V: Vfs + 'static>(make: impl FnOnce() -> V, case: fn(&Path)) {
+    if !fuse_available() {
+        return;
+    }
+    let opts = MountOptions {
+        uring: lsfs_fuse::UringMode::On,
+        ..options(true)
+    };
+    let mount = TestMount::with_options(make(), &opts);
+    case(mount.root());
+    mount.unmount();
+    assert!(
+        opts.counters.ring_requests() > 0,
+        "no request came through io_uring ({} in all)",
+        opts.counters.total()
+    );
+}
+
 /// One `#[test]` per case in `cases.rs`, each on a fresh file system built
 /// by `$make` (any expression that can be called as `$make()` and returns a
 /// `Vfs + 'static`).
@@ -166,7 +186,10 @@ macro_rules! posix_suite {
     ($make:expr, writeback_cache) => {
         $crate::posix_suite!(@suite $make, true);
     };
-    (@suite $make:expr, $wb:expr) => {
+    ($make:expr, uring) => {
+        $crate::posix_suite!(@suite $make, uring);
+    };
+    (@suite $make:expr, $wb:tt) => {
         $crate::posix_suite!(@cases $make, $wb;
             write_read_and_sparse_files,
             random_writes_match_a_shadow_copy,
@@ -189,6 +212,14 @@ macro_rules! posix_suite {
             fsync_and_fallocate,
             fallocate_modes,
         );
+    };
+    (@cases $make:expr, uring; $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                common::run_case_uring($make, common::cases::$case);
+            }
+        )*
     };
     (@cases $make:expr, $wb:expr; $($case:ident),* $(,)?) => {
         $(

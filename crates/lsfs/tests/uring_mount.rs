@@ -1,0 +1,97 @@
+//! `lsfs mount --uring on` through the real binary: the mount serves
+//! through FUSE over io_uring, and `lsfs stats` says the requests came
+//! through it. Needs root and Linux 6.14+ (the mount turns the kernel's
+//! `enable_uring` switch on).
+
+#[path = "../../lsfs-fuse/tests/common/mod.rs"]
+mod common;
+mod mounted;
+
+use std::fs;
+use std::process::{Command, Stdio};
+
+use mounted::Mounted;
+
+fn lsfs() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_lsfs"))
+}
+
+fn stats(m: &Mounted) -> serde_json::Value {
+    let out = lsfs()
+        .args(["stats", "--json", "--mount"])
+        .arg(&m.mnt)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn uring_on_serves_through_the_ring_and_stats_say_so() {
+    if !common::fuse_available() {
+        return;
+    }
+    let (tmp, mnt) = common::mount_point();
+    let image = tmp.path().join("img");
+    let st = lsfs()
+        .arg("mkfs")
+        .arg(&image)
+        .args(["--size", "256M"])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let m = Mounted::new(&image, &mnt, &["--uring", "on"]);
+    let d = m.mnt.join("d");
+    fs::create_dir(&d).unwrap();
+    for i in 0..50 {
+        fs::write(d.join(i.to_string()), format!("file {i}")).unwrap();
+    }
+    for i in 0..50 {
+        assert_eq!(
+            fs::read_to_string(d.join(i.to_string())).unwrap(),
+            format!("file {i}")
+        );
+    }
+    assert_eq!(fs::read_dir(&d).unwrap().count(), 50);
+    let s = stats(&m);
+    let (total, ring) = (
+        s["fuse"]["total"].as_u64().unwrap(),
+        s["fuse"]["through_io_uring"].as_u64().unwrap(),
+    );
+    // 50 files made and written: at least a LOOKUP and a MKNOD each.
+    assert!(ring >= 100, "{ring} of {total} requests through io_uring");
+    m.unmount();
+    let st = lsfs()
+        .arg("fsck")
+        .arg(&image)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success(), "fsck after the uring mount");
+}
+
+/// Without the switch the counter stays at zero: the test above would
+/// fail if the transport were silently off.
+#[test]
+fn default_mount_serves_through_dev_fuse() {
+    if !common::fuse_available() {
+        return;
+    }
+    let (tmp, mnt) = common::mount_point();
+    let image = tmp.path().join("img");
+    let st = lsfs()
+        .arg("mkfs")
+        .arg(&image)
+        .args(["--size", "256M"])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let m = Mounted::new(&image, &mnt, &[]);
+    fs::write(m.mnt.join("f"), b"x").unwrap();
+    let s = stats(&m);
+    assert!(s["fuse"]["total"].as_u64().unwrap() > 0);
+    assert_eq!(s["fuse"]["through_io_uring"].as_u64(), Some(0), "{s}");
+    m.unmount();
+}
