@@ -169,7 +169,7 @@ impl Cleaner {
 impl Lsfs {
     /// Free segments as a percentage of all segments.
     pub fn free_percent(&self) -> f64 {
-        self.free_segments() as f64 * 100.0 / self.store.segs.nsegments() as f64
+        self.free_segments() as f64 * 100.0 / self.store.segs().nsegments() as f64
     }
 
     /// Free segments, counting those the last checkpoint freed, and the
@@ -178,10 +178,10 @@ impl Lsfs {
     /// it would run a pass on every write while it fills them. They are at
     /// most a segment and a victim's worth (`PLUG_HOLES_SEGMENTS`).
     pub fn free_segments(&self) -> u64 {
-        let s = &self.store.segs;
+        let s = self.store.segs();
         s.free_count()
             + s.pending_free.len() as u64
-            + self.store.plugs.holes() / self.store.geo.segment_blocks as u64
+            + self.store.plugs().holes() / self.store.geo().segment_blocks as u64
     }
 
     /// The low-water mark in segments: below it, writes clean in the
@@ -194,8 +194,9 @@ impl Lsfs {
     /// 256-block segments, 5 %).
     pub fn low_water_segments(&self) -> u64 {
         let s = &self.store;
-        let pct = (s.segs.nsegments() * self.cleaner.config.min_free_percent as u64).div_ceil(100);
-        let streams = if s.streams.enabled {
+        let pct =
+            (s.segs().nsegments() * self.cleaner.config.min_free_percent as u64).div_ceil(100);
+        let streams = if s.streams().enabled {
             crate::meta::stream::Stream::DATA.len() as u64
         } else {
             0
@@ -205,7 +206,7 @@ impl Lsfs {
 
     /// Background passes stop at this many free segments.
     pub fn high_water_segments(&self) -> u64 {
-        let pct = (self.store.segs.nsegments() * self.cleaner.config.max_free_percent as u64)
+        let pct = (self.store.segs().nsegments() * self.cleaner.config.max_free_percent as u64)
             .div_ceil(100);
         pct.max(self.low_water_segments() + 1)
     }
@@ -277,7 +278,7 @@ impl Lsfs {
         } else {
             KeepCheckpoints::Kept
         };
-        let seg_blocks = self.store.geo.segment_blocks as u64;
+        let seg_blocks = self.store.geo().segment_blocks as u64;
         let budget = self.pass_budget(reason);
         let mut rep = PassReport {
             reason: reason.to_string(),
@@ -294,7 +295,7 @@ impl Lsfs {
         };
         let mut planned = 0u64;
         let counts = |s: &Self, seg: u64| {
-            let u = &s.store.segs.usage[seg as usize];
+            let u = &s.store.segs().usage[seg as usize];
             (u.nblocks, u.nlive, u.nsnapshot)
         };
         self.cleaner
@@ -388,7 +389,7 @@ impl Lsfs {
         // cache bound. A pass someone asked for ends with one, as it always did.
         if moved
             && (reason == "manual"
-                || self.store.pending_blocks() * 2 > self.store.cache.capacity_blocks())
+                || self.store.pending_blocks() * 2 > self.store.cache().capacity_blocks())
         {
             self.checkpoint_for("cleaner")?;
         }
@@ -469,21 +470,21 @@ impl Lsfs {
     /// whole victim (the cache grows for it, so its bound is its size plus
     /// a segment).
     fn pass_budget(&self, reason: &str) -> u64 {
-        let seg_blocks = self.store.geo.segment_blocks as u64;
-        let checkpoint_blocks = 32 + self.store.segs.nblocks_sufile();
+        let seg_blocks = self.store.geo().segment_blocks as u64;
+        let checkpoint_blocks = 32 + self.store.segs().nblocks_sufile();
         let keep = if reason == "foreground" {
             1
         } else {
             self.store.reserve_segments()
         } + self.store.stream_segments_held();
-        let room = (self.store.segs.free_count().saturating_sub(keep) * seg_blocks
-            + (seg_blocks - self.store.cur_off as u64))
+        let room = (self.store.segs().free_count().saturating_sub(keep) * seg_blocks
+            + (seg_blocks - self.store.log_head().1 as u64))
             .saturating_sub(checkpoint_blocks)
             // The same checkpoint also places what is dirty already, with
             // its metadata (as free_blocks counts it).
             .saturating_sub(self.store.pending_blocks() as u64 * 2);
         // Copies of earlier passes may still be waiting for their checkpoint.
-        (self.store.cache.capacity_blocks() as u64 / 2)
+        (self.store.cache().capacity_blocks() as u64 / 2)
             .saturating_sub(self.store.pending_blocks() as u64)
             .max(seg_blocks)
             .min(room)
@@ -514,11 +515,11 @@ impl Lsfs {
     fn plug_instead(&self, seg: u64, plan: &crate::gc::relocate::RelocationPlan) -> bool {
         use crate::gc::ThreadedLogging;
         let mode = self.cleaner.config.threaded_logging;
-        let seg_blocks = self.store.geo.segment_blocks as u64;
+        let seg_blocks = self.store.geo().segment_blocks as u64;
         if mode == ThreadedLogging::Off
             || self.store.free_blocks_appending() <= PLUG_APPEND_ROOM_SEGMENTS * seg_blocks
             || !self.store.plug_eligible(seg)
-            || self.store.plugs.holes() >= PLUG_HOLES_SEGMENTS * seg_blocks
+            || self.store.plugs().holes() >= PLUG_HOLES_SEGMENTS * seg_blocks
         {
             return false;
         }
@@ -574,7 +575,7 @@ impl Lsfs {
 
     /// Recompute the derived totals (write amplification, unaccounted blocks).
     pub fn refresh_cleaner_stats(&mut self) {
-        let written = self.store.stats.payload_blocks_written;
+        let written = self.store.stats().payload_blocks_written;
         let c = &mut self.cleaner.stats;
         c.cleaner_blocks_written = c.blocks_copied;
         c.user_blocks_written = written.saturating_sub(c.blocks_copied);
@@ -585,7 +586,7 @@ impl Lsfs {
         };
         c.file_data_written = self
             .store
-            .stats
+            .stats()
             .blocks_by_class
             .get(crate::log::record::FILE_DATA)
             .copied()
@@ -596,7 +597,13 @@ impl Lsfs {
         } else {
             c.file_data_written as f64 / user_data as f64
         };
-        let used: u64 = self.store.segs.usage.iter().map(|u| u.nblocks as u64).sum();
+        let used: u64 = self
+            .store
+            .segs()
+            .usage
+            .iter()
+            .map(|u| u.nblocks as u64)
+            .sum();
         // Dead blocks are unaccounted only while a plain checkpoint still
         // protects them; segments carry no counter for those, so report the
         // share of written blocks that are neither live nor snapshot-held
@@ -604,10 +611,10 @@ impl Lsfs {
         let horizon = self
             .store
             .now()
-            .saturating_sub(self.store.config.protection_secs);
+            .saturating_sub(self.store.config().protection_secs);
         let recent_dead: u64 = self
             .store
-            .segs
+            .segs()
             .usage
             .iter()
             .filter(|u| u.nblocks > 0 && u.nlive_lastmod_secs >= horizon)
@@ -617,16 +624,18 @@ impl Lsfs {
                     - u.nsnapshot.min(u.nblocks - u.nlive.min(u.nblocks))) as u64
             })
             .sum();
-        c.snapshot_changes_pending = self.store.recon.queue().len() as u64;
-        c.checkpoints_given_up_at_checkpoint = self.store.stats.checkpoints_given_up_at_checkpoint;
+        c.snapshot_changes_pending = self.store.reconcile().queue().len() as u64;
+        c.checkpoints_given_up_at_checkpoint =
+            self.store.stats().checkpoints_given_up_at_checkpoint;
         c.checkpoints_kept_secs = self.store.kept_window_secs(self.store.now());
-        c.threaded_logging = self.store.plugs.stats().clone();
-        c.holes_ready = self.store.plugs.holes();
+        c.threaded_logging = self.store.plugs().stats().clone();
+        c.holes_ready = self.store.plugs().holes();
         c.measured_clean_cost = self.cleaner.gate.measured_cost();
-        c.reconcile_progress = if self.store.recon.is_settled() {
+        c.reconcile_progress = if self.store.reconcile().is_settled() {
             1.0
         } else {
-            (self.store.recon.cursor() as f64 / self.store.next_vblock.max(1) as f64).min(1.0)
+            (self.store.reconcile().cursor() as f64 / self.store.roots().next_vblock.max(1) as f64)
+                .min(1.0)
         };
         c.unaccounted_fraction = if used == 0 {
             0.0
@@ -695,7 +704,7 @@ impl Lsfs {
     /// copied, since copying a block frees nothing. A write then fails only
     /// when what is left is live or held by a snapshot.
     pub(crate) fn clean_for_space(&mut self, need: u64) -> Result<bool> {
-        if !self.store.recon.is_settled() {
+        if !self.store.reconcile().is_settled() {
             // Counters of demoted snapshots' blocks overstate what victims
             // hold: make them exact before choosing.
             self.store.reconcile_step(u64::MAX)?;
