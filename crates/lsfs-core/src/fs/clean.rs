@@ -7,7 +7,7 @@
 
 use crate::error::{Error, Result};
 use crate::fs::Lsfs;
-use crate::gc::relocate::KeepCheckpoints;
+use crate::gc::relocate::{KeepCheckpoints, RelocationPlan};
 use crate::gc::{
     on_battery, CleanerConfig, CleanerStats, FixedPower, PassReport, PowerSource, SelectionPolicy,
 };
@@ -66,7 +66,7 @@ const PLUG_APPEND_ROOM_SEGMENTS: u64 = 2;
 /// What cleaning the victim of `plan` costs, for the plug gate, in blocks:
 /// it reads the victim, copies what is still needed and rewrites the DAT
 /// blocks the moves change; it frees the victim net of those writes.
-fn clean_cost_terms(plan: &crate::gc::relocate::RelocationPlan) -> (u64, u64, u64) {
+fn clean_cost_terms(plan: &RelocationPlan) -> (u64, u64, u64) {
     let copied = plan.blocks_written();
     (
         plan.nblocks as u64,
@@ -85,6 +85,20 @@ fn pass_is_pressed(reason: &str) -> bool {
 /// How long a futile verdict stands while its segment's counts do not
 /// change (protection ends and checkpoints expire with time alone).
 const FUTILE_PLAN_SECS: u64 = 30;
+
+/// How a pass treats its candidates, fixed by why it runs.
+struct PassRules {
+    /// Space is short: nothing is held back for kept checkpoints.
+    pressed: bool,
+    /// A victim that gains too little is re-aged rather than marked futile.
+    late_abort: bool,
+    /// Whose dead blocks relocation keeps.
+    keep: KeepCheckpoints,
+    /// Blocks a victim must free to be worth cleaning.
+    min_gain: i64,
+    /// Blocks the pass may write ([`Lsfs::pass_budget`]).
+    budget: u64,
+}
 
 impl Cleaner {
     /// A cleaner whose intervals start at `now`, a `Clock::mono` reading.
@@ -270,34 +284,12 @@ impl Lsfs {
         reason: &str,
         now: u64,
     ) -> Result<PassReport> {
-        let pressed = pass_is_pressed(reason);
-        // Late abort saves copies only when there is time.
-        let late_abort = !pressed;
-        let keep = if pressed {
-            KeepCheckpoints::LatestOnly
-        } else {
-            KeepCheckpoints::Kept
-        };
-        let seg_blocks = self.store.geo().segment_blocks as u64;
-        let budget = self.pass_budget(reason);
+        let rules = self.pass_rules(reason);
         let mut rep = PassReport {
             reason: reason.to_string(),
             ..Default::default()
         };
-        // Late abort on the true cost: the counters do not see dead blocks
-        // that a kept checkpoint still needs, the plan does.
-        // Under pressure, a victim must at least pay for the checkpoint
-        // metadata its pass writes, or cleaning eats the reserve.
-        let min_gain = if late_abort {
-            self.cleaner.config.min_reclaim_blocks.max(1) as i64
-        } else {
-            (seg_blocks as i64 / 32).max(8)
-        };
         let mut planned = 0u64;
-        let counts = |s: &Self, seg: u64| {
-            let u = &s.store.segs().usage[seg as usize];
-            (u.nblocks, u.nlive, u.nsnapshot)
-        };
         self.cleaner
             .futile
             .retain(|_, (_, at)| now < at.saturating_add(FUTILE_PLAN_SECS));
@@ -309,28 +301,13 @@ impl Lsfs {
                 .cleaner
                 .futile
                 .get(&seg)
-                .is_some_and(|(c, _)| *c == counts(self, seg))
+                .is_some_and(|(c, _)| *c == self.segment_counts(seg))
             {
                 continue;
             }
-            let plan = self.store.relocation_plan_keeping(seg, keep)?;
+            let plan = self.store.relocation_plan_keeping(seg, rules.keep)?;
             rep.protected_seen += plan.protected() as u64;
-            if !pressed && plan.held_by_checkpoints > 0 {
-                // Only checkpoints hold those blocks: they free themselves
-                // when the checkpoints expire, or when space runs short.
-                let c = counts(self, seg);
-                self.cleaner.futile.insert(seg, (c, now));
-                rep.held_back.push(seg);
-                continue;
-            }
-            if plan.gain() < min_gain {
-                let c = counts(self, seg);
-                if late_abort {
-                    self.store.reage_segment(seg);
-                } else {
-                    self.cleaner.futile.insert(seg, (c, now));
-                }
-                rep.late_aborted.push(seg);
+            if self.hold_back_or_abort(seg, &plan, &rules, &mut rep, now) {
                 continue;
             }
             if reason == "low space"
@@ -339,36 +316,114 @@ impl Lsfs {
             {
                 // (Holes are written into before the next checkpoint: not
                 // when the latest one still sees what they held.)
-                // Preparing frees the plan's dead blocks now.
-                self.give_up_for(&mut rep, plan.give_up_below);
-                let holes = self.store.prepare_plug(plan)?;
-                rep.plugged.push(seg);
-                rep.holes_prepared += holes as u64;
+                self.plug_victim(plan, &mut rep)?;
                 continue;
             }
             let cost = plan.blocks_written();
-            if planned + cost > budget {
+            if planned + cost > rules.budget {
                 break;
             }
             planned += cost;
             // Relocated at once, not after the whole pass is planned: moving
             // one victim can change blocks another holds (freeing a plugged
             // victim rewrites SSA blocks that may sit in the next one).
-            self.give_up_for(&mut rep, plan.give_up_below);
-            if self.cleaner.config.threaded_logging != crate::gc::ThreadedLogging::Off {
-                let (read, copied, freed) = clean_cost_terms(&plan);
-                self.cleaner.gate.cleaned_with(read, copied, freed);
-            }
-            if plan.freed_at_next_checkpoint > 0 {
-                self.store.give_up_at_next_checkpoint();
-                rep.freed_at_next_checkpoint += plan.freed_at_next_checkpoint as u64;
-            }
-            let r = self.store.relocate_planned(plan)?;
-            rep.blocks_copied += r.copied() as u64;
-            rep.blocks_reclaimed += (r.nblocks - r.copied().min(r.nblocks)) as u64;
-            rep.victims.push(r);
+            self.relocate_victim(plan, &mut rep)?;
         }
         Ok(rep)
+    }
+
+    /// How a pass for `reason` treats its candidates.
+    fn pass_rules(&self, reason: &str) -> PassRules {
+        let pressed = pass_is_pressed(reason);
+        // Late abort saves copies only when there is time.
+        let late_abort = !pressed;
+        let seg_blocks = self.store.geo().segment_blocks as u64;
+        PassRules {
+            pressed,
+            late_abort,
+            keep: if pressed {
+                KeepCheckpoints::LatestOnly
+            } else {
+                KeepCheckpoints::Kept
+            },
+            // Late abort on the true cost: the counters do not see dead
+            // blocks that a kept checkpoint still needs, the plan does.
+            // Under pressure, a victim must at least pay for the checkpoint
+            // metadata its pass writes, or cleaning eats the reserve.
+            min_gain: if late_abort {
+                self.cleaner.config.min_reclaim_blocks.max(1) as i64
+            } else {
+                (seg_blocks as i64 / 32).max(8)
+            },
+            budget: self.pass_budget(reason),
+        }
+    }
+
+    /// What the SUFILE counts in `seg` (blocks, live, snapshot): a futile
+    /// verdict stands while they do not change.
+    fn segment_counts(&self, seg: u64) -> (u32, u32, u32) {
+        let u = &self.store.segs().usage[seg as usize];
+        (u.nblocks, u.nlive, u.nsnapshot)
+    }
+
+    /// Leave `seg` alone if `plan` says only checkpoints hold its blocks
+    /// (held back) or it gains too little (aborted late); true if it was.
+    fn hold_back_or_abort(
+        &mut self,
+        seg: u64,
+        plan: &RelocationPlan,
+        rules: &PassRules,
+        rep: &mut PassReport,
+        now: u64,
+    ) -> bool {
+        if !rules.pressed && plan.held_by_checkpoints > 0 {
+            // Only checkpoints hold those blocks: they free themselves
+            // when the checkpoints expire, or when space runs short.
+            let c = self.segment_counts(seg);
+            self.cleaner.futile.insert(seg, (c, now));
+            rep.held_back.push(seg);
+            return true;
+        }
+        if plan.gain() < rules.min_gain {
+            let c = self.segment_counts(seg);
+            if rules.late_abort {
+                self.store.reage_segment(seg);
+            } else {
+                self.cleaner.futile.insert(seg, (c, now));
+            }
+            rep.late_aborted.push(seg);
+            return true;
+        }
+        false
+    }
+
+    /// Plug the victim `plan` was made for instead of cleaning it: preparing
+    /// frees the plan's dead blocks now.
+    fn plug_victim(&mut self, plan: RelocationPlan, rep: &mut PassReport) -> Result<()> {
+        let seg = plan.segno;
+        self.give_up_for(rep, plan.give_up_below);
+        let holes = self.store.prepare_plug(plan)?;
+        rep.plugged.push(seg);
+        rep.holes_prepared += holes as u64;
+        Ok(())
+    }
+
+    /// Relocate what the victim `plan` was made for still holds.
+    fn relocate_victim(&mut self, plan: RelocationPlan, rep: &mut PassReport) -> Result<()> {
+        self.give_up_for(rep, plan.give_up_below);
+        if self.cleaner.config.threaded_logging != crate::gc::ThreadedLogging::Off {
+            let (read, copied, freed) = clean_cost_terms(&plan);
+            self.cleaner.gate.cleaned_with(read, copied, freed);
+        }
+        if plan.freed_at_next_checkpoint > 0 {
+            self.store.give_up_at_next_checkpoint();
+            rep.freed_at_next_checkpoint += plan.freed_at_next_checkpoint as u64;
+        }
+        let r = self.store.relocate_planned(plan)?;
+        rep.blocks_copied += r.copied() as u64;
+        rep.blocks_reclaimed += (r.nblocks - r.copied().min(r.nblocks)) as u64;
+        rep.victims.push(r);
+        Ok(())
     }
 
     /// After the victims: write their copies ahead to their streams, end
@@ -512,7 +567,7 @@ impl Lsfs {
     /// Never when appending is short of room ([`PLUG_APPEND_ROOM_SEGMENTS`]):
     /// then only cleaning helps, and the last-resort pass before ENOSPC
     /// never plugs for that reason.
-    fn plug_instead(&self, seg: u64, plan: &crate::gc::relocate::RelocationPlan) -> bool {
+    fn plug_instead(&self, seg: u64, plan: &RelocationPlan) -> bool {
         use crate::gc::ThreadedLogging;
         let mode = self.cleaner.config.threaded_logging;
         let seg_blocks = self.store.geo().segment_blocks as u64;
