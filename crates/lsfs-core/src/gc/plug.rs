@@ -8,7 +8,7 @@
 
 use crate::error::{Error, Result};
 use crate::gc::relocate::RelocationPlan;
-use crate::log::record::BlockKind;
+use crate::log::record::{BlockKind, SummaryEntry};
 use crate::meta::dat_entry::CNO_MAX;
 use crate::meta::store::Store;
 
@@ -33,9 +33,30 @@ impl Store {
         for (v, e) in plan.frees() {
             self.free_dead(seg, v, e)?;
         }
-        // What stays: every block the DAT still places here (live, or dead
-        // and needed), and the DAT's own blocks and nodes in use. The plan
-        // read the records and checked their CRCs; their summaries suffice.
+        let slots = self.blocks_that_stay(seg)?;
+        let changes: Vec<_> = slots
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (i as u32, *e))
+            .collect();
+        self.ssa_set(seg, &changes)?;
+        self.mark_plugged(seg);
+        let holes: Vec<u32> = changes
+            .iter()
+            .filter(|(_, e)| e.is_none())
+            .map(|&(i, _)| i)
+            .collect();
+        let n = holes.len() as u32;
+        self.offer_holes(seg, holes);
+        Ok(n)
+    }
+
+    /// The summary entry of every block of `seg` that stays when it is
+    /// plugged, by slot (`None`: a hole): every block the DAT still places
+    /// here (live, or dead and needed), and the DAT's own blocks and nodes
+    /// in use. The plan read the records and checked their CRCs; their
+    /// summaries suffice. The live ones must be what the SUFILE counts.
+    fn blocks_that_stay(&mut self, seg: u64) -> Result<Vec<Option<SummaryEntry>>> {
         let start = self.geo().segment_start(seg);
         let entries = self.segment_entries(seg, false)?;
         let mut node_firsts = None;
@@ -48,9 +69,7 @@ impl Store {
                     (d.pblock == pos, d.pblock == pos && d.end == CNO_MAX)
                 }
                 BlockKind::DatBlock => {
-                    // The DAT's copy, or a base the DAT journal keeps live.
-                    let k = self.dat_block_addr(ent.offset)? == Some(pos)
-                        || self.dat_journal().base_of(ent.offset) == Some(pos);
+                    let k = self.dat_block_in_use_at(ent.offset, pos)?;
                     (k, k)
                 }
                 BlockKind::DatJournal => {
@@ -82,20 +101,6 @@ impl Store {
             self.fail(&err);
             return Err(err);
         }
-        let changes: Vec<_> = slots
-            .iter()
-            .enumerate()
-            .map(|(i, e)| (i as u32, *e))
-            .collect();
-        self.ssa_set(seg, &changes)?;
-        self.mark_plugged(seg);
-        let holes: Vec<u32> = changes
-            .iter()
-            .filter(|(_, e)| e.is_none())
-            .map(|&(i, _)| i)
-            .collect();
-        let n = holes.len() as u32;
-        self.offer_holes(seg, holes);
-        Ok(n)
+        Ok(slots)
     }
 }

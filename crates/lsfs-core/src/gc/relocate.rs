@@ -73,6 +73,17 @@ pub enum KeepCheckpoints {
     LatestOnly,
 }
 
+/// The checkpoints a plan keeps the dead blocks of, by number.
+struct KeepHorizon {
+    keep: KeepCheckpoints,
+    /// The oldest plain checkpoint kept now.
+    kept_now: u64,
+    /// The latest checkpoint written (the recovery base).
+    latest: u64,
+    /// Dead blocks with `end` above it are seen by a checkpoint the plan keeps.
+    oldest_kept: u64,
+}
+
 /// What cleaning one segment would cost, known before anything is copied.
 #[derive(Clone, Debug, Default)]
 pub struct RelocationPlan {
@@ -221,12 +232,7 @@ impl Store {
         keep: KeepCheckpoints,
     ) -> Result<RelocationPlan> {
         let entries = self.segment_entries(seg, true)?;
-        let kept_now = self.oldest_kept_cno();
-        let latest = self.latest_cno();
-        let oldest_kept = match keep {
-            KeepCheckpoints::Kept => kept_now,
-            KeepCheckpoints::LatestOnly => latest.max(kept_now),
-        };
+        let horizon = self.keep_horizon(keep);
         let mut plan = RelocationPlan {
             segno: seg,
             nblocks: self.segs().usage[seg as usize].nblocks,
@@ -246,34 +252,10 @@ impl Store {
                         offset: ent.offset,
                         kind: ent.kind,
                     };
-                    if e.end == CNO_MAX {
-                        Action::MoveLive(ent.vblock, e, owner, pos)
-                    } else if self.snapshot_in(e.start, e.end) {
-                        Action::MoveProtected(ent.vblock, e, owner, pos)
-                    } else if e.end > oldest_kept && keep == KeepCheckpoints::LatestOnly {
-                        // Died since the latest checkpoint, a plain one
-                        // (a snapshot would have matched above).
-                        debug_assert!(e.end > latest && e.end <= self.roots().cur_cno);
-                        plan.freed_at_next_checkpoint += 1;
-                        Action::Free(ent.vblock, e)
-                    } else if e.end > oldest_kept {
-                        plan.held_by_checkpoints += 1;
-                        Action::MoveProtected(ent.vblock, e, owner, pos)
-                    } else {
-                        if e.end > kept_now {
-                            // Seen by kept plain checkpoints below `end` only.
-                            plan.give_up_below = plan.give_up_below.max(e.end);
-                            plan.freed_by_giving_up += 1;
-                        }
-                        Action::Free(ent.vblock, e)
-                    }
+                    self.vblock_action(ent.vblock, e, owner, pos, &horizon, &mut plan)
                 }
                 BlockKind::DatBlock => {
-                    // The DAT's current copy, or the base a journaled or
-                    // copied block still keeps live (meta/dat_journal.rs).
-                    if self.dat_block_addr(ent.offset)? != Some(pos)
-                        && self.dat_journal().base_of(ent.offset) != Some(pos)
-                    {
+                    if !self.dat_block_in_use_at(ent.offset, pos)? {
                         continue;
                     }
                     Action::CowDat(ent.offset)
@@ -292,6 +274,64 @@ impl Store {
             .filter(|&&idx| !self.dat_block_is_dirty(idx))
             .count() as u32;
         Ok(plan)
+    }
+
+    /// The checkpoints whose dead blocks a plan keeping `keep` must copy.
+    fn keep_horizon(&self, keep: KeepCheckpoints) -> KeepHorizon {
+        let kept_now = self.oldest_kept_cno();
+        let latest = self.latest_cno();
+        KeepHorizon {
+            keep,
+            kept_now,
+            latest,
+            oldest_kept: match keep {
+                KeepCheckpoints::Kept => kept_now,
+                KeepCheckpoints::LatestOnly => latest.max(kept_now),
+            },
+        }
+    }
+
+    /// The fate of virtual block `v` (entry `e`), placed at `pos` in the
+    /// victim: moved if the current file system, a snapshot or a kept
+    /// checkpoint sees it, else freed (counted in `plan` if that takes
+    /// giving up checkpoints).
+    fn vblock_action(
+        &self,
+        v: u64,
+        e: DatEntry,
+        owner: Owner,
+        pos: u64,
+        h: &KeepHorizon,
+        plan: &mut RelocationPlan,
+    ) -> Action {
+        if e.end == CNO_MAX {
+            Action::MoveLive(v, e, owner, pos)
+        } else if self.snapshot_in(e.start, e.end) {
+            Action::MoveProtected(v, e, owner, pos)
+        } else if e.end > h.oldest_kept && h.keep == KeepCheckpoints::LatestOnly {
+            // Died since the latest checkpoint, a plain one
+            // (a snapshot would have matched above).
+            debug_assert!(e.end > h.latest && e.end <= self.roots().cur_cno);
+            plan.freed_at_next_checkpoint += 1;
+            Action::Free(v, e)
+        } else if e.end > h.oldest_kept {
+            plan.held_by_checkpoints += 1;
+            Action::MoveProtected(v, e, owner, pos)
+        } else {
+            if e.end > h.kept_now {
+                // Seen by kept plain checkpoints below `end` only.
+                plan.give_up_below = plan.give_up_below.max(e.end);
+                plan.freed_by_giving_up += 1;
+            }
+            Action::Free(v, e)
+        }
+    }
+
+    /// Whether the DAT block `idx` found at `pos` in a victim is in use:
+    /// the DAT's current copy, or the base a journaled or copied block
+    /// still keeps live (meta/dat_journal.rs).
+    pub(crate) fn dat_block_in_use_at(&mut self, idx: u64, pos: u64) -> Result<bool> {
+        Ok(self.dat_block_addr(idx)? == Some(pos) || self.dat_journal().base_of(idx) == Some(pos))
     }
 
     /// Move everything still needed out of `seg` and mark it freed.
