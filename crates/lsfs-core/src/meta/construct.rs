@@ -376,48 +376,15 @@ impl Store {
     /// Step 1: make every block the checkpoint will change dirty (or
     /// fresh), and plan the records, until nothing new appears.
     fn close_dirty_set(&mut self, cno: u64) -> Result<ClosedSet> {
-        let mut journal_blocks: usize;
-        let mut cp_fresh: BTreeMap<u64, Option<u64>> = BTreeMap::new();
-        for idx in std::mem::take(&mut self.cps.dirty_blocks) {
-            let mut root = self.cpfile_root;
-            let v = if self.cps.encode_block(idx).is_some() {
-                Some(self.mfile_fresh(CPFILE_INO, &mut root, idx)?)
-            } else {
-                self.mfile_punch(CPFILE_INO, &mut root, idx)?;
-                None
-            };
-            self.cpfile_root = root;
-            cp_fresh.insert(idx, v);
-        }
+        let cp_fresh = self.freshen_cpfile()?;
+        self.choose_streams_and_holes(cno)?;
         let mut su_fresh: BTreeMap<u64, u64> = BTreeMap::new();
         let mut dat_touched: HashSet<u64> = HashSet::new();
-        // Streams are used for this checkpoint only if free segments can
-        // spare their open segments.
-        let one_flush = std::mem::take(&mut self.streams.one_flush_next);
-        self.streams.active = !one_flush && self.streams_can_run();
-        // Holes for user data (meta/plug.rs), but not in a checkpoint that
-        // ends an fsync: it promises one flush.
-        if one_flush {
-            self.plugs.clear_assigned();
-        } else {
-            self.assign_plugs(cno)?;
-        }
-        let plans = loop {
-            let mut changed = false;
-            let pending: Vec<u64> = self
-                .segs
-                .dirty_blocks
-                .iter()
-                .copied()
-                .filter(|i| !su_fresh.contains_key(i))
-                .collect();
-            for idx in pending {
-                let mut root = self.sufile_root;
-                let v = self.mfile_fresh(SUFILE_INO, &mut root, idx)?;
-                self.sufile_root = root;
-                su_fresh.insert(idx, v);
-                changed = true;
-            }
+        // Each step may dirty blocks the others must then see: SUFILE
+        // blocks dirty the DAT, DAT blocks may be journaled, the records
+        // planned for all of them change segment counters.
+        let (plans, journal_blocks) = loop {
+            let mut changed = self.freshen_sufile(&mut su_fresh)?;
             let placing: Vec<u64> = self
                 .cache
                 .dirty_keys()
@@ -425,44 +392,13 @@ impl Store {
                 .filter(|&k| key_is_virtual(k))
                 .map(key_addr)
                 .collect();
-            for &v in &placing {
-                if dat_touched.insert(v / DAT_PER_BLOCK) {
-                    self.dat_touch(v)?;
-                    changed = true;
-                }
-            }
-            let (settled, nj) = self.dat_journal_settle(&placing)?;
+            changed |= self.touch_dat_blocks(&placing, &mut dat_touched)?;
+            let (settled, journal_blocks) = self.dat_journal_settle(&placing)?;
             changed |= settled;
-            journal_blocks = nj;
-            let plans = match self.plan_streams(&self.stream_counts(journal_blocks)) {
-                // The data streams' partly filled segments cost space the
-                // log alone would not: when that is what is missing, this
-                // checkpoint writes everything to the log (a checkpoint must
-                // always fit in the reserve).
-                Err(Error::Errno(lsfs_vfs::Errno::NOSPC)) if self.streams.active => {
-                    self.streams.active = false;
-                    tracing::debug!("checkpoint {cno}: streams off, short of free segments");
-                    self.plan_streams(&self.stream_counts(journal_blocks))?
-                }
-                r => r?,
-            };
-            let segs: Vec<u64> = plans
-                .iter()
-                .flat_map(|p| {
-                    p.records
-                        .iter()
-                        .map(|r| r.seg)
-                        .chain(p.new_segments.iter().copied())
-                })
-                .collect();
-            for s in segs {
-                if !su_fresh.contains_key(&(s / SU_PER_BLOCK)) {
-                    self.segs.dirty_blocks.insert(s / SU_PER_BLOCK);
-                    changed = true;
-                }
-            }
+            let plans = self.plan_checkpoint_streams(cno, journal_blocks)?;
+            changed |= self.dirty_sufile_of(&plans, &su_fresh);
             if !changed {
-                break plans;
+                break (plans, journal_blocks);
             }
         };
         // Nothing below may dirty a block that is not dirty yet.
@@ -474,6 +410,117 @@ impl Store {
             journal_blocks,
             frozen_dirty,
         })
+    }
+
+    /// Give every dirty CPFILE block a fresh virtual block, or punch it
+    /// out if no checkpoint is left in it.
+    fn freshen_cpfile(&mut self) -> Result<BTreeMap<u64, Option<u64>>> {
+        let mut cp_fresh = BTreeMap::new();
+        for idx in std::mem::take(&mut self.cps.dirty_blocks) {
+            let mut root = self.cpfile_root;
+            let v = if self.cps.encode_block(idx).is_some() {
+                Some(self.mfile_fresh(CPFILE_INO, &mut root, idx)?)
+            } else {
+                self.mfile_punch(CPFILE_INO, &mut root, idx)?;
+                None
+            };
+            self.cpfile_root = root;
+            cp_fresh.insert(idx, v);
+        }
+        Ok(cp_fresh)
+    }
+
+    /// Whether this checkpoint writes to the data streams, and which holes
+    /// take its user data.
+    fn choose_streams_and_holes(&mut self, cno: u64) -> Result<()> {
+        // Streams are used for this checkpoint only if free segments can
+        // spare their open segments.
+        let one_flush = std::mem::take(&mut self.streams.one_flush_next);
+        self.streams.active = !one_flush && self.streams_can_run();
+        // Holes for user data (meta/plug.rs), but not in a checkpoint that
+        // ends an fsync: it promises one flush.
+        if one_flush {
+            self.plugs.clear_assigned();
+            Ok(())
+        } else {
+            self.assign_plugs(cno)
+        }
+    }
+
+    /// Give the dirty SUFILE blocks not yet in `su_fresh` fresh virtual
+    /// blocks; whether there were any.
+    fn freshen_sufile(&mut self, su_fresh: &mut BTreeMap<u64, u64>) -> Result<bool> {
+        let pending: Vec<u64> = self
+            .segs
+            .dirty_blocks
+            .iter()
+            .copied()
+            .filter(|i| !su_fresh.contains_key(i))
+            .collect();
+        let changed = !pending.is_empty();
+        for idx in pending {
+            let mut root = self.sufile_root;
+            let v = self.mfile_fresh(SUFILE_INO, &mut root, idx)?;
+            self.sufile_root = root;
+            su_fresh.insert(idx, v);
+        }
+        Ok(changed)
+    }
+
+    /// Make writable the DAT blocks of the blocks `placing` not yet in
+    /// `dat_touched`, so that placing them changes no tree; whether there
+    /// were any.
+    fn touch_dat_blocks(
+        &mut self,
+        placing: &[u64],
+        dat_touched: &mut HashSet<u64>,
+    ) -> Result<bool> {
+        let mut changed = false;
+        for &v in placing {
+            if dat_touched.insert(v / DAT_PER_BLOCK) {
+                self.dat_touch(v)?;
+                changed = true;
+            }
+        }
+        Ok(changed)
+    }
+
+    /// The records of every stream for what is dirty now.
+    fn plan_checkpoint_streams(&mut self, cno: u64, journal_blocks: usize) -> Result<[Plan; 4]> {
+        match self.plan_streams(&self.stream_counts(journal_blocks)) {
+            // The data streams' partly filled segments cost space the
+            // log alone would not: when that is what is missing, this
+            // checkpoint writes everything to the log (a checkpoint must
+            // always fit in the reserve).
+            Err(Error::Errno(lsfs_vfs::Errno::NOSPC)) if self.streams.active => {
+                self.streams.active = false;
+                tracing::debug!("checkpoint {cno}: streams off, short of free segments");
+                self.plan_streams(&self.stream_counts(journal_blocks))
+            }
+            r => r,
+        }
+    }
+
+    /// Dirty the SUFILE blocks of the segments `plans` write to that are
+    /// not fresh yet; whether there were any.
+    fn dirty_sufile_of(&mut self, plans: &[Plan; 4], su_fresh: &BTreeMap<u64, u64>) -> bool {
+        let segs: Vec<u64> = plans
+            .iter()
+            .flat_map(|p| {
+                p.records
+                    .iter()
+                    .map(|r| r.seg)
+                    .chain(p.new_segments.iter().copied())
+            })
+            .collect();
+        let mut changed = false;
+        for s in segs {
+            if !su_fresh.contains_key(&(s / SU_PER_BLOCK)) {
+                self.segs.dirty_blocks.insert(s / SU_PER_BLOCK);
+                changed = true;
+            }
+        }
+        changed
     }
 
     /// Step 2a: give every dirty block its place, stream by stream, then
