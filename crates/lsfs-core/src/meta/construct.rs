@@ -104,6 +104,22 @@ struct Plan {
     new_segments: Vec<u64>,
 }
 
+/// The flags of a record of a group written with `first_flags`: the
+/// first record has them all, the others only whether the group is an
+/// fsync's and goes to a data stream; the group's last record of a
+/// checkpoint carries the super root.
+fn record_flags(first_flags: u32, first: bool, carries_super_root: bool) -> u32 {
+    let mut flags = if first {
+        first_flags
+    } else {
+        first_flags & (FLAG_DSYNC | FLAG_DATA_STREAM)
+    };
+    if carries_super_root {
+        flags |= FLAG_SUPER_ROOT;
+    }
+    flags
+}
+
 impl Store {
     /// Split `npayload` blocks into records from the current write position,
     /// moving to new segments as needed, the last record carrying `inline`
@@ -978,39 +994,15 @@ impl Store {
         let mut last = (0, 0);
         let nrec = plan.records.len();
         for (ri, r) in plan.records.iter().enumerate() {
-            let mut entries = Vec::with_capacity(r.npayload);
-            let mut payload: Vec<Vec<u8>> = Vec::with_capacity(r.npayload);
-            for _ in 0..r.npayload {
-                let item = *it.next().expect("plan and items agree");
-                let (e, data) = self.payload_of(item, cno, super_root)?;
-                entries.push(e);
-                payload.push(data);
-            }
+            let (entries, payload) = self.record_payload(r, &mut it, cno, super_root)?;
             let last_record = ri + 1 == nrec;
             assert_eq!(
                 r.inline_bytes,
                 if last_record { inline.len() } else { 0 },
                 "items go in the plan's last record"
             );
-            let mut flags = if ri == 0 {
-                first_flags
-            } else {
-                first_flags & (FLAG_DSYNC | FLAG_DATA_STREAM)
-            };
-            if ri + 1 == nrec && super_root.is_some() {
-                flags |= FLAG_SUPER_ROOT;
-            }
-            self.seq += 1;
-            let data_stream = flags & FLAG_DATA_STREAM != 0;
-            let seq_gap = if data_stream {
-                self.data_records_since_log += 1;
-                0
-            } else {
-                std::mem::take(&mut self.data_records_since_log)
-            };
-            for e in &entries {
-                *self.stats.blocks_by_class.entry(e.class()).or_default() += 1;
-            }
+            let flags = record_flags(first_flags, ri == 0, last_record && super_root.is_some());
+            let seq_gap = self.next_record_seq(flags & FLAG_DATA_STREAM != 0);
             let nsum = r.nsum() as u32;
             let h = RecordHeader {
                 flags,
@@ -1030,17 +1022,64 @@ impl Store {
                     Vec::new()
                 },
             };
-            let refs: Vec<&[u8]> = payload.iter().map(|p| &p[..]).collect();
-            let buf = h.encode(&refs);
-            let block = self.geo.segment_start(r.seg) + r.off as u64;
-            self.dev.write_vec(self.geo.byte_offset(block), buf)?;
-            self.segs.last_seq[r.seg as usize] = self.seq;
-            self.stats.records_written += 1;
-            self.stats.blocks_written += h.nblocks as u64;
-            self.stats.payload_blocks_written += r.npayload as u64;
-            last = (block, self.seq);
+            last = (self.write_record(r, &h, &payload)?, self.seq);
         }
         Ok(last)
+    }
+
+    /// The summary entries and blocks of record `r`'s payload, the next
+    /// `r.npayload` of `items`.
+    fn record_payload<'a>(
+        &mut self,
+        r: &PlannedRecord,
+        items: &mut impl Iterator<Item = &'a Item>,
+        cno: u64,
+        super_root: Option<&[u8]>,
+    ) -> Result<(Vec<SummaryEntry>, Vec<Vec<u8>>)> {
+        let mut entries = Vec::with_capacity(r.npayload);
+        let mut payload: Vec<Vec<u8>> = Vec::with_capacity(r.npayload);
+        for _ in 0..r.npayload {
+            let item = *items.next().expect("plan and items agree");
+            let (e, data) = self.payload_of(item, cno, super_root)?;
+            entries.push(e);
+            payload.push(data);
+        }
+        Ok((entries, payload))
+    }
+
+    /// Number the next record (`self.seq`), and return its `seq_gap`: the
+    /// data-stream records written since the log's last record, if it is
+    /// the log's (a data-stream record counts itself and has none).
+    fn next_record_seq(&mut self, data_stream: bool) -> u32 {
+        self.seq += 1;
+        if data_stream {
+            self.data_records_since_log += 1;
+            0
+        } else {
+            std::mem::take(&mut self.data_records_since_log)
+        }
+    }
+
+    /// Write record `r` (header `h`, `payload`) where the plan puts it, and
+    /// count it; returns its first block.
+    fn write_record(
+        &mut self,
+        r: &PlannedRecord,
+        h: &RecordHeader,
+        payload: &[Vec<u8>],
+    ) -> Result<u64> {
+        for e in &h.entries {
+            *self.stats.blocks_by_class.entry(e.class()).or_default() += 1;
+        }
+        let refs: Vec<&[u8]> = payload.iter().map(|p| &p[..]).collect();
+        let buf = h.encode(&refs);
+        let block = self.geo.segment_start(r.seg) + r.off as u64;
+        self.dev.write_vec(self.geo.byte_offset(block), buf)?;
+        self.segs.last_seq[r.seg as usize] = self.seq;
+        self.stats.records_written += 1;
+        self.stats.blocks_written += h.nblocks as u64;
+        self.stats.payload_blocks_written += r.npayload as u64;
+        Ok(block)
     }
 
     fn payload_of(
