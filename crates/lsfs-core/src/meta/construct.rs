@@ -1281,18 +1281,7 @@ impl Store {
         if blocks.len() < DSYNC_STREAM_MIN_BLOCKS || !self.streams_can_run() {
             return Ok((all(), Vec::new()));
         }
-        let was_active = std::mem::replace(&mut self.streams.active, true);
-        let mut per: [Vec<u64>; 4] = Default::default();
-        for &(ino, offset, v) in blocks {
-            let o = Owner {
-                ino,
-                offset,
-                kind: BlockKind::Data,
-            };
-            let st = self.stream_of(v, &o);
-            per[st as usize].push(v);
-        }
-        self.streams.active = was_active;
+        let mut per = self.dsync_streams_of(blocks);
         let nrecords: usize = Stream::DATA
             .iter()
             .filter(|&&st| !per[st as usize].is_empty())
@@ -1307,48 +1296,80 @@ impl Store {
         if nrecords * item_bytes > MAX_INLINE_BYTES / 4 {
             return Ok((all(), Vec::new()));
         }
-        let cno = self.cur_cno;
         let mut refs = crate::codec::Writer::default();
         for st in Stream::DATA {
             let vs = std::mem::take(&mut per[st as usize]);
-            if vs.is_empty() {
-                continue;
+            if !vs.is_empty() {
+                self.dsync_stream_records(st, &vs, taken, now, &mut refs)?;
             }
-            let plan = self.plan_data(st, vs.len(), taken)?;
-            let places = self.place(&plan, vs.len());
-            for (&v, &pos) in vs.iter().zip(&places) {
-                let seg = self.geo.segment_of(pos).expect("planned inside the log");
-                let mut e = self.dat_get(v)?;
-                e.pblock = pos;
-                self.dat_set(v, e)?;
-                self.add_live(seg, now)?;
-                let o = self.cache.owner(vkey(v)).expect("dirty block has an owner");
-                self.note_stream_write(v, &o, st);
-            }
-            for r in &plan.records {
-                self.add_written(r.seg, r.nblocks() as u32, now)?;
-                let u = &mut self.segs.usage[r.seg as usize];
-                u.flags = (u.flags & !STREAM_MASK) | st.flags();
-                self.streams.blocks_written[st as usize] += r.npayload as u64;
-            }
-            let items: Vec<Item> = vs.iter().map(|&v| Item::Virtual(v)).collect();
-            let first_seq = self.seq + 1;
-            self.write_records(&plan, &items, cno, FLAG_DATA_STREAM | FLAG_DSYNC, None, &[])?;
-            for (i, r) in plan.records.iter().enumerate() {
-                crate::log::items::Item::StreamRecord {
-                    block: self.geo.segment_start(r.seg) + r.off as u64,
-                    seq: first_seq + i as u64,
-                    nblocks: r.nblocks() as u32,
-                }
-                .encode(&mut refs);
-            }
-            self.commit_data(st, &plan);
-            for &v in &vs {
-                self.cache.mark_clean(vkey(v));
-            }
-            self.stats.dsync_stream_blocks += vs.len() as u64;
         }
         Ok((per[Stream::Meta as usize].clone(), refs.finish()))
+    }
+
+    /// The fsync's data blocks (`blocks`: (ino, offset, vblock)) by the
+    /// stream a checkpoint with streams would write them to.
+    fn dsync_streams_of(&mut self, blocks: &[(u64, u64, u64)]) -> [Vec<u64>; 4] {
+        let was_active = std::mem::replace(&mut self.streams.active, true);
+        let mut per: [Vec<u64>; 4] = Default::default();
+        for &(ino, offset, v) in blocks {
+            let o = Owner {
+                ino,
+                offset,
+                kind: BlockKind::Data,
+            };
+            let st = self.stream_of(v, &o);
+            per[st as usize].push(v);
+        }
+        self.streams.active = was_active;
+        per
+    }
+
+    /// Write the fsync's blocks `vs` of data stream `st` as records of that
+    /// stream (placed, counted, clean), and encode into `refs` the
+    /// `StreamRecord` items that name those records.
+    fn dsync_stream_records(
+        &mut self,
+        st: Stream,
+        vs: &[u64],
+        taken: &mut HashSet<u64>,
+        now: u64,
+        refs: &mut crate::codec::Writer,
+    ) -> Result<()> {
+        let cno = self.cur_cno;
+        let plan = self.plan_data(st, vs.len(), taken)?;
+        let places = self.place(&plan, vs.len());
+        for (&v, &pos) in vs.iter().zip(&places) {
+            let seg = self.geo.segment_of(pos).expect("planned inside the log");
+            let mut e = self.dat_get(v)?;
+            e.pblock = pos;
+            self.dat_set(v, e)?;
+            self.add_live(seg, now)?;
+            let o = self.cache.owner(vkey(v)).expect("dirty block has an owner");
+            self.note_stream_write(v, &o, st);
+        }
+        for r in &plan.records {
+            self.add_written(r.seg, r.nblocks() as u32, now)?;
+            let u = &mut self.segs.usage[r.seg as usize];
+            u.flags = (u.flags & !STREAM_MASK) | st.flags();
+            self.streams.blocks_written[st as usize] += r.npayload as u64;
+        }
+        let items: Vec<Item> = vs.iter().map(|&v| Item::Virtual(v)).collect();
+        let first_seq = self.seq + 1;
+        self.write_records(&plan, &items, cno, FLAG_DATA_STREAM | FLAG_DSYNC, None, &[])?;
+        for (i, r) in plan.records.iter().enumerate() {
+            crate::log::items::Item::StreamRecord {
+                block: self.geo.segment_start(r.seg) + r.off as u64,
+                seq: first_seq + i as u64,
+                nblocks: r.nblocks() as u32,
+            }
+            .encode(refs);
+        }
+        self.commit_data(st, &plan);
+        for &v in vs {
+            self.cache.mark_clean(vkey(v));
+        }
+        self.stats.dsync_stream_blocks += vs.len() as u64;
+        Ok(())
     }
 
     /// Write the blocks the cleaner has moved to their data streams now,
