@@ -167,7 +167,7 @@ impl Lsfs {
             fs.replay(&opened.replay)?;
             fs.replayed_records = opened.replay.len();
         }
-        if fs.view.is_none() && !fs.store.config().read_only {
+        if fs.view.is_none() && !fs.store.opened_read_only() {
             // An older image gets the inline-items feature now: the mount's
             // checkpoint and both superblocks carry it before any fsync
             // record with items is written.
@@ -1282,7 +1282,7 @@ impl Vfs for Lsfs {
     fn sync(&mut self) -> VfsResult<()> {
         // Mounted read-only: nothing can be unwritten (a mount that turned
         // read-only after an error still says so).
-        if self.view.is_some() || self.store.config().read_only {
+        if self.view.is_some() || self.store.opened_read_only() {
             return Ok(());
         }
         self.checkpoint_for("sync").map(|_| ()).map_err(Errno::from)
@@ -1295,7 +1295,7 @@ impl Vfs for Lsfs {
 
     fn read_only(&self) -> bool {
         self.view.is_some()
-            || self.store.config().read_only
+            || self.store.opened_read_only()
             || self.store.failure().is_some()
             || self.read_errors.tripped()
     }
