@@ -123,6 +123,22 @@ impl Db {
     }
 }
 
+/// One small transaction as on a phone: a row of 3,000 bytes inserted and
+/// another row rewritten, a few pages changed. The `i`-th transaction
+/// rewrites row `i / 2 + 1`, which exists by then.
+pub fn small_transaction(db: &Db, i: u64) -> Result<(), String> {
+    db.exec(&format!(
+        "BEGIN; \
+         INSERT INTO t(v) VALUES(randomblob(3000)); \
+         UPDATE t SET v = randomblob(200) WHERE id = {}; \
+         COMMIT;",
+        i / 2 + 1
+    ))
+}
+
+/// The table [`small_transaction`] writes to.
+pub const SMALL_TRANSACTION_TABLE: &str = "CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);";
+
 impl Drop for Db {
     fn drop(&mut self) {
         // SAFETY: the handle from open, closed once (every statement is finalized).

@@ -13,7 +13,7 @@ use lsfs_core::device::MemDevice;
 use lsfs_core::fs::{Lsfs, MountConfig};
 use lsfs_core::meta::open::MkfsOptions;
 use lsfs_fuse::{spawn_mount, MountHandle, MountOptions, Op, RequestCounters};
-use lsfs_sqlite_tests::Db;
+use lsfs_sqlite_tests::{small_transaction, Db, SMALL_TRANSACTION_TABLE};
 use lsfs_vfs::{Vfs, ROOT_INO};
 
 fn fuse_available() -> bool {
@@ -87,16 +87,8 @@ fn creates(c: &RequestCounters) -> u64 {
     c.get(Op::Mknod) + c.get(Op::Create)
 }
 
-/// One small transaction as on a phone: a few pages changed.
 fn transaction(db: &Db, i: u64) {
-    db.exec(&format!(
-        "BEGIN; \
-         INSERT INTO t(v) VALUES(randomblob(3000)); \
-         UPDATE t SET v = randomblob(200) WHERE id = {}; \
-         COMMIT;",
-        i / 2 + 1
-    ))
-    .unwrap();
+    small_transaction(db, i).unwrap();
 }
 
 /// What `N` small transactions cost in one journal mode on lsfs.
@@ -112,8 +104,7 @@ fn run_mode(mode: &str, atomic_writes: bool, n: u64) -> Cost {
     let m = Mounted::new(engine(128 << 20), atomic_writes);
     let db = Db::open(&m.root.join("db")).unwrap();
     db.exec(mode).unwrap();
-    db.exec("CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);")
-        .unwrap();
+    db.exec(SMALL_TRANSACTION_TABLE).unwrap();
     let device = |m: &Mounted<Lsfs>| m.vfs.lock().unwrap().store.device_counters();
     let (d0, c0) = (device(&m), creates(&m.counters));
     let commits0 = m.vfs.lock().unwrap().atomic.stats.commits;

@@ -220,7 +220,9 @@ struct MountArgs {
     /// default: the kernel buffers writes and sends them in batches; fsync,
     /// close, snapshots and unmount send everything first, and write errors
     /// come back from fsync and close), `no_writeback_cache` (every
-    /// write() reaches lsfs before it returns); the flags below as
+    /// write() reaches lsfs before it returns), `no_atomic_writes` (F2FS's
+    /// atomic-write ioctls answer ENOTTY, as on a file system without
+    /// them; `atomic_writes`, the default, serves them); the flags below as
     /// `checkpoint=N`, `cache_size=SIZE`, `threads=N`, `spin_us=N`,
     /// `config=FILE` (a flag given too must agree); `discard=off|on|batched`
     /// (what freed space is given back to the device by itself; `discard`
@@ -669,6 +671,7 @@ fn mount(a: MountArgs) -> Result<(), String> {
         fsname: a.image.display().to_string(),
         read_only,
         writeback_cache,
+        atomic_writes: o.atomic_writes,
         threads: threads as usize,
         // Root's mounts always let others in (lsfs_fuse's default).
         allow_other: o.allow_other || lsfs_fuse::MountOptions::default().allow_other,

@@ -24,6 +24,10 @@ pub struct MountOpts {
     /// The kernel's writeback cache (`writeback_cache`, the default, or
     /// `no_writeback_cache`).
     pub writeback_cache: bool,
+    /// F2FS's atomic-write ioctls (`atomic_writes`, the default, or
+    /// `no_atomic_writes`, which answers them ENOTTY as a file system
+    /// without them: SQLite then keeps its rollback journal).
+    pub atomic_writes: bool,
     /// `checkpoint=N`: mount this checkpoint or snapshot read-only.
     pub checkpoint: Option<u64>,
     /// `cache_size=SIZE`: the block cache.
@@ -52,6 +56,7 @@ impl Default for MountOpts {
         MountOpts {
             read_only: false,
             writeback_cache: true,
+            atomic_writes: true,
             checkpoint: None,
             cache_size: None,
             threads: None,
@@ -66,7 +71,8 @@ impl Default for MountOpts {
     }
 }
 
-const KNOWN: &str = "ro, rw, writeback_cache, no_writeback_cache, checkpoint=N, \
+const KNOWN: &str = "ro, rw, writeback_cache, no_writeback_cache, atomic_writes, \
+    no_atomic_writes, checkpoint=N, \
     cache_size=SIZE, threads=N, spin_us=N, config=FILE, discard=off|on|batched, [no]discard, \
     allow_other, default_permissions, \
     [no]suid, [no]dev, [no]exec, [no]atime, [no]diratime, relatime, strictatime, sync, \
@@ -140,6 +146,8 @@ impl MountOpts {
                 ("rw", None) => o.read_only = false,
                 ("writeback_cache", None) => o.writeback_cache = true,
                 ("no_writeback_cache", None) => o.writeback_cache = false,
+                ("atomic_writes", None) => o.atomic_writes = true,
+                ("no_atomic_writes", None) => o.atomic_writes = false,
                 ("checkpoint", Some(v)) => o.checkpoint = Some(number(key, v, 1, u64::MAX)?),
                 ("cache_size", Some(v)) => {
                     o.cache_size = Some(
@@ -212,6 +220,9 @@ mod tests {
         let o: MountOpts = "no_writeback_cache,writeback_cache,ro,rw".parse().unwrap();
         assert!(o.writeback_cache && !o.read_only, "later options win");
         assert_eq!(o.to_string(), "no_writeback_cache,writeback_cache,ro,rw");
+        assert!(o.atomic_writes, "atomic writes are on by default");
+        let o: MountOpts = "no_atomic_writes".parse().unwrap();
+        assert!(!o.atomic_writes && o.writeback_cache);
         let e = "rw,nosuchthing".parse::<MountOpts>().unwrap_err();
         assert!(
             e.contains("'nosuchthing'") && e.contains("no_writeback_cache"),

@@ -459,6 +459,46 @@ pub fn write(s: &mut Store, ino: &mut Inode, off: u64, data: &[u8]) -> Result<()
     Ok(())
 }
 
+/// Recovery (fs/replay.rs): file block `b` is virtual block `v`, whose
+/// contents an fsync record holds at physical block `pblock`. Mapped as a
+/// write of the block would map it (replacing what was there, the file at
+/// least that long), but nothing is written: the record's copy is adopted
+/// (`Store::vplace_replayed`).
+pub fn adopt_block(s: &mut Store, ino: &mut Inode, b: u64, v: u64, pblock: u64) -> Result<()> {
+    let end = b
+        .checked_add(1)
+        .and_then(|n| n.checked_mul(BLOCK))
+        .filter(|&e| e <= MAX_FILE_BYTES)
+        .ok_or(Error::Errno(Errno::FBIG))?;
+    uninline(s, ino)?;
+    let extents = extents_over(s, ino, b, 1)?;
+    let old = mapped_in(&extents, b, 1)[0];
+    if old == Some(v) {
+        // Rewritten in place by a later fsync: its earlier copy dies.
+        s.vplace_replayed(v, pblock, 0)?;
+    } else {
+        // A record's block is mapped once, where it was written; a second
+        // place would be two files (or offsets) sharing it.
+        if s.dat_get(v)?.pblock != 0 {
+            return Err(Error::corrupt(format!(
+                "virtual block {v} of an fsync record is mapped at two places (inode {}, block {b})",
+                ino.ino
+            )));
+        }
+        let prev = match old {
+            Some(o) => s.dat_get(o)?.start,
+            None => 0,
+        };
+        let replaced = remap_run(s, ino, b, 1, v, &extents)?;
+        debug_assert!(replaced.len() <= 1);
+        ino.blocks += 1 - replaced.len() as u64;
+        s.vkill_many(&replaced)?;
+        s.vplace_replayed(v, pblock, prev)?;
+    }
+    ino.size = ino.size.max(end);
+    Ok(())
+}
+
 /// Drop every block at or after file block `from`.
 fn drop_blocks_from(s: &mut Store, ino: &mut Inode, from: u64) -> Result<()> {
     // The last extent, while it reaches past `from`.

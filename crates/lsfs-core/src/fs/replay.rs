@@ -7,7 +7,8 @@
 //! 1. its operations, in order, through the same checks and changes that
 //!    made them (`namespace.rs`), so the namespace is exactly the one after
 //!    that fsync;
-//! 2. its data blocks, written into their files;
+//! 2. its data blocks, adopted into their files where the record holds
+//!    them (below);
 //! 3. its inode images, which set the exact size, mode, owner and times
 //!    (and whose link counts and directory sizes must agree with step 1).
 //!
@@ -15,6 +16,26 @@
 //! and are left out. Replay only changes memory: the mount then writes a
 //! checkpoint, so a crash during recovery leaves the same records to
 //! replay again.
+//!
+//! Data blocks are adopted, not written again. The live mount wrote each
+//! fsync'd block once, into its record, and pointed the block's DAT entry
+//! there; the records stay where they are until a checkpoint no longer
+//! needs them. Recovery does the same: each block keeps the virtual block
+//! number its record's summary gives (claimed before anything else is
+//! allocated, `Store::vclaim_replayed`), its DAT entry points into the
+//! record, and its segment counts it live (`Store::vplace_replayed`), as the
+//! live mount's fsync had done. Recovery used to write every block into its
+//! file anew, and the checkpoint that ends it then needed as much space
+//! again as the records held: an image filled by a long run of fsyncs with
+//! no checkpoint between them no longer mounted (ENOSPC). Now what recovery
+//! writes is its checkpoint's metadata (DAT, maps, IFILE, SUFILE): what the
+//! live mount's own next checkpoint would have written, which its free-space
+//! accounting keeps room for (dirty blocks count twice in
+//! `Store::free_blocks`, and the reserve segments hold a checkpoint that
+//! spills over). The alternative, bounding the space a recovery would need
+//! and checkpointing before free space minus it ran out, would have cost
+//! the live mount checkpoints (a whole copy of the data fsync'd since the
+//! last one), and its bound would have had to track every block.
 
 use super::inode::{Format, Inode};
 use super::{dir, file, Lsfs};
@@ -25,6 +46,7 @@ use crate::log::items::{self, Item};
 use crate::log::record::BlockKind;
 use crate::meta::ifile::INODE_BYTES;
 use lsfs_vfs::{Errno, FileKind};
+use std::collections::{BTreeSet, HashSet};
 
 /// The records of each complete fsync, in order: each group ends with a
 /// record that carries items or an inode-image block.
@@ -48,13 +70,29 @@ fn fsync_groups(records: &[FoundRecord]) -> Vec<&[FoundRecord]> {
 impl Lsfs {
     /// Roll forward `records` (the DSYNC records after the checkpoint opened).
     pub(super) fn replay(&mut self, records: &[FoundRecord]) -> Result<()> {
-        for group in fsync_groups(records) {
-            self.replay_fsync(group)?;
+        let groups = fsync_groups(records);
+        let claimed: BTreeSet<u64> = groups
+            .iter()
+            .flat_map(|g| g.iter())
+            .flat_map(|r| r.header.entries.iter())
+            .filter(|e| e.kind == BlockKind::Data)
+            .map(|e| e.vblock)
+            .collect();
+        self.store.vclaim_replayed(&claimed)?;
+        let mut adopted = HashSet::new();
+        for group in groups {
+            self.replay_fsync(group, &mut adopted)?;
         }
-        Ok(())
+        // Blocks of files that a later operation deleted before their data
+        // came (an inode deleted since): handed back, nothing points at them.
+        let unused: Vec<u64> = claimed
+            .into_iter()
+            .filter(|v| !adopted.contains(v))
+            .collect();
+        self.store.vkill_many(&unused)
     }
 
-    fn replay_fsync(&mut self, recs: &[FoundRecord]) -> Result<()> {
+    fn replay_fsync(&mut self, recs: &[FoundRecord], adopted: &mut HashSet<u64>) -> Result<()> {
         let last = recs.last().expect("a group has records");
         let what = format!(
             "fsync record at block {} (sequence {})",
@@ -74,7 +112,7 @@ impl Lsfs {
                 let at = || format!("{what}: block {block}");
                 match ent.kind {
                     BlockKind::Data => self
-                        .replay_block(ent.ino, ent.offset, block)
+                        .replay_block(ent.ino, ent.offset, ent.vblock, block, adopted)
                         .map_err(|err| replay_error(err, &at()))?,
                     BlockKind::InodeLog => {
                         let mut b = self.store.read_log_block(block)?;
@@ -201,9 +239,17 @@ impl Lsfs {
         Ok(())
     }
 
-    /// Write data block `offset` of file `ino` from device block `block`.
-    fn replay_block(&mut self, ino: u64, offset: u64, block: u64) -> Result<()> {
-        let b = self.store.read_log_block(block)?;
+    /// Make data block `offset` of file `ino` virtual block `v`, held at
+    /// device block `block` of a record (noted in `adopted`), unless the
+    /// file is gone.
+    fn replay_block(
+        &mut self,
+        ino: u64,
+        offset: u64,
+        v: u64,
+        block: u64,
+        adopted: &mut HashSet<u64>,
+    ) -> Result<()> {
         let Some(mut node) = self.existing(ino)? else {
             return Ok(());
         };
@@ -213,11 +259,9 @@ impl Lsfs {
                 node.kind()
             )));
         }
-        let off = offset
-            .checked_mul(file::BLOCK)
-            .ok_or_else(|| Error::corrupt(format!("data block offset {offset} overflows")))?;
         // The inode image that follows sets the real size.
-        file::write(&mut self.store, &mut node, off, &b)?;
+        file::adopt_block(&mut self.store, &mut node, offset, v, block)?;
+        adopted.insert(v);
         self.put(node);
         Ok(())
     }

@@ -156,6 +156,19 @@ impl DatReuse {
         Some(v)
     }
 
+    /// Recovery hands out `v` itself (`Store::vclaim_replayed`): it is
+    /// never to be taken from `ready`, and it is fresh until the next
+    /// checkpoint; `below_floor` says whether only this set can tell.
+    pub(crate) fn claim(&mut self, v: u64, below_floor: bool) {
+        let (idx, slot) = (v / DAT_PER_BLOCK, v % DAT_PER_BLOCK);
+        if let Some(&slots) = self.ready.get(&idx) {
+            self.set_ready(idx, slots & !(1 << slot));
+        }
+        if below_floor {
+            self.fresh.insert(v);
+        }
+    }
+
     /// A checkpoint is durable: what it freed may be reused, and what was
     /// handed out is no longer fresh.
     pub(crate) fn checkpoint_done(&mut self) {
@@ -248,6 +261,19 @@ mod tests {
         assert!(r.touch(4), "a new checkpoint, a first change again");
         assert_eq!(r.take(false), Some(4 * DAT_PER_BLOCK));
         assert_eq!(r.take(false), None);
+    }
+
+    #[test]
+    fn claimed_slots_are_not_handed_out() {
+        let mut r = DatReuse::default();
+        let b = DAT_PER_BLOCK;
+        r.note_durable_block(2, 0b111);
+        r.claim(2 * b + 1, true);
+        r.claim(9 * b, false);
+        assert!(r.fresh.contains(&(2 * b + 1)));
+        assert!(!r.fresh.contains(&(9 * b)), "above the floor: fresh anyway");
+        let got: Vec<u64> = std::iter::from_fn(|| r.take(false)).collect();
+        assert_eq!(got, vec![2 * b, 2 * b + 2]);
     }
 
     #[test]

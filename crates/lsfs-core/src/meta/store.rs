@@ -30,6 +30,7 @@ use crate::meta::cpfile::CpTable;
 use crate::meta::dat_entry::{DatEntry, DAT_PER_BLOCK};
 use crate::meta::ifile::{self, INODE_BYTES};
 use crate::meta::sufile::SegTable;
+use std::collections::BTreeSet;
 
 /// Temporary addresses of not-yet-placed DAT blocks start here; they never
 /// reach the disk.
@@ -1114,6 +1115,102 @@ impl Store {
         }
         self.cache.put_dirty(vkey(v), data, owner);
         Ok(())
+    }
+
+    /// Recovery (fs/replay.rs): hand out exactly the virtual blocks `vs`,
+    /// those that the fsync records to roll forward name for their data,
+    /// before anything else is allocated, so that the blocks can be adopted
+    /// where the records hold them ([`Store::vplace_replayed`]) under the
+    /// numbers their summaries give (which the cleaner, reclaim and fsck go
+    /// by). The crashed run handed each one out once since the checkpoint
+    /// being recovered: from the end of the DAT, or a slot free in that
+    /// checkpoint (freed slots wait for the next one, `dat_reuse.rs`). So
+    /// each must be free now; one that is not is a damaged record.
+    pub(crate) fn vclaim_replayed(&mut self, vs: &BTreeSet<u64>) -> Result<()> {
+        let Some(&last) = vs.last() else {
+            return Ok(());
+        };
+        if vs.first() == Some(&0) || last >= crate::layout::VBLOCK_LIMIT {
+            return Err(Error::corrupt(format!(
+                "an fsync record names virtual blocks {:#x} to {last:#x}, out of range",
+                vs.first().unwrap()
+            )));
+        }
+        debug_assert_eq!(
+            self.next_vblock, self.fresh_floor,
+            "claimed before any allocation"
+        );
+        // Numbers between the DAT's end and the last claimed one that the
+        // crashed run gave to blocks no record holds stay unused (zero
+        // entries below the end, as kills leave them).
+        self.next_vblock = self.next_vblock.max(last + 1);
+        let fresh = DatEntry::fresh(self.cur_cno);
+        let all: Vec<u64> = vs.iter().copied().collect();
+        for run in all.chunk_by(|a, b| a / DAT_PER_BLOCK == b / DAT_PER_BLOCK) {
+            let idx = run[0] / DAT_PER_BLOCK;
+            let block = self.dat_block(idx)?;
+            for &v in run {
+                let slot = (v % DAT_PER_BLOCK) as usize;
+                if !DatEntry::slot_is_free(&block, slot) {
+                    return Err(Error::corrupt(format!(
+                        "an fsync record names virtual block {v}, which the checkpoint uses: {:?}",
+                        DatEntry::read(&block, slot)?
+                    )));
+                }
+                self.dat_reuse.claim(v, v < self.fresh_floor);
+                self.cache.remove(vkey(v));
+            }
+            // One change for the whole run: a first change of the block
+            // notes its other free slots as reusable, never these.
+            let changes: Vec<(usize, DatEntry)> = run
+                .iter()
+                .map(|v| ((v % DAT_PER_BLOCK) as usize, fresh))
+                .collect();
+            self.with_dat_cause("allocate", |s| s.dat_update(idx, &changes))?;
+        }
+        self.blocks_used += all.len() as u64;
+        Ok(())
+    }
+
+    /// Recovery: fresh block `v` ([`Store::vclaim_replayed`]) holds what
+    /// physical block `pblock` of an fsync record holds, and lives there:
+    /// the record's copy is adopted, not written again, so recovery needs
+    /// no more space than the live mount did (docs/CRASH.md, promise 1). A
+    /// copy placed before (an earlier record, or a cached rewrite not
+    /// written yet) is superseded. `prev_start`: as in
+    /// [`Store::valloc_overwrite_run`].
+    pub(crate) fn vplace_replayed(&mut self, v: u64, pblock: u64, prev_start: u64) -> Result<()> {
+        let seg = self.geo.segment_of(pblock).ok_or_else(|| {
+            Error::corrupt(format!(
+                "an fsync record's block {pblock} is outside the log"
+            ))
+        })?;
+        let e = self.dat_get(v)?;
+        if !self.is_fresh(v) || !e.is_current() {
+            return Err(Error::corrupt(format!(
+                "fsync record block {pblock} names virtual block {v}, which is not the record's: {e:?}"
+            )));
+        }
+        let now = self.now();
+        if e.pblock != 0 {
+            let old = self.geo.segment_of(e.pblock).expect("checked on read");
+            self.kill_live(old, false, now)?;
+        }
+        self.cache.remove(vkey(v));
+        let prev_start = if prev_start != 0 {
+            prev_start
+        } else {
+            e.prev_start
+        };
+        self.dat_set(
+            v,
+            DatEntry {
+                pblock,
+                prev_start,
+                ..e
+            },
+        )?;
+        self.add_live(seg, now)
     }
 
     /// A new fresh block holding `data`: allocation plus write, counted as used.
