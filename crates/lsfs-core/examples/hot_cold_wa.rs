@@ -109,7 +109,7 @@ fn main() {
     }
     fs.checkpoint().expect("checkpoint");
     // Counters are per mount: each mount's are added up at its end.
-    let mut base_written = fs.store.stats.payload_blocks_written;
+    let mut base_written = fs.store.stats().payload_blocks_written;
     let mut base_copied = fs.cleaner.stats.blocks_copied;
     let (mut acc_written, mut acc_copied, mut acc_data, mut remounts) = (0, 0, 0, 0u64);
     let (mut acc_read, mut acc_plugged, mut acc_prepared) = (0, 0, 0);
@@ -118,7 +118,7 @@ fn main() {
     let mut base_read = read_blocks(&fs);
     let data_blocks = |fs: &Lsfs| {
         fs.store
-            .stats
+            .stats()
             .blocks_by_class
             .get(lsfs_core::log::record::FILE_DATA)
             .copied()
@@ -138,7 +138,7 @@ fn main() {
         };
         fs.write(inos[f], 0, &vec![(i % 251) as u8; 4096 * file_blocks])
             .unwrap_or_else(|e| {
-                let u = &fs.store.segs.usage;
+                let u = &fs.store.segs().usage;
                 let live: u64 = u.iter().map(|x| x.nlive as u64).sum();
                 let mut c: Vec<(u32, u32)> = fs
                     .store
@@ -149,9 +149,9 @@ fn main() {
                 c.sort();
                 panic!(
                     "write {i} of {writes}: {e:?} (store failed: {:?}): live {live} of {} blocks, free segments {}, free blocks {}, cleanable (live, blocks) {:?}, stats {:?}",
-                    fs.store.failed,
-                    fs.store.geo.total_segment_blocks(),
-                    fs.store.segs.free_count(),
+                    fs.store.failure(),
+                    fs.store.geo().total_segment_blocks(),
+                    fs.store.segs().free_count(),
                     fs.store.free_blocks(),
                     &c[..c.len().min(12)],
                     fs.cleaner.stats
@@ -159,7 +159,7 @@ fn main() {
             });
         if remount_every > 0 && (i + 1) % remount_every == 0 {
             fs.unmount().expect("unmount");
-            acc_written += fs.store.stats.payload_blocks_written - base_written;
+            acc_written += fs.store.stats().payload_blocks_written - base_written;
             acc_copied += fs.cleaner.stats.blocks_copied - base_copied;
             acc_data += data_blocks(&fs) - base_data;
             acc_read += read_blocks(&fs) - base_read;
@@ -168,7 +168,7 @@ fn main() {
             let img = fs.store.dev_bytes_for_test();
             fs = Lsfs::open(Box::new(MemDevice::from_bytes(img)), config.clone()).expect("mount");
             fs.clock().set_secs(t0 + 1 + (i / per_sec) as u64);
-            base_written = fs.store.stats.payload_blocks_written;
+            base_written = fs.store.stats().payload_blocks_written;
             base_copied = fs.cleaner.stats.blocks_copied;
             base_data = data_blocks(&fs);
             base_read = read_blocks(&fs);
@@ -180,7 +180,7 @@ fn main() {
         }
     }
     fs.checkpoint().expect("checkpoint");
-    let written = acc_written + fs.store.stats.payload_blocks_written - base_written;
+    let written = acc_written + fs.store.stats().payload_blocks_written - base_written;
     let copied = acc_copied + fs.cleaner.stats.blocks_copied - base_copied;
     let user = written - copied;
     let data_written = acc_data + data_blocks(&fs) - base_data;
@@ -191,7 +191,7 @@ fn main() {
     let app_blocks = (writes * file_blocks).max(1);
     // Per stream at the end: segments, blocks written, live blocks.
     let mut streams_at_end = std::collections::BTreeMap::new();
-    for u in fs.store.segs.usage.iter().filter(|u| u.nblocks > 0) {
+    for u in fs.store.segs().usage.iter().filter(|u| u.nblocks > 0) {
         let e = streams_at_end
             .entry(lsfs_core::meta::stream::Stream::from_flags(u.flags).name())
             .or_insert([0u64; 3]);
@@ -225,17 +225,17 @@ fn main() {
             "file_blocks": file_blocks,
             "data_write_amplification": data_written as f64 / app_blocks as f64,
             "log_blocks_per_app_block": written as f64 / app_blocks as f64,
-            "stream_blocks": fs.store.streams.blocks_written,
+            "stream_blocks": fs.store.streams().blocks_written,
             "segments_used": used,
             "by_stream": fs.cleaner.stats.by_stream,
-            "by_class": fs.store.stats.blocks_by_class,
-            "dat_blocks_dirtied": fs.store.stats.dat_blocks_dirtied,
-            "next_vblock": fs.store.next_vblock,
+            "by_class": fs.store.stats().blocks_by_class,
+            "dat_blocks_dirtied": fs.store.stats().dat_blocks_dirtied,
+            "next_vblock": fs.store.roots().next_vblock,
             "dat_blocks": fs.store.dat_blocks_in_use().expect("DAT walk"),
-            "dat_entries_reused": fs.store.stats.dat_entries_reused,
+            "dat_entries_reused": fs.store.stats().dat_entries_reused,
             "streams_at_end": streams_at_end,
-            "checkpoints": fs.store.stats.checkpoints_written,
-            "live_share": fs.store.segs.usage.iter().map(|u| u.nlive as u64).sum::<u64>() as f64 / fs.store.geo.total_segment_blocks() as f64,
+            "checkpoints": fs.store.stats().checkpoints_written,
+            "live_share": fs.store.segs().usage.iter().map(|u| u.nlive as u64).sum::<u64>() as f64 / fs.store.geo().total_segment_blocks() as f64,
         })
     );
 }

@@ -62,7 +62,13 @@ fn main() {
     let t = Instant::now();
     fs.reconcile_all().expect("reconcile");
     let reconcile_ms = ms(t);
-    let held: u64 = fs.store.segs.usage.iter().map(|u| u.nsnapshot as u64).sum();
+    let held: u64 = fs
+        .store
+        .segs()
+        .usage
+        .iter()
+        .map(|u| u.nsnapshot as u64)
+        .sum();
     fs.unmount().expect("unmount");
     drop(fs);
     std::fs::remove_file(&path).ok();

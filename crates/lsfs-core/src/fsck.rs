@@ -22,7 +22,6 @@ use crate::error::Result;
 use crate::fs::inode::{Format, Inode, AREA_BYTES};
 use crate::fs::{dir, map, Lsfs, MountConfig};
 use crate::layout::{Geometry, BLOCK_BYTES, FIRST_USER_INO, ORPHAN_INO, ROOT_INO};
-use crate::log::chain::segment_records;
 use crate::log::record::BlockKind;
 use crate::log::superblock::Superblock;
 use crate::meta::dat_entry::{DatEntry, CNO_MAX, DAT_PER_BLOCK};
@@ -208,27 +207,30 @@ impl Checker {
     /// Everything but the superblocks, on an open store whose inodes are
     /// all in its IFILE. Older checkpoints are walked if `checkpoints`.
     fn check_store(&mut self, s: &mut Store, checkpoints: bool) {
-        self.stats.cno = s.cur_cno - 1;
+        self.stats.cno = s.roots().cur_cno - 1;
         self.check_cpfile(s);
         let dat = self.check_dat(s);
-        let ifile_root = s.ifile_root;
+        let ifile_root = s.roots().ifile_root;
         let live = self.walk_ifile(s, ifile_root, "current file system");
         let mut reached = live.reached.clone();
-        for (name, root) in [("CPFILE", s.cpfile_root), ("SUFILE", s.sufile_root)] {
+        for (name, root) in [
+            ("CPFILE", s.roots().cpfile_root),
+            ("SUFILE", s.roots().sufile_root),
+        ] {
             let blocks = self.walk_mfile(s, root, name, &mut reached);
             // Blocks never written hold only free segments, so some may be absent.
             if let Some((idx, _)) = blocks
                 .iter()
-                .find(|(idx, _)| name == "SUFILE" && *idx >= s.segs.nblocks_sufile())
+                .find(|(idx, _)| name == "SUFILE" && *idx >= s.segs().nblocks_sufile())
             {
                 self.err(format!(
                     "SUFILE block {idx} is beyond the {} blocks {} segments need",
-                    s.segs.nblocks_sufile(),
-                    s.geo.nsegments
+                    s.segs().nblocks_sufile(),
+                    s.geo().nsegments
                 ));
             }
         }
-        let ssa_root = s.ssa_root;
+        let ssa_root = s.roots().ssa_root;
         let blocks = self.walk_mfile(s, ssa_root, "SSA", &mut reached);
         self.check_ssa_blocks(s, &blocks);
         self.check_reachability(&dat, &reached);
@@ -283,8 +285,8 @@ impl Checker {
     }
 
     fn check_cpfile(&mut self, s: &mut Store) {
-        let cno = s.cur_cno - 1;
-        let entries: Vec<_> = s.cps.entries.values().copied().collect();
+        let cno = s.roots().cur_cno - 1;
+        let entries: Vec<_> = s.cps().entries.values().copied().collect();
         self.stats.checkpoints = entries.len();
         self.stats.snapshots = entries.iter().filter(|e| e.is_snapshot()).count();
         match entries.last() {
@@ -295,10 +297,10 @@ impl Checker {
             )),
             None => self.err("CPFILE has no checkpoints"),
         }
-        if s.sb.cp_cno > cno {
+        if s.superblock().cp_cno > cno {
             self.err(format!(
                 "superblock names checkpoint {} but the log ends at checkpoint {cno}",
-                s.sb.cp_cno
+                s.superblock().cp_cno
             ));
         }
         let snaps: Vec<u64> = entries
@@ -306,10 +308,10 @@ impl Checker {
             .filter(|e| e.is_snapshot())
             .map(|e| e.cno)
             .collect();
-        if snaps != s.snapshots {
+        if snaps != s.snapshot_cnos() {
             self.err(format!(
                 "snapshot list in memory {:?} differs from the CPFILE flags {snaps:?}",
-                s.snapshots
+                s.snapshot_cnos()
             ));
         }
         let mut prev: Option<crate::meta::cpfile::CpEntry> = None;
@@ -317,10 +319,12 @@ impl Checker {
             if e.cno == 0 || e.cno > cno {
                 self.err(format!("CPFILE: checkpoint {} is outside 1..={cno}", e.cno));
             }
-            if e.next_ino > s.next_ino {
+            if e.next_ino > s.roots().next_ino {
                 self.err(format!(
                     "CPFILE: checkpoint {} has next inode {} beyond the current {}",
-                    e.cno, e.next_ino, s.next_ino
+                    e.cno,
+                    e.next_ino,
+                    s.roots().next_ino
                 ));
             }
             if let Some(p) = prev {
@@ -348,7 +352,7 @@ impl Checker {
         }
         let mut owner_of: HashMap<u64, String> = HashMap::new();
         self.claim_dat_metadata(s, &mut owner_of, &mut dat, &nodes);
-        let max_idx = s.next_vblock / DAT_PER_BLOCK;
+        let max_idx = s.roots().next_vblock / DAT_PER_BLOCK;
         for &(idx, addr) in &blocks {
             self.claim_phys(
                 s,
@@ -361,7 +365,7 @@ impl Checker {
             if idx > max_idx {
                 self.err(format!(
                     "DAT block {idx} is beyond the last virtual block {}",
-                    s.next_vblock
+                    s.roots().next_vblock
                 ));
             }
             self.check_dat_block(s, &mut owner_of, &mut dat, idx, addr);
@@ -380,7 +384,7 @@ impl Checker {
         nodes: &mut Vec<NodePtr>,
     ) -> bool {
         let tree = s.tree();
-        let root = s.dat_root;
+        let root = s.roots().dat_root;
         if let Err(e) = tree.check(&mut dat_nodes_ro(s), root) {
             self.err(format!("DAT tree: {e}"));
             return false;
@@ -415,14 +419,14 @@ impl Checker {
         // The DAT journal the checkpoint names (applied to the DAT's blocks
         // in memory when the image was opened, so the entries below are
         // the journaled ones).
-        let journal = s.dat_journal.written.clone();
+        let journal = s.dat_journal().written.clone();
         for (i, &a) in journal.iter().enumerate() {
             self.claim_phys(s, owner_of, dat, a, true, format!("DAT journal block {i}"));
         }
         // A DAT block the roll-forward copied on write keeps its base live
         // until the next checkpoint writes it or journals the change.
         let bases: Vec<(u64, u64)> = s
-            .dat_journal
+            .dat_journal()
             .tracked
             .iter()
             .filter(|(_, t)| !t.at_base)
@@ -500,10 +504,11 @@ impl Checker {
             dat.entries.values().filter(|e| e.end == CNO_MAX).count() as u64;
         self.stats.dead_blocks = self.stats.dat_entries - self.stats.current_blocks;
         self.stats.dat_tree_blocks = dat.tree_phys.len() as u64;
-        if self.stats.current_blocks != s.blocks_used {
+        if self.stats.current_blocks != s.roots().blocks_used {
             self.err(format!(
                 "super root counts {} blocks in use, the DAT has {} current entries",
-                s.blocks_used, self.stats.current_blocks
+                s.roots().blocks_used,
+                self.stats.current_blocks
             ));
         }
     }
@@ -522,7 +527,7 @@ impl Checker {
         if is_temp(addr) {
             return; // not placed yet: lives in memory only
         }
-        if let Err(e) = check_phys(&s.geo, addr, &what) {
+        if let Err(e) = check_phys(&s.geo(), addr, &what) {
             self.err(e.to_string());
             return;
         }
@@ -539,12 +544,12 @@ impl Checker {
     }
 
     fn check_dat_entry(&mut self, s: &Store, v: u64, e: &DatEntry) {
-        let cur = s.cur_cno;
+        let cur = s.roots().cur_cno;
         let fresh = s.is_fresh(v);
-        if v >= s.next_vblock {
+        if v >= s.roots().next_vblock {
             self.err(format!(
                 "DAT entry of virtual block {v} is beyond the next virtual block {}",
-                s.next_vblock
+                s.roots().next_vblock
             ));
         }
         if e.start == 0 || e.start > e.end {
@@ -584,10 +589,10 @@ impl Checker {
     /// of its segment, and the segment's records tile exactly what the SUFILE
     /// says was written.
     fn check_summaries(&mut self, s: &mut Store, dat: &Dat) {
-        let geo = s.geo;
+        let geo = s.geo();
         let mut wanted = placed_by_segment(&geo, dat);
         for seg in 0..geo.nsegments {
-            let nblocks = s.segs.usage[seg as usize].nblocks as u64;
+            let nblocks = s.segs().usage[seg as usize].nblocks as u64;
             let want = wanted.remove(&seg).unwrap_or_default();
             if nblocks == 0 && want.is_empty() {
                 continue;
@@ -607,7 +612,7 @@ impl Checker {
     /// Segment `seg`'s summary entries by physical block, and how many of
     /// its blocks its records cover; `None` if its records cannot be read.
     fn segment_summary(&mut self, s: &mut Store, seg: u64, nblocks: u64) -> Option<(Summary, u64)> {
-        let geo = s.geo;
+        let geo = s.geo();
         let start = geo.segment_start(seg);
         let mut summary = Summary::new();
         let mut covered = 0u64;
@@ -623,7 +628,7 @@ impl Checker {
             }
             covered = geo.segment_blocks as u64;
         } else {
-            let recs = match segment_records(&mut *s.dev, &geo, s.sb.fs_id, seg) {
+            let recs = match s.segment_records(seg) {
                 Ok(r) => r,
                 Err(e) => {
                     self.err(format!("segment {seg}: reading its records: {e}"));
@@ -687,7 +692,7 @@ impl Checker {
     /// Every SSA block holds entries of plugged segments only, and only
     /// plugged segments are full (their SSA may still be all holes).
     fn check_ssa_blocks(&mut self, s: &Store, blocks: &[(u64, u64)]) {
-        let per_seg = s.geo.segment_blocks as u64;
+        let per_seg = s.geo().segment_blocks as u64;
         for &(idx, _) in blocks {
             // Saturating: a damaged map may hold any key.
             let first = idx.saturating_mul(crate::meta::ssa::SSA_PER_BLOCK) / per_seg;
@@ -696,23 +701,24 @@ impl Checker {
                 .saturating_mul(crate::meta::ssa::SSA_PER_BLOCK)
                 .saturating_sub(1)
                 / per_seg;
-            if first >= s.geo.nsegments {
+            if first >= s.geo().nsegments {
                 self.err(format!(
                     "SSA block {idx} is beyond the entries of the {} segments",
-                    s.geo.nsegments
+                    s.geo().nsegments
                 ));
-            } else if !(first..=last.min(s.geo.nsegments - 1)).any(|g| s.segment_is_plugged(g)) {
+            } else if !(first..=last.min(s.geo().nsegments - 1)).any(|g| s.segment_is_plugged(g)) {
                 self.err(format!(
                     "SSA block {idx} holds entries of segment {first}, which is not plugged"
                 ));
             }
         }
-        for g in 0..s.geo.nsegments {
-            let u = &s.segs.usage[g as usize];
-            if s.segment_is_plugged(g) && u.nblocks != s.geo.segment_blocks {
+        for g in 0..s.geo().nsegments {
+            let u = &s.segs().usage[g as usize];
+            if s.segment_is_plugged(g) && u.nblocks != s.geo().segment_blocks {
                 self.err(format!(
                     "segment {g} is flagged plugged but only {} of its {} blocks are written",
-                    u.nblocks, s.geo.segment_blocks
+                    u.nblocks,
+                    s.geo().segment_blocks
                 ));
             }
         }
@@ -896,10 +902,10 @@ impl Checker {
             }
             let vstart = u64::from_le_bytes(val[..8].try_into().unwrap());
             let len = u32::from_le_bytes(val[8..].try_into().unwrap()) as u64;
-            if len == 0 || vstart == 0 || vstart.saturating_add(len) > s.next_vblock {
+            if len == 0 || vstart == 0 || vstart.saturating_add(len) > s.roots().next_vblock {
                 self.err(format!(
                     "{label}: inode {ino}: extent at file block {k} maps {len} blocks from virtual block {vstart}, outside 1..{}",
-                    s.next_vblock
+                    s.roots().next_vblock
                 ));
                 continue;
             }
@@ -972,18 +978,20 @@ impl Checker {
     /// Inode count and numbers, per-kind statistics, sizes.
     fn check_inodes(&mut self, s: &Store, inodes: &BTreeMap<u64, Inode>) {
         self.stats.inodes = inodes.len() as u64;
-        if inodes.len() as u64 != s.inodes_used {
+        if inodes.len() as u64 != s.roots().inodes_used {
             self.err(format!(
                 "super root counts {} inodes, the IFILE holds {}",
-                s.inodes_used,
+                s.roots().inodes_used,
                 inodes.len()
             ));
         }
         for (&ino, i) in inodes {
-            if (ino != ROOT_INO && ino != ORPHAN_INO && ino < FIRST_USER_INO) || ino >= s.next_ino {
+            if (ino != ROOT_INO && ino != ORPHAN_INO && ino < FIRST_USER_INO)
+                || ino >= s.roots().next_ino
+            {
                 self.err(format!(
                     "inode {ino} is allocated but is reserved or not below the next inode {}",
-                    s.next_ino
+                    s.roots().next_ino
                 ));
             }
             match i.kind() {
@@ -1228,7 +1236,7 @@ impl Checker {
     /// Every snapshot, and the newest plain checkpoints: their IFILE and all
     /// it reaches must be visible at their number.
     fn check_checkpoints(&mut self, s: &mut Store, dat: &Dat) {
-        let entries: Vec<_> = s.cps.entries.values().copied().collect();
+        let entries: Vec<_> = s.cps().entries.values().copied().collect();
         let plain: Vec<u64> = entries
             .iter()
             .filter(|e| !e.is_snapshot())
@@ -1284,7 +1292,7 @@ impl Checker {
     // ---- segment accounting ----
 
     fn check_accounting(&mut self, s: &Store, dat: &Dat) {
-        let geo: Geometry = s.geo;
+        let geo: Geometry = s.geo();
         let n = geo.nsegments as usize;
         let mut live = vec![0u64; n];
         let mut snap = vec![0u64; n];
@@ -1307,7 +1315,7 @@ impl Checker {
             }
         }
         for seg in 0..n {
-            let u = s.segs.usage[seg];
+            let u = s.segs().usage[seg];
             if u.nblocks > 0 {
                 self.stats.segments_used += 1;
             }

@@ -150,12 +150,12 @@ fn open_store(dev: Box<dyn BlockDevice>) -> Result<Store> {
 /// fsync records written after it).
 pub fn segments(dev: Box<dyn BlockDevice>) -> Result<Vec<SegmentInfo>> {
     let s = open_store(dev)?;
-    Ok((0..s.geo.nsegments)
+    Ok((0..s.geo().nsegments)
         .map(|seg| {
-            let u: SegUsage = s.segs.usage[seg as usize];
+            let u: SegUsage = s.segs().usage[seg as usize];
             let state = if u.flags & SU_ERROR != 0 {
                 "error"
-            } else if seg == s.cur_seg || seg == s.next_seg {
+            } else if s.is_log_head_segment(seg) {
                 "active"
             } else if u.nblocks == 0 {
                 "free"
@@ -167,7 +167,7 @@ pub fn segments(dev: Box<dyn BlockDevice>) -> Result<Vec<SegmentInfo>> {
             };
             SegmentInfo {
                 segno: seg,
-                first_block: s.geo.segment_start(seg),
+                first_block: s.geo().segment_start(seg),
                 nblocks: u.nblocks,
                 nlive: u.nlive,
                 nsnapshot: u.nsnapshot,
@@ -192,7 +192,7 @@ pub struct CheckpointInfo {
 
 pub fn checkpoints(dev: Box<dyn BlockDevice>) -> Result<Vec<CheckpointInfo>> {
     let s = open_store(dev)?;
-    Ok(s.cps
+    Ok(s.cps()
         .entries
         .values()
         .map(|e| CheckpointInfo {

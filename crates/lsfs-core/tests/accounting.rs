@@ -46,7 +46,7 @@ fn reopen(fs: &mut Lsfs, clean_unmount: bool) -> Lsfs {
     // flush (every write so far reached it; nothing after the last
     // checkpoint or fsync record counts).
     let bytes = image(fs);
-    let protect = fs.store.config.protection_secs > 0;
+    let protect = fs.store.config().protection_secs > 0;
     Lsfs::open(Box::new(MemDevice::from_bytes(bytes)), config(protect)).unwrap()
 }
 
@@ -214,18 +214,18 @@ fn segments_held_by_a_dropped_snapshot_become_reclaimable() {
     for _ in 0..8 {
         fs.clean(8, "test").unwrap();
     }
-    let held: u32 = fs.store.segs.usage.iter().map(|u| u.nsnapshot).sum();
+    let held: u32 = fs.store.segs().usage.iter().map(|u| u.nsnapshot).sum();
     assert!(held >= 1000, "the snapshot holds only {held} blocks");
-    let free_before = fs.store.segs.free_count();
+    let free_before = fs.store.segs().free_count();
     // Drop the snapshot: O(1) now, exact once reconciled.
     fs.snapshot_set(snap, false).unwrap();
     let _ = fs.checkpoint_delete(snap); // unless the protection period took it already
                                         // Checkpoints younger than the protection period keep their blocks:
                                         // let it pass.
-    let later = fs.store.now() + fs.store.config.protection_secs + 1;
+    let later = fs.store.now() + fs.store.config().protection_secs + 1;
     fs.clock().set_secs(later);
     fs.reconcile_all().unwrap();
-    let held: u32 = fs.store.segs.usage.iter().map(|u| u.nsnapshot).sum();
+    let held: u32 = fs.store.segs().usage.iter().map(|u| u.nsnapshot).sum();
     assert_eq!(held, 0, "blocks still counted for a dropped snapshot");
     for _ in 0..4 {
         fs.checkpoint().unwrap();
@@ -234,7 +234,7 @@ fn segments_held_by_a_dropped_snapshot_become_reclaimable() {
     fs.checkpoint().unwrap();
     // Not a plain subtraction: the suite runs in release, where a loss of
     // free segments wrapped around and passed this check.
-    let freed = fs.store.segs.free_count().saturating_sub(free_before);
+    let freed = fs.store.segs().free_count().saturating_sub(free_before);
     assert!(
         freed >= 1000 / 64,
         "only {freed} segments came back after the snapshot went"
@@ -257,32 +257,24 @@ fn snapshot_changes_read_nothing_in_the_foreground() {
     let old = fs.checkpoint().unwrap();
     fs.write(a.ino, 0, &pattern(2, 1500 * 4096)).unwrap();
     fs.checkpoint().unwrap();
-    let counters = fs.store.segs.usage.clone();
-    let reads = fs
-        .store
-        .dev
-        .stats()
-        .reads
-        .load(std::sync::atomic::Ordering::Relaxed);
+    let counters = fs.store.segs().usage.clone();
+    let reads = fs.store.device_counters().reads;
     fs.store.set_snapshot(old, true).unwrap();
     fs.store.set_snapshot(old, false).unwrap();
     fs.store.set_snapshot(old, true).unwrap();
     assert_eq!(
-        fs.store
-            .dev
-            .stats()
-            .reads
-            .load(std::sync::atomic::Ordering::Relaxed),
+        fs.store.device_counters().reads,
         reads,
         "a snapshot change read the device"
     );
     assert_eq!(
-        fs.store.segs.usage, counters,
+        fs.store.segs().usage,
+        counters,
         "a snapshot change moved counters"
     );
     assert_eq!(fs.store.reconcile().queue().len(), 3);
     fs.reconcile_all().unwrap();
-    let held: u32 = fs.store.segs.usage.iter().map(|u| u.nsnapshot).sum();
+    let held: u32 = fs.store.segs().usage.iter().map(|u| u.nsnapshot).sum();
     assert!(
         held >= 1400,
         "the promoted checkpoint holds only {held} blocks"

@@ -832,7 +832,7 @@ fn record(base: &Base, ops: &[Op], io: Io) -> Result<Recorded, String> {
         shared_flushes: 0,
         queued_reads: 0,
     };
-    let written0 = fs.store.streams.blocks_written;
+    let written0 = fs.store.streams().blocks_written;
     // Per operation that wrote data-stream blocks: its log span and the
     // segments that were data-stream segments right after it.
     let mut streamed: Vec<((usize, usize), HashSet<u64>)> = Vec::new();
@@ -843,7 +843,7 @@ fn record(base: &Base, ops: &[Op], io: Io) -> Result<Recorded, String> {
                   unfinished: &mut Vec<Unfinished>,
                   streamed: &mut Vec<((usize, usize), HashSet<u64>)>|
      -> Result<(), String> {
-        let io = &fs.store.io;
+        let io = fs.store.io();
         io.complete(io.last_ticket())
             .map_err(|e| format!("device work: {e}"))?;
         let end = rec.log.len();
@@ -861,7 +861,7 @@ fn record(base: &Base, ops: &[Op], io: Io) -> Result<Recorded, String> {
     for (i, &op) in ops.iter().enumerate() {
         let seed = i as u64 + 1;
         let start = rec.log.len();
-        let data_blocks = |fs: &Lsfs| fs.store.streams.blocks_written[1..].iter().sum::<u64>();
+        let data_blocks = |fs: &Lsfs| fs.store.streams().blocks_written[1..].iter().sum::<u64>();
         let data_before = data_blocks(&fs);
         let want = run(&mut model, op, seed);
         let mut live_pass = false;
@@ -916,7 +916,7 @@ fn record(base: &Base, ops: &[Op], io: Io) -> Result<Recorded, String> {
             _ => Promise::Nothing,
         };
         let data_segs = (data_blocks(&fs) > data_before).then(|| {
-            let segs = fs.store.segs.usage.iter().enumerate();
+            let segs = fs.store.segs().usage.iter().enumerate();
             segs.filter(|(_, u)| Stream::from_flags(u.flags) != Stream::Meta)
                 .map(|(s, _)| s as u64)
                 .collect()
@@ -936,9 +936,9 @@ fn record(base: &Base, ops: &[Op], io: Io) -> Result<Recorded, String> {
         rec.promises.push(promise);
         let mut tree = walk(&mut model, &empty)?;
         lsfs_meta(&mut tree, &mut fs, &from_model).map_err(|e| format!("op {i} {op:?}: {e}"))?;
-        if !unfinished.is_empty() && fs.store.io.pending_bytes() > 0 {
+        if !unfinished.is_empty() && fs.store.io().pending_bytes() > 0 {
             // Reads see what is queued: from the device, the cache emptied.
-            fs.store.cache.drop_clean();
+            fs.store.drop_clean_cache();
             let got = walk(&mut fs, &rec.to_model)?;
             if got != tree {
                 return Err(format!(
@@ -952,12 +952,12 @@ fn record(base: &Base, ops: &[Op], io: Io) -> Result<Recorded, String> {
     if io == Io::Group || lag.as_mut().is_some_and(|r| r.gen_bool(0.5)) {
         finish(&mut fs, &mut rec, &mut unfinished, &mut streamed)?;
     }
-    rec.shared_flushes = fs.store.io.counters().fsync_flushes_shared;
+    rec.shared_flushes = fs.store.io().counters().fsync_flushes_shared;
     for (k, b) in rec.stream_blocks.iter_mut().enumerate() {
-        *b = fs.store.streams.blocks_written[k + 1] - written0[k + 1];
+        *b = fs.store.streams().blocks_written[k + 1] - written0[k + 1];
     }
     if !streamed.is_empty() {
-        let geo = fs.store.geo;
+        let geo = fs.store.geo();
         let ops = rec.log.ops();
         for ((a, b), segs) in streamed {
             for (j, op) in ops.iter().enumerate().take(b).skip(a) {

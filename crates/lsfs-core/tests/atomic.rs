@@ -107,7 +107,7 @@ fn a_crash_keeps_all_of_a_commit_or_none() {
     fs.fsync(ino, false).unwrap();
     fs.checkpoint().unwrap();
     let snap = fs.snapshot_create().unwrap();
-    let cps = fs.store.stats.checkpoints_written;
+    let cps = fs.store.stats().checkpoints_written;
     for c in 0..3 {
         // The timer's checkpoints too.
         fs.write(other, 5 * BLOCK as u64 + c * 4, b"more").unwrap();
@@ -115,7 +115,7 @@ fn a_crash_keeps_all_of_a_commit_or_none() {
         fs.tick().unwrap();
     }
     assert!(
-        fs.store.stats.checkpoints_written >= cps + 3,
+        fs.store.stats().checkpoints_written >= cps + 3,
         "no timer checkpoints"
     );
     let pending = log.len();
@@ -141,12 +141,12 @@ fn a_crash_keeps_all_of_a_commit_or_none() {
         "the snapshot holds pending writes",
     );
 
-    let (flushes, records) = (log.flush_count(), fs.store.stats.dsync_records_written);
+    let (flushes, records) = (log.flush_count(), fs.store.stats().dsync_records_written);
     fs.atomic_commit(ino).unwrap();
     assert!(!fs.atomic_pending(ino));
     assert_eq!(log.flush_count() - flushes, 1, "a commit is one flush");
     assert_eq!(
-        fs.store.stats.dsync_records_written - records,
+        fs.store.stats().dsync_records_written - records,
         1,
         "one fsync record"
     );
@@ -443,11 +443,11 @@ fn several_files_commit_as_one_unit() {
     let b_new = transaction(&mut fs, b, &b_old);
     fs.write(c, 0, b"plain, not fsynced").unwrap();
     let (before, flushes) = (log.len(), log.flush_count());
-    let streamed = fs.store.stats.dsync_stream_blocks;
+    let streamed = fs.store.stats().dsync_stream_blocks;
     fs.atomic_commit_files(&[b, a, c]).unwrap();
     assert_eq!(log.flush_count() - flushes, 1, "one flush for the unit");
     assert!(
-        fs.store.stats.dsync_stream_blocks > streamed,
+        fs.store.stats().dsync_stream_blocks > streamed,
         "no data-stream record in the commit"
     );
     assert!(!fs.atomic_pending(a) && !fs.atomic_pending(b));

@@ -361,10 +361,10 @@ fn cleaning_a_segment_counted_short_is_an_error() {
         .unwrap();
     fs.write(f.ino, 0, &[7u8; 8 * 4096]).unwrap();
     fs.checkpoint().unwrap();
-    let seg = (0..fs.store.segs.nsegments())
-        .find(|&s| fs.store.segs.usage[s as usize].nlive > 1)
+    let seg = (0..fs.store.segs().nsegments())
+        .find(|&s| fs.store.segs().usage[s as usize].nlive > 1)
         .expect("a segment with live blocks");
-    fs.store.segs.usage[seg as usize].nlive -= 1;
+    fs.store.undercount_live_for_test(seg);
     let e = match fs.store.relocate_segment(seg) {
         Ok(r) => panic!("relocating an undercounted segment succeeded: {r:?}"),
         Err(e) => e.to_string(),
@@ -387,7 +387,7 @@ fn sufile_block_missing_from_its_map_is_refused() {
     fs.mknod(ROOT_INO, b"f", libc::S_IFREG | 0o644, 0, &ctx())
         .unwrap();
     fs.unmount().unwrap();
-    let root = fs.store.sufile_root;
+    let root = fs.store.roots().sufile_root;
     let img = patch_root_leaf(&mut fs, root, |items| {
         assert_eq!(items.len(), 1, "a small image's SUFILE is one block");
         items[0].0 = 0x1_f686_0081;
@@ -414,7 +414,7 @@ fn sufile_counting_the_writers_segment_all_live_stops_writes() {
     fs.mknod(ROOT_INO, b"f", libc::S_IFREG | 0o644, 0, &ctx())
         .unwrap();
     fs.unmount().unwrap();
-    let (root, seg) = (fs.store.sufile_root, fs.store.cur_seg);
+    let (root, seg) = (fs.store.roots().sufile_root, fs.store.log_head().0);
     let nearly_full = (opts().segment_blocks - 16).to_le_bytes();
     let img = patch_meta_block(&mut fs, root, 0, |b| {
         let at = seg as usize * 32;
@@ -429,7 +429,7 @@ fn sufile_counting_the_writers_segment_all_live_stops_writes() {
     fs.write(f.ino, 0, &pattern(1, 20 * BLOCK_BYTES)).unwrap();
     assert!(fs.fsync(f.ino, false).is_err(), "the fsync succeeded");
     assert!(fs.store.writable().is_err(), "the mount keeps writing");
-    let e = fs.store.failed.clone().unwrap();
+    let e = fs.store.failure().unwrap();
     assert!(
         e.contains(&format!("segment {seg}")) && e.contains("live blocks"),
         "{e}"
@@ -448,7 +448,11 @@ fn sufile_counting_fewer_blocks_than_the_checkpoint_wrote_is_refused() {
     fs.mknod(ROOT_INO, b"f", libc::S_IFREG | 0o644, 0, &ctx())
         .unwrap();
     fs.unmount().unwrap();
-    let (root, seg, off) = (fs.store.sufile_root, fs.store.cur_seg, fs.store.cur_off);
+    let (root, seg, off) = (
+        fs.store.roots().sufile_root,
+        fs.store.log_head().0,
+        fs.store.log_head().1,
+    );
     assert!(off > 2, "the last checkpoint is in the writer's segment");
     let img = patch_meta_block(&mut fs, root, 0, |b| {
         let at = seg as usize * 32;
@@ -478,11 +482,16 @@ fn record_after_the_checkpoint_must_start_where_the_sufile_count_ends() {
         .mknod(ROOT_INO, b"f", libc::S_IFREG | 0o644, 0, &ctx())
         .unwrap();
     fs.checkpoint().unwrap();
-    let (root, seg, off) = (fs.store.sufile_root, fs.store.cur_seg, fs.store.cur_off);
+    let (root, seg, off) = (
+        fs.store.roots().sufile_root,
+        fs.store.log_head().0,
+        fs.store.log_head().1,
+    );
     fs.write(f.ino, 0, &pattern(3, 9000)).unwrap();
     fs.fsync(f.ino, false).unwrap();
     assert_eq!(
-        fs.store.cur_seg, seg,
+        fs.store.log_head().0,
+        seg,
         "the fsync record follows the checkpoint"
     );
 
@@ -491,8 +500,8 @@ fn record_after_the_checkpoint_must_start_where_the_sufile_count_ends() {
     let mut back = Lsfs::open(Box::new(MemDevice::from_bytes(crashed)), cfg()).unwrap();
     assert_eq!(back.read(f.ino, 0, 9000).unwrap(), pattern(3, 9000));
     assert_eq!(
-        back.store.segs.usage[seg as usize].nblocks,
-        back.store.cur_off
+        back.store.segs().usage[seg as usize].nblocks,
+        back.store.log_head().1
     );
 
     // The same crash, the checkpoint's SUFILE counting one block more.
@@ -522,13 +531,13 @@ fn a_segment_flagged_plugged_without_its_summary_is_an_error() {
     fs.write(f.ino, 0, &pattern(3, 3 << 20)).unwrap();
     fs.unmount().unwrap();
     let full = opts().segment_blocks;
-    let seg = (0..fs.store.segs.nsegments())
+    let seg = (0..fs.store.segs().nsegments())
         .find(|&g| {
-            let u = fs.store.segs.usage[g as usize];
-            u.nblocks == full && u.nlive > 0 && g != fs.store.cur_seg
+            let u = fs.store.segs().usage[g as usize];
+            u.nblocks == full && u.nlive > 0 && g != fs.store.log_head().0
         })
         .expect("a full segment with live blocks");
-    let root = fs.store.sufile_root;
+    let root = fs.store.roots().sufile_root;
     let img = patch_meta_block(&mut fs, root, 0, |b| {
         let at = seg as usize * 32 + 12;
         let flags = u32::from_le_bytes(b[at..at + 4].try_into().unwrap()) | 2;
@@ -544,7 +553,7 @@ fn a_segment_flagged_plugged_without_its_summary_is_an_error() {
         "cleaning it succeeded"
     );
     assert!(fs.store.writable().is_err(), "the mount keeps writing");
-    let e = fs.store.failed.clone().unwrap();
+    let e = fs.store.failure().unwrap();
     assert!(e.contains(&format!("segment {seg}")), "{e}");
 }
 
@@ -616,14 +625,18 @@ fn deleting_with_a_super_root_counting_no_inodes_keeps_the_image_mountable() {
     r[8..12].copy_from_slice(&crc.to_le_bytes());
 
     let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(b)), cfg()).unwrap();
-    assert_eq!(fs.store.inodes_used, 0, "the patch missed the count");
+    assert_eq!(
+        fs.store.roots().inodes_used,
+        0,
+        "the patch missed the count"
+    );
     let d = fs.lookup(ROOT_INO, b"dir").unwrap().ino;
     fs.unlink(d, b"f3").unwrap();
     fs.unmount().unwrap();
     let after = image(&mut fs);
     let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(after.clone())), cfg())
         .expect("the image stays mountable");
-    assert_eq!(fs.store.inodes_used, 0);
+    assert_eq!(fs.store.roots().inodes_used, 0);
     fs.unmount().unwrap();
     assert!(
         fsck_errors(after).contains("super root counts 0 inodes"),

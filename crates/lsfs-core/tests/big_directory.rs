@@ -38,11 +38,11 @@ fn lookups_in_a_huge_directory_read_log_n_blocks() {
     // Count block reads (cache hits and misses) per lookup.
     let mut worst = 0;
     for i in (0..n).step_by((n / 997).max(1) as usize) {
-        let before = fs.store.cache.hits + fs.store.cache.misses;
+        let before = fs.store.cache().hits + fs.store.cache().misses;
         let a = fs
             .lookup(d.ino, format!("entry-{i:08}").as_bytes())
             .unwrap();
-        let touched = fs.store.cache.hits + fs.store.cache.misses - before;
+        let touched = fs.store.cache().hits + fs.store.cache().misses - before;
         assert!(a.ino > 0);
         worst = worst.max(touched);
     }

@@ -47,7 +47,7 @@ fn hot_cold_overwrites_keep_running_near_full() {
     let mut fs = mkfs(64, 256, cfg());
     let t0 = fs.store.now();
     fs.clock().set_secs(t0);
-    let capacity = fs.store.geo.total_segment_blocks() as usize;
+    let capacity = fs.store.geo().total_segment_blocks() as usize;
     // With its inode (1/8 block) and DAT entry, a 4 KiB file takes about
     // 1.14 blocks: 60 % of the blocks in files is about 70 % used.
     let nfiles = capacity * 60 / 100;
@@ -64,7 +64,7 @@ fn hot_cold_overwrites_keep_running_near_full() {
         };
         versions[f] += 1;
         if let Err(e) = fs.write(inos[f], 0, &block(f, versions[f])) {
-            let u = &fs.store.segs.usage;
+            let u = &fs.store.segs().usage;
             let live: u64 = u.iter().map(|x| x.nlive as u64).sum();
             let snap: u64 = u.iter().map(|x| x.nsnapshot as u64).sum();
             let used = u.iter().filter(|x| x.nblocks > 0).count();
@@ -76,9 +76,9 @@ fn hot_cold_overwrites_keep_running_near_full() {
                 .collect();
             panic!(
                 "write {i} of {rounds} failed: {e:?}; live {live} snap {snap} of {} blocks, {used} segments used, free {}, cps {}, reclaimable per cleanable segment {cands:?}, last pass {:?}",
-                fs.store.geo.total_segment_blocks(),
-                fs.store.segs.free_count(),
-                fs.store.cps.entries.len(),
+                fs.store.geo().total_segment_blocks(),
+                fs.store.segs().free_count(),
+                fs.store.cps().entries.len(),
                 fs.cleaner.last_pass
             );
         }
@@ -114,18 +114,19 @@ fn hot_cold_overwrites_keep_running_near_full() {
     let copied: u64 = st.by_stream.values().map(|t| t.copied).sum();
     assert_eq!(victims, st.segments_cleaned, "{:?}", st.by_stream);
     assert_eq!(copied, st.blocks_copied, "{:?}", st.by_stream);
-    let by_class: u64 = fs.store.stats.blocks_by_class.values().sum();
+    let by_class: u64 = fs.store.stats().blocks_by_class.values().sum();
     assert_eq!(
-        by_class, fs.store.stats.payload_blocks_written,
+        by_class,
+        fs.store.stats().payload_blocks_written,
         "{:?}",
-        fs.store.stats.blocks_by_class
+        fs.store.stats().blocks_by_class
     );
-    assert!(fs.store.stats.blocks_by_class[lsfs_core::log::record::FILE_DATA] >= rounds as u64);
+    assert!(fs.store.stats().blocks_by_class[lsfs_core::log::record::FILE_DATA] >= rounds as u64);
     // Every DAT block made dirty is written by a checkpoint, punched out,
     // or kept with its changes in the DAT journal (a block the journal lets
     // go is written); overwrites and the cleaner both change the DAT.
     fs.checkpoint().unwrap();
-    let stats = &fs.store.stats;
+    let stats = fs.store.stats();
     let dirtied: u64 = stats.dat_blocks_dirtied.values().sum();
     assert_eq!(
         dirtied + stats.dat_blocks_unjournaled,
@@ -170,7 +171,7 @@ fn snapshot_blocks_survive_cleaning_and_are_released_after() {
     fs.write(a.ino, 0, &new).unwrap();
     fs.clock().set_secs(t0 + 100);
     fs.checkpoint().unwrap();
-    let held: u32 = fs.store.segs.usage.iter().map(|u| u.nsnapshot).sum();
+    let held: u32 = fs.store.segs().usage.iter().map(|u| u.nsnapshot).sum();
     assert!(held >= 1800, "snapshot holds only {held} blocks");
     // Clean everything cleanable: snapshot blocks move, never vanish.
     for _ in 0..10 {
@@ -178,7 +179,7 @@ fn snapshot_blocks_survive_cleaning_and_are_released_after() {
     }
     // Copies count in their new segments once a checkpoint places them.
     fs.checkpoint().unwrap();
-    let held_after: u32 = fs.store.segs.usage.iter().map(|u| u.nsnapshot).sum();
+    let held_after: u32 = fs.store.segs().usage.iter().map(|u| u.nsnapshot).sum();
     assert_eq!(
         held_after, held,
         "cleaning changed how many blocks the snapshot holds"
@@ -193,18 +194,18 @@ fn snapshot_blocks_survive_cleaning_and_are_released_after() {
         "snapshot content changed"
     );
     // Drop the snapshot: its blocks are now dead everywhere.
-    let before = fs.store.segs.free_count();
+    let before = fs.store.segs().free_count();
     fs.clock().set_secs(t0 + 200);
     fs.snapshot_set(snap, false).unwrap();
     // O(1) in the foreground: the counters follow in the background.
-    let held_now: u32 = fs.store.segs.usage.iter().map(|u| u.nsnapshot).sum();
+    let held_now: u32 = fs.store.segs().usage.iter().map(|u| u.nsnapshot).sum();
     assert_eq!(
         held_now, held,
         "demoting changed counters in the foreground"
     );
     assert!(!fs.store.reconcile().is_settled());
     fs.reconcile_all().unwrap();
-    let held_now: u32 = fs.store.segs.usage.iter().map(|u| u.nsnapshot).sum();
+    let held_now: u32 = fs.store.segs().usage.iter().map(|u| u.nsnapshot).sum();
     assert_eq!(held_now, 0, "nsnapshot not released once reconciled");
     fs.checkpoint().unwrap();
     fs.checkpoint().unwrap();
@@ -212,7 +213,7 @@ fn snapshot_blocks_survive_cleaning_and_are_released_after() {
         fs.clean(16, "test").unwrap();
     }
     fs.checkpoint().unwrap();
-    let after = fs.store.segs.free_count();
+    let after = fs.store.segs().free_count();
     assert!(
         after >= before + (1700 / 64) as u64,
         "dropping the snapshot freed only {} segments",
@@ -255,13 +256,14 @@ fn protection_gives_way_to_space_and_never_costs_copies() {
     }
     fs.clock().set_secs(t0 + 41);
     let kept_before = fs.checkpoints().len();
-    let cps = fs.store.stats.checkpoints_written;
+    let cps = fs.store.stats().checkpoints_written;
     let calm = fs.clean(8, "interval").unwrap();
     assert_eq!(calm.blocks_copied, 0, "{calm:?}");
     assert!(calm.victims.is_empty(), "{calm:?}");
     assert_eq!(calm.checkpoints_given_up, 0);
     assert_eq!(
-        fs.store.stats.checkpoints_written, cps,
+        fs.store.stats().checkpoints_written,
+        cps,
         "a pass that changed nothing checkpointed"
     );
     assert_eq!(fs.checkpoints().len(), kept_before);
@@ -409,7 +411,7 @@ fn blocks_dead_since_the_latest_checkpoint_are_freed_not_copied() {
         vec![next],
         "plain checkpoints before {next} survived"
     );
-    assert!(fs.store.stats.checkpoints_given_up_at_checkpoint >= 1);
+    assert!(fs.store.stats().checkpoints_given_up_at_checkpoint >= 1);
     assert!(
         fs.checkpoints()
             .iter()
@@ -472,7 +474,7 @@ fn moved_cold_blocks_leave_the_hot_stream() {
     fs.checkpoint().unwrap();
     let live_in = |s: Stream| -> u64 {
         fs.store
-            .segs
+            .segs()
             .usage
             .iter()
             .filter(|u| Stream::from_flags(u.flags) == s)
@@ -480,7 +482,7 @@ fn moved_cold_blocks_leave_the_hot_stream() {
             .sum()
     };
     let (hot_live, cleaner_live) = (live_in(Stream::HotUser), live_in(Stream::Cleaner));
-    let written = fs.store.streams.blocks_written;
+    let written = fs.store.streams().blocks_written;
     assert!(
         fs.cleaner.stats.segments_cleaned > 0 && written[Stream::HotUser as usize] > 0,
         "neither the cleaner nor the hot stream ran: {written:?}"
@@ -524,15 +526,15 @@ fn remounts_resume_the_data_streams_open_segments() {
         let img = fs.store.dev_bytes_for_test();
         fs = Lsfs::open(Box::new(MemDevice::from_bytes(img)), cfg()).unwrap();
     }
-    let cold: Vec<(u64, u32)> = (0..fs.store.segs.nsegments())
+    let cold: Vec<(u64, u32)> = (0..fs.store.segs().nsegments())
         .filter_map(|g| {
-            let u = &fs.store.segs.usage[g as usize];
+            let u = &fs.store.segs().usage[g as usize];
             (u.nblocks > 0 && Stream::from_flags(u.flags) == Stream::ColdUser)
                 .then_some((g, u.nblocks))
         })
         .collect();
     assert!(
-        fs.store.streams.enabled && !cold.is_empty(),
+        fs.store.streams().enabled && !cold.is_empty(),
         "the cold stream never ran"
     );
     assert_eq!(
@@ -590,8 +592,8 @@ fn overwrites_are_routed_by_their_own_blocks_lifetime() {
     let stream_of = |fs: &mut Lsfs, k: u64| -> Stream {
         let v = fs.file_vblock_for_test(a.ino, k).unwrap().expect("mapped");
         let e = fs.store.dat_get(v).unwrap();
-        let seg = fs.store.geo.segment_of(e.pblock).unwrap();
-        Stream::from_flags(fs.store.segs.usage[seg as usize].flags)
+        let seg = fs.store.geo().segment_of(e.pblock).unwrap();
+        Stream::from_flags(fs.store.segs().usage[seg as usize].flags)
     };
     assert_eq!(stream_of(&mut fs, 0), Stream::HotUser);
     assert_eq!(

@@ -361,8 +361,8 @@ fn run_workload_on(base: Vec<u8>, config: MountConfig, seed: u64, steps: usize) 
         }
     }
     let plugged = fs.store.plugs().stats().blocks_plugged;
-    let stream_fsynced = fs.store.stats.dsync_stream_blocks;
-    let dat_journaled = fs.store.stats.dat_blocks_journaled;
+    let stream_fsynced = fs.store.stats().dsync_stream_blocks;
+    let dat_journaled = fs.store.stats().dat_blocks_journaled;
     let discarded = fs.store.discard_stats().bytes;
     drop(fs); // no unmount: the tail stays unflushed, like a power cut
     Recorded {
@@ -1269,7 +1269,7 @@ fn write_errors_stop_the_mount_with_a_logged_reason() {
                 && e.contains("injected write error")),
             "case {n}/{by_range}: no logged reason in {events:?}"
         );
-        let reason = fs.store.failed.clone().unwrap();
+        let reason = fs.store.failure().unwrap();
         assert!(reason.contains("injected write error"), "{reason}");
         // Acknowledged data reads back from the failed mount and after a crash.
         let got = fs.read(big, 0, 1 << 20).unwrap();

@@ -59,7 +59,7 @@ fn random_overwrites_keep_the_dat_dense() {
     let mut versions = vec![0u32; FILES];
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     overwrite(&mut fs, &inos, &mut versions, 20 * FILES, &mut rng);
-    let reused = fs.store.stats.dat_entries_reused;
+    let reused = fs.store.stats().dat_entries_reused;
     let dat_blocks = fs.store.dat_blocks_in_use().unwrap();
     // The DAT's blocks in use are bounded by the device, not by the writes
     // ever made: without reuse the 30,000 overwrites took 31,000 fresh
@@ -70,7 +70,7 @@ fn random_overwrites_keep_the_dat_dense() {
     // moving as it does here the run punches some. (An earlier bound on the
     // end of the DAT held only when the whole run fell within a second or
     // two of wall time, and failed on a busy machine.)
-    let device_blocks = fs.store.geo.total_segment_blocks();
+    let device_blocks = fs.store.geo().total_segment_blocks();
     assert!(reused > (10 * FILES) as u64, "entries reused: {reused}");
     assert!(
         dat_blocks <= device_blocks.div_ceil(128),
@@ -86,17 +86,17 @@ fn random_overwrites_keep_the_dat_dense() {
     let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(bytes)), cfg_no_protection()).unwrap();
     fs.clock().set_secs(1_700_100_000);
     check_contents(&mut fs, &inos, &versions);
-    let next_before = fs.store.next_vblock;
+    let next_before = fs.store.roots().next_vblock;
     overwrite(&mut fs, &inos, &mut versions, 5 * FILES, &mut rng);
     assert!(
-        fs.store.stats.dat_entries_reused > (2 * FILES) as u64,
+        fs.store.stats().dat_entries_reused > (2 * FILES) as u64,
         "after remount only {} entries reused",
-        fs.store.stats.dat_entries_reused
+        fs.store.stats().dat_entries_reused
     );
     assert!(
-        fs.store.next_vblock - next_before < (3 * FILES) as u64,
+        fs.store.roots().next_vblock - next_before < (3 * FILES) as u64,
         "the DAT kept growing at the end after remount: {} new entries",
-        fs.store.next_vblock - next_before
+        fs.store.roots().next_vblock - next_before
     );
     check_contents(&mut fs, &inos, &versions);
     let bytes = common::image(&mut fs);
@@ -130,10 +130,10 @@ fn a_reused_block_is_not_joined_to_an_older_extent_after_it() {
     fs.setattr(g, &size0).unwrap();
     fs.checkpoint().unwrap();
     // f's block 0 takes g's old number, right before f's block 1.
-    let reused = fs.store.stats.dat_entries_reused;
+    let reused = fs.store.stats().dat_entries_reused;
     fs.write(f, 0, &block(2, 0)).unwrap();
     assert_eq!(
-        fs.store.stats.dat_entries_reused,
+        fs.store.stats().dat_entries_reused,
         reused + 1,
         "the setup did not reuse an entry"
     );

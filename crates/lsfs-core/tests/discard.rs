@@ -160,7 +160,7 @@ fn every_kept_checkpoint_reads_back(dev: &MemDevice, states: &BTreeMap<u64, Tree
 /// Segment numbers a list of discarded ranges covers, checking that each
 /// range is whole segments.
 fn discarded_segments(fs: &Lsfs, ranges: &[(u64, u64)]) -> BTreeSet<u64> {
-    let geo = &fs.store.geo;
+    let geo = &fs.store.geo();
     let seg_bytes = geo.segment_blocks as u64 * 4096;
     let first = geo.byte_offset(geo.segment_start(0));
     let mut out = BTreeSet::new();
@@ -195,7 +195,7 @@ fn discards_only_what_no_kept_checkpoint_needs() {
         create(&mut fs, &mut tree, &format!("fa{i}"), 100 + i);
     }
     cp(&mut fs, &tree);
-    let snap = fs.store.cur_cno - 1;
+    let snap = fs.store.roots().cur_cno - 1;
     fs.snapshot_set(snap, true).unwrap();
     // b*: seen by checkpoints that will expire, then deleted.
     for i in 0..6 {
@@ -213,7 +213,7 @@ fn discards_only_what_no_kept_checkpoint_needs() {
         create(&mut fs, &mut tree, &format!("fc{i}"), 300 + i);
     }
     cp(&mut fs, &tree);
-    let kept_c = fs.store.cur_cno - 1;
+    let kept_c = fs.store.roots().cur_cno - 1;
     for i in 0..6 {
         overwrite(&mut fs, &mut tree, &format!("fc{i}"), 400 + i);
     }
@@ -232,7 +232,7 @@ fn discards_only_what_no_kept_checkpoint_needs() {
     let ranges = discarded.lock().unwrap().clone();
     let segs = discarded_segments(&fs, &ranges);
     // b's 6 MiB are half the segments or more; a's stay.
-    let seg_bytes = fs.store.geo.segment_blocks as u64 * 4096;
+    let seg_bytes = fs.store.geo().segment_blocks as u64 * 4096;
     assert!(
         segs.len() as u64 * seg_bytes >= 3 * MIB,
         "only {} segments discarded",
@@ -242,15 +242,15 @@ fn discards_only_what_no_kept_checkpoint_needs() {
     assert_eq!(st.bytes, segs.len() as u64 * seg_bytes, "{st:?}");
     assert_eq!(st.requests, ranges.len() as u64);
     assert_eq!(
-        fs.store.dev.stats().snapshot().discard_bytes,
+        fs.store.device_counters().discard_bytes,
         st.bytes,
         "the device counts what the store asked for"
     );
     // Discarded segments are free now, or were written again since.
     for &s in &segs {
-        let u = fs.store.segs.usage[s as usize];
+        let u = fs.store.segs().usage[s as usize];
         assert!(
-            fs.store.segs.is_free(s) || u.nblocks > 0,
+            fs.store.segs().is_free(s) || u.nblocks > 0,
             "segment {s}: {u:?}"
         );
     }
@@ -282,7 +282,7 @@ fn trim_discards_exactly_the_free_segments_in_its_range() {
     }
     assert!(discarded.lock().unwrap().is_empty(), "discard is off");
 
-    let geo = fs.store.geo;
+    let geo = fs.store.geo();
     let seg_bytes = geo.segment_blocks as u64 * 4096;
     let seg_at = |s: u64| geo.byte_offset(geo.segment_start(s));
     // A minimum longer than the device: nothing qualifies.
@@ -293,7 +293,7 @@ fn trim_discards_exactly_the_free_segments_in_its_range() {
         .trim_free_space(seg_at(10) + 1, seg_at(20) - seg_at(10) - 1, 0)
         .unwrap();
     let free_in = |lo: u64, hi: u64, fs: &Lsfs| -> BTreeSet<u64> {
-        (lo..hi).filter(|&s| fs.store.segs.is_free(s)).collect()
+        (lo..hi).filter(|&s| fs.store.segs().is_free(s)).collect()
     };
     let want = free_in(11, 20, &fs);
     let ranges = std::mem::take(&mut *discarded.lock().unwrap());

@@ -90,7 +90,7 @@ fn full_fs_says_enospc_keeps_data_and_recovers_after_deletes() {
         fs.checkpoint().unwrap();
     }
     assert!(
-        fs.store.stats.segments_reclaimed > 0,
+        fs.store.stats().segments_reclaimed > 0,
         "nothing was reclaimed"
     );
     let a = fs
@@ -192,7 +192,7 @@ fn snapshot_holds_space_until_demoted() {
 fn overwrites_under_the_protection_period_never_hit_enospc() {
     let mut fs = mkfs(16 * MIB, cfg());
     assert!(
-        fs.store.config.protection_secs >= 3600,
+        fs.store.config().protection_secs >= 3600,
         "default protection"
     );
     let c = ctx();
@@ -254,14 +254,14 @@ fn eighty_five_percent_full_keeps_accepting_overwrites() {
         fs.forget(a.ino, 1);
         fs.write(a.ino, 0, &pattern(i, 64 * 1024))
             .unwrap_or_else(|e| {
-                let u = &fs.store.segs.usage;
+                let u = &fs.store.segs().usage;
                 let live: u64 = u.iter().map(|u| u.nlive as u64).sum();
                 let used: u64 = u.iter().map(|u| u.nblocks as u64).sum();
                 panic!(
                     "fill file {i} of {nfiles}: {e:?}: {live} live blocks, {used} used, {} free segments of {}, {} checkpoints, stats {:?}",
-                    fs.store.segs.free_count(),
+                    fs.store.segs().free_count(),
                     u.len(),
-                    fs.store.cps.entries.len(),
+                    fs.store.cps().entries.len(),
                     fs.cleaner.stats
                 )
             });

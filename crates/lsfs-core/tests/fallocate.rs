@@ -72,7 +72,7 @@ fn punch_frees_whole_blocks_and_zeroes_the_edges() {
     // On disk first, so that the punch frees blocks a checkpoint saw.
     fs.checkpoint().unwrap();
     assert_eq!(blocks(&mut fs, f), n);
-    let used = fs.store.blocks_used;
+    let used = fs.store.roots().blocks_used;
 
     // Inside one block: nothing freed, the bytes zeroed.
     fs.fallocate(f, 100, 50, PUNCH).unwrap();
@@ -85,7 +85,7 @@ fn punch_frees_whole_blocks_and_zeroes_the_edges() {
     zero(&mut want, off, len);
     same(&contents(&mut fs, f), &want, "contents");
     assert_eq!(blocks(&mut fs, f), n - 16);
-    assert_eq!(fs.store.blocks_used, used - 16, "freed exactly");
+    assert_eq!(fs.store.roots().blocks_used, used - 16, "freed exactly");
     assert_eq!(fs.getattr(f).unwrap().size, n * B, "KEEP_SIZE");
     // SEEK_HOLE finds the unmapped blocks, SEEK_DATA the block after.
     assert_eq!(fs.seek_data_or_hole(f, 0, false).unwrap(), Some(4 * B));
@@ -310,7 +310,7 @@ fn an_fsync_after_a_punch_survives_a_crash() {
         assert_clean(&fsck_bytes(image(&mut back)), what);
     }
     assert_eq!(
-        fs.store.stats.checkpoints_by_cause.get("fsync"),
+        fs.store.stats().checkpoints_by_cause.get("fsync"),
         None,
         "an fsync wrote a checkpoint instead of a record"
     );

@@ -69,7 +69,7 @@ fn busy_fs(config: MountConfig) -> Lsfs {
     fs.checkpoint().unwrap();
     fs.write(big.ino, 4096 * 5, &pattern(7, 10_000)).unwrap();
     fs.checkpoint().unwrap();
-    assert!(fs.store.cps.entries[&snap].is_snapshot());
+    assert!(fs.store.cps().entries[&snap].is_snapshot());
     fs
 }
 
@@ -124,7 +124,7 @@ fn busy_image_is_clean_with_reclaim_and_open_files() {
     // Every unlinked file is an orphan here: the test never forgets the
     // lookup references that creating them took.
     assert!(r.stats.orphans >= 1, "{:?}", r.stats);
-    assert!(fs.store.stats.segments_reclaimed > 0, "reclaim never ran");
+    assert!(fs.store.stats().segments_reclaimed > 0, "reclaim never ran");
 }
 
 #[test]
@@ -169,7 +169,7 @@ fn inspect_dumps_agree_with_the_image() {
     assert_eq!(cps.iter().map(|c| c.cno).collect::<Vec<_>>(), cps_live);
     assert!(cps.iter().any(|c| c.snapshot));
     let segs = inspect::segments(Box::new(MemDevice::from_bytes(bytes.clone()))).unwrap();
-    assert_eq!(segs.len() as u64, fs.store.geo.nsegments);
+    assert_eq!(segs.len() as u64, fs.store.geo().nsegments);
     assert!(segs.iter().any(|s| s.state == "active"));
     let used = segs.iter().find(|s| s.nblocks > 0).unwrap();
     let dump = inspect::dump_segment(&mut dev, used.segno).unwrap();
@@ -216,7 +216,7 @@ fn ifile_block_beyond_every_inode_number_is_reported() {
     fs.mknod(ROOT_INO, b"f", libc::S_IFREG | 0o644, 0, &ctx())
         .unwrap();
     fs.unmount().unwrap();
-    let root = fs.store.ifile_root;
+    let root = fs.store.roots().ifile_root;
     let img = patch_root_leaf(&mut fs, root, |items| {
         items.last_mut().unwrap().0 = 0x4600_0000_0000_00da;
     });

@@ -30,10 +30,10 @@ struct Counts {
 
 fn counts(fs: &Lsfs) -> Counts {
     Counts {
-        flushes: fs.store.dev.stats().snapshot().flushes,
-        records: fs.store.stats.records_written,
-        blocks: fs.store.stats.blocks_written,
-        checkpoints: fs.store.stats.checkpoints_written,
+        flushes: fs.store.device_counters().flushes,
+        records: fs.store.stats().records_written,
+        blocks: fs.store.stats().blocks_written,
+        checkpoints: fs.store.stats().checkpoints_written,
     }
 }
 
@@ -279,11 +279,11 @@ fn an_fsync_after_any_change_is_one_record_and_one_flush() {
         assert_eq!(dump(&mut back), want, "{what}: after a crash");
     }
     assert_eq!(
-        fs.store.stats.checkpoints_by_cause.get("fsync"),
+        fs.store.stats().checkpoints_by_cause.get("fsync"),
         None,
         "an fsync wrote a checkpoint"
     );
-    assert!(fs.store.stats.dsync_ops_written >= 15);
+    assert!(fs.store.stats().dsync_ops_written >= 15);
 }
 
 /// Operations are logged across fsyncs of other files: each record
@@ -306,12 +306,12 @@ fn records_carry_the_operations_since_the_one_before() {
     assert_eq!(fs.oplog.ops_since_checkpoint(), 4);
     let img = image(&mut fs);
     // The last record holds the unlink, and images of c and the root only.
-    let (geo, fs_id) = (fs.store.geo, fs.store.sb.fs_id);
+    let (geo, fs_id) = (fs.store.geo(), fs.store.superblock().fs_id);
     let recs = segment_records(
         &mut MemDevice::from_bytes(img.clone()),
         &geo,
         fs_id,
-        fs.store.cur_seg,
+        fs.store.log_head().0,
     )
     .unwrap();
     let last = recs.last().unwrap();
@@ -346,7 +346,7 @@ fn records_carry_the_operations_since_the_one_before() {
 fn the_operation_log_is_bounded() {
     // A cache large enough that no checkpoint comes from dirty blocks.
     let mut fs = mkfs(DEV_BYTES, MountConfig::default());
-    let by = |fs: &Lsfs, c| fs.store.stats.checkpoints_by_cause.get(c).copied();
+    let by = |fs: &Lsfs, c| fs.store.stats().checkpoints_by_cause.get(c).copied();
     let c = cost(&mut fs, |fs| {
         for i in 0..2000 {
             create(fs, ROOT_INO, &format!("n{i}"));
@@ -440,7 +440,7 @@ fn the_longest_operation_log_recovers_everything() {
         }
     }
     fs.fsync(d, false).unwrap();
-    let causes = &fs.store.stats.checkpoints_by_cause;
+    let causes = &fs.store.stats().checkpoints_by_cause;
     assert_eq!(
         causes.keys().copied().collect::<Vec<_>>(),
         ["mount", "sync"],
@@ -480,7 +480,11 @@ fn an_image_without_inline_items_still_mounts_and_rolls_forward() {
     fs.setattr(f, &set).unwrap();
     fs.fsync(f, false).unwrap();
     let want = dump(&mut fs);
-    let (geo, fs_id, seg) = (fs.store.geo, fs.store.sb.fs_id, fs.store.cur_seg);
+    let (geo, fs_id, seg) = (
+        fs.store.geo(),
+        fs.store.superblock().fs_id,
+        fs.store.log_head().0,
+    );
     let mut img = image(&mut fs);
     drop(fs);
 
@@ -573,7 +577,7 @@ fn an_image_without_inline_items_still_mounts_and_rolls_forward() {
 #[test]
 fn mkfs_sets_the_inline_items_feature() {
     let mut fs = mkfs(DEV_BYTES, MountConfig::default());
-    assert!(fs.store.sb.inline_items());
+    assert!(fs.store.superblock().inline_items());
     let img = image(&mut fs);
     let sb = Superblock::decode(&img[..BLOCK_BYTES], "t", img.len() as u64).unwrap();
     assert_eq!(sb.features_incompat, FEATURE_INCOMPAT_INLINE_ITEMS);

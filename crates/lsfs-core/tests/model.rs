@@ -753,7 +753,7 @@ fn run(ops: &[Op], expire: bool) {
                     continue;
                 }
                 // Expired checkpoints are gone; forget them.
-                history.retain(|(c, _)| fs.store.cps.entries.contains_key(c));
+                history.retain(|(c, _)| fs.store.cps().entries.contains_key(c));
                 if history.is_empty() {
                     continue;
                 }

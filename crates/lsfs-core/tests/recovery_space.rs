@@ -36,7 +36,7 @@ impl Lcg {
 }
 
 fn checkpoints(fs: &Lsfs) -> u64 {
-    fs.store.stats.checkpoints_by_cause.values().sum()
+    fs.store.stats().checkpoints_by_cause.values().sum()
 }
 
 /// On a new image, `setup`, then `step(fs, n)` for n = 0, 1, … (each step
@@ -60,7 +60,7 @@ fn fill_until_the_writer_checkpoints(
         let before = checkpoints(&fs);
         step(&mut fs, n);
         if checkpoints(&fs) != before {
-            let causes = &fs.store.stats.checkpoints_by_cause;
+            let causes = &fs.store.stats().checkpoints_by_cause;
             assert!(
                 causes.keys().any(|c| c.starts_with("space")),
                 "step {n} checkpointed, but not for space: {causes:?}"
@@ -84,7 +84,7 @@ fn recover(img: MemDevice, what: &str, check: impl FnOnce(&mut Lsfs)) -> (u64, u
     let mut fs = Lsfs::open(Box::new(img), config()).unwrap_or_else(|e| {
         panic!("{what}: recovery must fit in the space the live mount left: {e}")
     });
-    let wrote = fs.store.dev.stats().snapshot().write_bytes;
+    let wrote = fs.store.device_counters().write_bytes;
     let free = fs.store.free_blocks();
     check(&mut fs);
     fs.unmount().unwrap();

@@ -45,14 +45,14 @@ fn the_longest_roll_forward_on_a_default_image_recovers_everything() {
         n += 1;
     }
     let live = live.elapsed();
-    let causes = &fs.store.stats.checkpoints_by_cause;
+    let causes = &fs.store.stats().checkpoints_by_cause;
     assert_eq!(
         causes.keys().copied().collect::<Vec<_>>(),
         ["mount"],
         "a checkpoint came between the fsyncs: {causes:?}"
     );
     assert!(
-        fs.store.stats.dsync_stream_blocks >= n * 8,
+        fs.store.stats().dsync_stream_blocks >= n * 8,
         "the fsyncs did not write data-stream records"
     );
     // The crash: the mount goes away without a checkpoint (every fsync

@@ -79,7 +79,7 @@ fn overwrite(fs: &mut Lsfs, inos: &[u64], latest: &mut [u64], rng: &mut Xorshift
 }
 
 fn plugged_segments(fs: &Lsfs) -> usize {
-    (0..fs.store.segs.nsegments())
+    (0..fs.store.segs().nsegments())
         .filter(|&g| fs.store.segment_is_plugged(g))
         .count()
 }
@@ -113,7 +113,10 @@ fn plugged_holes_hold_user_data_across_remounts_and_fsck_agrees() {
         "near full under \"always\", nothing was plugged: {st:?}"
     );
     assert!(plugged_segments(&fs) > 0, "no segment flagged plugged");
-    assert!(fs.store.ssa_root != 0, "plugged segments but no SSA");
+    assert!(
+        fs.store.roots().ssa_root != 0,
+        "plugged segments but no SSA"
+    );
     check_contents(&mut fs, &inos, &latest, "mounted");
     fs.sync().unwrap();
     assert_clean(&fsck_bytes(image(&mut fs)), "after plugging");
@@ -190,6 +193,6 @@ fn off_never_plugs() {
     let mut fs = mkfs(24 * MIB, plug_cfg("off"));
     let (inos, latest, _) = fill_and_overwrite(&mut fs, 0.85, 1);
     assert_eq!(fs.store.plugs().stats().segments_prepared, 0);
-    assert_eq!(fs.store.ssa_root, 0);
+    assert_eq!(fs.store.roots().ssa_root, 0);
     check_contents(&mut fs, &inos, &latest, "off");
 }

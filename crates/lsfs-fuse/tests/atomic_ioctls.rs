@@ -222,9 +222,7 @@ fn abort_through_the_mount_leaves_the_file_as_it_was() {
         .lock()
         .unwrap()
         .store
-        .dev
-        .stats()
-        .snapshot()
+        .device_counters()
         .write_bytes;
     ioctl(&f, ABORT).unwrap();
     assert!(!mount.vfs.lock().unwrap().atomic_pending(ino));
@@ -233,9 +231,7 @@ fn abort_through_the_mount_leaves_the_file_as_it_was() {
         .lock()
         .unwrap()
         .store
-        .dev
-        .stats()
-        .snapshot()
+        .device_counters()
         .write_bytes;
     assert_eq!(after, writes, "abort wrote to the device");
     let mut got = vec![0; old.len()];

@@ -105,7 +105,7 @@ fn run_mode(mode: &str, atomic_writes: bool, n: u64) -> Cost {
     let db = Db::open(&m.root.join("db")).unwrap();
     db.exec(mode).unwrap();
     db.exec(SMALL_TRANSACTION_TABLE).unwrap();
-    let device = |m: &Mounted<Lsfs>| m.vfs.lock().unwrap().store.dev.stats().snapshot();
+    let device = |m: &Mounted<Lsfs>| m.vfs.lock().unwrap().store.device_counters();
     let (d0, c0) = (device(&m), creates(&m.counters));
     let commits0 = m.vfs.lock().unwrap().atomic.stats.commits;
     for i in 0..n {

@@ -122,7 +122,7 @@ impl Lsfs {
     /// The mount-wide bound in blocks: [`MOUNT_MAX_BLOCKS`], or a quarter
     /// of the cache if that is less.
     pub fn atomic_mount_max_blocks(&self) -> u64 {
-        MOUNT_MAX_BLOCKS.min((self.store.cache.capacity_blocks() as u64 / 4).max(1))
+        MOUNT_MAX_BLOCKS.min((self.store.cache().capacity_blocks() as u64 / 4).max(1))
     }
 
     /// Start holding `ino`'s writes (see the module). Already started: no
@@ -210,7 +210,7 @@ impl Lsfs {
         self.reserve(n + 2 * inos.len() as u64)?;
         // Room in the cache's dirty half for the blocks and the tree nodes
         // they dirty, so that applying them needs no checkpoint midway.
-        let cache = self.store.cache.capacity_blocks() as u64;
+        let cache = self.store.cache().capacity_blocks() as u64;
         if (self.store.pending_blocks() as u64 + 2 * n) * 2 > cache {
             self.checkpoint_for("atomic commit: cache")?;
         }
@@ -226,7 +226,7 @@ impl Lsfs {
         }
         if !self.fsync_record_of(&inos)? {
             // One flush: no data-stream records (see Store::checkpoint).
-            self.store.streams.one_flush_next = true;
+            self.store.next_checkpoint_one_flush();
             self.checkpoint_for("atomic commit")?;
         }
         self.atomic.stats.commits += sets.len() as u64;

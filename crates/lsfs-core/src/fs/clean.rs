@@ -7,7 +7,7 @@
 
 use crate::error::{Error, Result};
 use crate::fs::Lsfs;
-use crate::gc::relocate::KeepCheckpoints;
+use crate::gc::relocate::{KeepCheckpoints, RelocationPlan};
 use crate::gc::{
     on_battery, CleanerConfig, CleanerStats, FixedPower, PassReport, PowerSource, SelectionPolicy,
 };
@@ -66,7 +66,7 @@ const PLUG_APPEND_ROOM_SEGMENTS: u64 = 2;
 /// What cleaning the victim of `plan` costs, for the plug gate, in blocks:
 /// it reads the victim, copies what is still needed and rewrites the DAT
 /// blocks the moves change; it frees the victim net of those writes.
-fn clean_cost_terms(plan: &crate::gc::relocate::RelocationPlan) -> (u64, u64, u64) {
+fn clean_cost_terms(plan: &RelocationPlan) -> (u64, u64, u64) {
     let copied = plan.blocks_written();
     (
         plan.nblocks as u64,
@@ -85,6 +85,20 @@ fn pass_is_pressed(reason: &str) -> bool {
 /// How long a futile verdict stands while its segment's counts do not
 /// change (protection ends and checkpoints expire with time alone).
 const FUTILE_PLAN_SECS: u64 = 30;
+
+/// How a pass treats its candidates, fixed by why it runs.
+struct PassRules {
+    /// Space is short: nothing is held back for kept checkpoints.
+    pressed: bool,
+    /// A victim that gains too little is re-aged rather than marked futile.
+    late_abort: bool,
+    /// Whose dead blocks relocation keeps.
+    keep: KeepCheckpoints,
+    /// Blocks a victim must free to be worth cleaning.
+    min_gain: i64,
+    /// Blocks the pass may write ([`Lsfs::pass_budget`]).
+    budget: u64,
+}
 
 impl Cleaner {
     /// A cleaner whose intervals start at `now`, a `Clock::mono` reading.
@@ -169,7 +183,7 @@ impl Cleaner {
 impl Lsfs {
     /// Free segments as a percentage of all segments.
     pub fn free_percent(&self) -> f64 {
-        self.free_segments() as f64 * 100.0 / self.store.segs.nsegments() as f64
+        self.free_segments() as f64 * 100.0 / self.store.segs().nsegments() as f64
     }
 
     /// Free segments, counting those the last checkpoint freed, and the
@@ -178,10 +192,10 @@ impl Lsfs {
     /// it would run a pass on every write while it fills them. They are at
     /// most a segment and a victim's worth (`PLUG_HOLES_SEGMENTS`).
     pub fn free_segments(&self) -> u64 {
-        let s = &self.store.segs;
+        let s = self.store.segs();
         s.free_count()
             + s.pending_free.len() as u64
-            + self.store.plugs.holes() / self.store.geo.segment_blocks as u64
+            + self.store.plugs().holes() / self.store.geo().segment_blocks as u64
     }
 
     /// The low-water mark in segments: below it, writes clean in the
@@ -194,8 +208,9 @@ impl Lsfs {
     /// 256-block segments, 5 %).
     pub fn low_water_segments(&self) -> u64 {
         let s = &self.store;
-        let pct = (s.segs.nsegments() * self.cleaner.config.min_free_percent as u64).div_ceil(100);
-        let streams = if s.streams.enabled {
+        let pct =
+            (s.segs().nsegments() * self.cleaner.config.min_free_percent as u64).div_ceil(100);
+        let streams = if s.streams().enabled {
             crate::meta::stream::Stream::DATA.len() as u64
         } else {
             0
@@ -205,7 +220,7 @@ impl Lsfs {
 
     /// Background passes stop at this many free segments.
     pub fn high_water_segments(&self) -> u64 {
-        let pct = (self.store.segs.nsegments() * self.cleaner.config.max_free_percent as u64)
+        let pct = (self.store.segs().nsegments() * self.cleaner.config.max_free_percent as u64)
             .div_ceil(100);
         pct.max(self.low_water_segments() + 1)
     }
@@ -269,34 +284,12 @@ impl Lsfs {
         reason: &str,
         now: u64,
     ) -> Result<PassReport> {
-        let pressed = pass_is_pressed(reason);
-        // Late abort saves copies only when there is time.
-        let late_abort = !pressed;
-        let keep = if pressed {
-            KeepCheckpoints::LatestOnly
-        } else {
-            KeepCheckpoints::Kept
-        };
-        let seg_blocks = self.store.geo.segment_blocks as u64;
-        let budget = self.pass_budget(reason);
+        let rules = self.pass_rules(reason);
         let mut rep = PassReport {
             reason: reason.to_string(),
             ..Default::default()
         };
-        // Late abort on the true cost: the counters do not see dead blocks
-        // that a kept checkpoint still needs, the plan does.
-        // Under pressure, a victim must at least pay for the checkpoint
-        // metadata its pass writes, or cleaning eats the reserve.
-        let min_gain = if late_abort {
-            self.cleaner.config.min_reclaim_blocks.max(1) as i64
-        } else {
-            (seg_blocks as i64 / 32).max(8)
-        };
         let mut planned = 0u64;
-        let counts = |s: &Self, seg: u64| {
-            let u = &s.store.segs.usage[seg as usize];
-            (u.nblocks, u.nlive, u.nsnapshot)
-        };
         self.cleaner
             .futile
             .retain(|_, (_, at)| now < at.saturating_add(FUTILE_PLAN_SECS));
@@ -308,28 +301,13 @@ impl Lsfs {
                 .cleaner
                 .futile
                 .get(&seg)
-                .is_some_and(|(c, _)| *c == counts(self, seg))
+                .is_some_and(|(c, _)| *c == self.segment_counts(seg))
             {
                 continue;
             }
-            let plan = self.store.relocation_plan_keeping(seg, keep)?;
+            let plan = self.store.relocation_plan_keeping(seg, rules.keep)?;
             rep.protected_seen += plan.protected() as u64;
-            if !pressed && plan.held_by_checkpoints > 0 {
-                // Only checkpoints hold those blocks: they free themselves
-                // when the checkpoints expire, or when space runs short.
-                let c = counts(self, seg);
-                self.cleaner.futile.insert(seg, (c, now));
-                rep.held_back.push(seg);
-                continue;
-            }
-            if plan.gain() < min_gain {
-                let c = counts(self, seg);
-                if late_abort {
-                    self.store.reage_segment(seg);
-                } else {
-                    self.cleaner.futile.insert(seg, (c, now));
-                }
-                rep.late_aborted.push(seg);
+            if self.hold_back_or_abort(seg, &plan, &rules, &mut rep, now) {
                 continue;
             }
             if reason == "low space"
@@ -338,36 +316,114 @@ impl Lsfs {
             {
                 // (Holes are written into before the next checkpoint: not
                 // when the latest one still sees what they held.)
-                // Preparing frees the plan's dead blocks now.
-                self.give_up_for(&mut rep, plan.give_up_below);
-                let holes = self.store.prepare_plug(plan)?;
-                rep.plugged.push(seg);
-                rep.holes_prepared += holes as u64;
+                self.plug_victim(plan, &mut rep)?;
                 continue;
             }
             let cost = plan.blocks_written();
-            if planned + cost > budget {
+            if planned + cost > rules.budget {
                 break;
             }
             planned += cost;
             // Relocated at once, not after the whole pass is planned: moving
             // one victim can change blocks another holds (freeing a plugged
             // victim rewrites SSA blocks that may sit in the next one).
-            self.give_up_for(&mut rep, plan.give_up_below);
-            if self.cleaner.config.threaded_logging != crate::gc::ThreadedLogging::Off {
-                let (read, copied, freed) = clean_cost_terms(&plan);
-                self.cleaner.gate.cleaned_with(read, copied, freed);
-            }
-            if plan.freed_at_next_checkpoint > 0 {
-                self.store.give_up_at_next_checkpoint();
-                rep.freed_at_next_checkpoint += plan.freed_at_next_checkpoint as u64;
-            }
-            let r = self.store.relocate_planned(plan)?;
-            rep.blocks_copied += r.copied() as u64;
-            rep.blocks_reclaimed += (r.nblocks - r.copied().min(r.nblocks)) as u64;
-            rep.victims.push(r);
+            self.relocate_victim(plan, &mut rep)?;
         }
         Ok(rep)
+    }
+
+    /// How a pass for `reason` treats its candidates.
+    fn pass_rules(&self, reason: &str) -> PassRules {
+        let pressed = pass_is_pressed(reason);
+        // Late abort saves copies only when there is time.
+        let late_abort = !pressed;
+        let seg_blocks = self.store.geo().segment_blocks as u64;
+        PassRules {
+            pressed,
+            late_abort,
+            keep: if pressed {
+                KeepCheckpoints::LatestOnly
+            } else {
+                KeepCheckpoints::Kept
+            },
+            // Late abort on the true cost: the counters do not see dead
+            // blocks that a kept checkpoint still needs, the plan does.
+            // Under pressure, a victim must at least pay for the checkpoint
+            // metadata its pass writes, or cleaning eats the reserve.
+            min_gain: if late_abort {
+                self.cleaner.config.min_reclaim_blocks.max(1) as i64
+            } else {
+                (seg_blocks as i64 / 32).max(8)
+            },
+            budget: self.pass_budget(reason),
+        }
+    }
+
+    /// What the SUFILE counts in `seg` (blocks, live, snapshot): a futile
+    /// verdict stands while they do not change.
+    fn segment_counts(&self, seg: u64) -> (u32, u32, u32) {
+        let u = &self.store.segs().usage[seg as usize];
+        (u.nblocks, u.nlive, u.nsnapshot)
+    }
+
+    /// Leave `seg` alone if `plan` says only checkpoints hold its blocks
+    /// (held back) or it gains too little (aborted late); true if it was.
+    fn hold_back_or_abort(
+        &mut self,
+        seg: u64,
+        plan: &RelocationPlan,
+        rules: &PassRules,
+        rep: &mut PassReport,
+        now: u64,
+    ) -> bool {
+        if !rules.pressed && plan.held_by_checkpoints > 0 {
+            // Only checkpoints hold those blocks: they free themselves
+            // when the checkpoints expire, or when space runs short.
+            let c = self.segment_counts(seg);
+            self.cleaner.futile.insert(seg, (c, now));
+            rep.held_back.push(seg);
+            return true;
+        }
+        if plan.gain() < rules.min_gain {
+            let c = self.segment_counts(seg);
+            if rules.late_abort {
+                self.store.reage_segment(seg);
+            } else {
+                self.cleaner.futile.insert(seg, (c, now));
+            }
+            rep.late_aborted.push(seg);
+            return true;
+        }
+        false
+    }
+
+    /// Plug the victim `plan` was made for instead of cleaning it: preparing
+    /// frees the plan's dead blocks now.
+    fn plug_victim(&mut self, plan: RelocationPlan, rep: &mut PassReport) -> Result<()> {
+        let seg = plan.segno;
+        self.give_up_for(rep, plan.give_up_below);
+        let holes = self.store.prepare_plug(plan)?;
+        rep.plugged.push(seg);
+        rep.holes_prepared += holes as u64;
+        Ok(())
+    }
+
+    /// Relocate what the victim `plan` was made for still holds.
+    fn relocate_victim(&mut self, plan: RelocationPlan, rep: &mut PassReport) -> Result<()> {
+        self.give_up_for(rep, plan.give_up_below);
+        if self.cleaner.config.threaded_logging != crate::gc::ThreadedLogging::Off {
+            let (read, copied, freed) = clean_cost_terms(&plan);
+            self.cleaner.gate.cleaned_with(read, copied, freed);
+        }
+        if plan.freed_at_next_checkpoint > 0 {
+            self.store.give_up_at_next_checkpoint();
+            rep.freed_at_next_checkpoint += plan.freed_at_next_checkpoint as u64;
+        }
+        let r = self.store.relocate_planned(plan)?;
+        rep.blocks_copied += r.copied() as u64;
+        rep.blocks_reclaimed += (r.nblocks - r.copied().min(r.nblocks)) as u64;
+        rep.victims.push(r);
+        Ok(())
     }
 
     /// After the victims: write their copies ahead to their streams, end
@@ -388,7 +444,7 @@ impl Lsfs {
         // cache bound. A pass someone asked for ends with one, as it always did.
         if moved
             && (reason == "manual"
-                || self.store.pending_blocks() * 2 > self.store.cache.capacity_blocks())
+                || self.store.pending_blocks() * 2 > self.store.cache().capacity_blocks())
         {
             self.checkpoint_for("cleaner")?;
         }
@@ -469,21 +525,21 @@ impl Lsfs {
     /// whole victim (the cache grows for it, so its bound is its size plus
     /// a segment).
     fn pass_budget(&self, reason: &str) -> u64 {
-        let seg_blocks = self.store.geo.segment_blocks as u64;
-        let checkpoint_blocks = 32 + self.store.segs.nblocks_sufile();
+        let seg_blocks = self.store.geo().segment_blocks as u64;
+        let checkpoint_blocks = 32 + self.store.segs().nblocks_sufile();
         let keep = if reason == "foreground" {
             1
         } else {
             self.store.reserve_segments()
         } + self.store.stream_segments_held();
-        let room = (self.store.segs.free_count().saturating_sub(keep) * seg_blocks
-            + (seg_blocks - self.store.cur_off as u64))
+        let room = (self.store.segs().free_count().saturating_sub(keep) * seg_blocks
+            + (seg_blocks - self.store.log_head().1 as u64))
             .saturating_sub(checkpoint_blocks)
             // The same checkpoint also places what is dirty already, with
             // its metadata (as free_blocks counts it).
             .saturating_sub(self.store.pending_blocks() as u64 * 2);
         // Copies of earlier passes may still be waiting for their checkpoint.
-        (self.store.cache.capacity_blocks() as u64 / 2)
+        (self.store.cache().capacity_blocks() as u64 / 2)
             .saturating_sub(self.store.pending_blocks() as u64)
             .max(seg_blocks)
             .min(room)
@@ -511,14 +567,14 @@ impl Lsfs {
     /// Never when appending is short of room ([`PLUG_APPEND_ROOM_SEGMENTS`]):
     /// then only cleaning helps, and the last-resort pass before ENOSPC
     /// never plugs for that reason.
-    fn plug_instead(&self, seg: u64, plan: &crate::gc::relocate::RelocationPlan) -> bool {
+    fn plug_instead(&self, seg: u64, plan: &RelocationPlan) -> bool {
         use crate::gc::ThreadedLogging;
         let mode = self.cleaner.config.threaded_logging;
-        let seg_blocks = self.store.geo.segment_blocks as u64;
+        let seg_blocks = self.store.geo().segment_blocks as u64;
         if mode == ThreadedLogging::Off
             || self.store.free_blocks_appending() <= PLUG_APPEND_ROOM_SEGMENTS * seg_blocks
             || !self.store.plug_eligible(seg)
-            || self.store.plugs.holes() >= PLUG_HOLES_SEGMENTS * seg_blocks
+            || self.store.plugs().holes() >= PLUG_HOLES_SEGMENTS * seg_blocks
         {
             return false;
         }
@@ -574,7 +630,7 @@ impl Lsfs {
 
     /// Recompute the derived totals (write amplification, unaccounted blocks).
     pub fn refresh_cleaner_stats(&mut self) {
-        let written = self.store.stats.payload_blocks_written;
+        let written = self.store.stats().payload_blocks_written;
         let c = &mut self.cleaner.stats;
         c.cleaner_blocks_written = c.blocks_copied;
         c.user_blocks_written = written.saturating_sub(c.blocks_copied);
@@ -585,7 +641,7 @@ impl Lsfs {
         };
         c.file_data_written = self
             .store
-            .stats
+            .stats()
             .blocks_by_class
             .get(crate::log::record::FILE_DATA)
             .copied()
@@ -596,7 +652,13 @@ impl Lsfs {
         } else {
             c.file_data_written as f64 / user_data as f64
         };
-        let used: u64 = self.store.segs.usage.iter().map(|u| u.nblocks as u64).sum();
+        let used: u64 = self
+            .store
+            .segs()
+            .usage
+            .iter()
+            .map(|u| u.nblocks as u64)
+            .sum();
         // Dead blocks are unaccounted only while a plain checkpoint still
         // protects them; segments carry no counter for those, so report the
         // share of written blocks that are neither live nor snapshot-held
@@ -604,10 +666,10 @@ impl Lsfs {
         let horizon = self
             .store
             .now()
-            .saturating_sub(self.store.config.protection_secs);
+            .saturating_sub(self.store.config().protection_secs);
         let recent_dead: u64 = self
             .store
-            .segs
+            .segs()
             .usage
             .iter()
             .filter(|u| u.nblocks > 0 && u.nlive_lastmod_secs >= horizon)
@@ -617,16 +679,18 @@ impl Lsfs {
                     - u.nsnapshot.min(u.nblocks - u.nlive.min(u.nblocks))) as u64
             })
             .sum();
-        c.snapshot_changes_pending = self.store.recon.queue().len() as u64;
-        c.checkpoints_given_up_at_checkpoint = self.store.stats.checkpoints_given_up_at_checkpoint;
+        c.snapshot_changes_pending = self.store.reconcile().queue().len() as u64;
+        c.checkpoints_given_up_at_checkpoint =
+            self.store.stats().checkpoints_given_up_at_checkpoint;
         c.checkpoints_kept_secs = self.store.kept_window_secs(self.store.now());
-        c.threaded_logging = self.store.plugs.stats().clone();
-        c.holes_ready = self.store.plugs.holes();
+        c.threaded_logging = self.store.plugs().stats().clone();
+        c.holes_ready = self.store.plugs().holes();
         c.measured_clean_cost = self.cleaner.gate.measured_cost();
-        c.reconcile_progress = if self.store.recon.is_settled() {
+        c.reconcile_progress = if self.store.reconcile().is_settled() {
             1.0
         } else {
-            (self.store.recon.cursor() as f64 / self.store.next_vblock.max(1) as f64).min(1.0)
+            (self.store.reconcile().cursor() as f64 / self.store.roots().next_vblock.max(1) as f64)
+                .min(1.0)
         };
         c.unaccounted_fraction = if used == 0 {
             0.0
@@ -695,7 +759,7 @@ impl Lsfs {
     /// copied, since copying a block frees nothing. A write then fails only
     /// when what is left is live or held by a snapshot.
     pub(crate) fn clean_for_space(&mut self, need: u64) -> Result<bool> {
-        if !self.store.recon.is_settled() {
+        if !self.store.reconcile().is_settled() {
             // Counters of demoted snapshots' blocks overstate what victims
             // hold: make them exact before choosing.
             self.store.reconcile_step(u64::MAX)?;

@@ -72,10 +72,10 @@ pub(crate) fn decode_ext(k: u64, v: &[u8]) -> Result<Extent> {
 /// entries made a DAT block no checkpoint could place (a panic).
 fn decode_ext_in(s: &Store, k: u64, v: &[u8]) -> Result<Extent> {
     let e = decode_ext(k, v)?;
-    if e.vstart + e.len > s.next_vblock {
+    if e.vstart + e.len > s.roots().next_vblock {
         return Err(Error::corrupt(format!(
             "extent at file block {k} names virtual blocks {:#x} + {}, past the end of the DAT ({:#x})",
-            e.vstart, e.len, s.next_vblock
+            e.vstart, e.len, s.roots().next_vblock
         )));
     }
     Ok(e)
@@ -823,7 +823,7 @@ mod tests {
             .expect("the file's extent");
         assert_eq!(
             e.vstart + e.len,
-            s.next_vblock,
+            s.roots().next_vblock,
             "the last blocks handed out"
         );
         let past = Extent {
@@ -873,7 +873,7 @@ mod tests {
         let err = truncate(&mut s, &mut i, 0).unwrap_err().to_string();
         assert!(err.contains("past the end of the DAT"), "{err}");
         // With a DAT that ends after it, freeing goes in batches.
-        s.next_vblock = huge.vstart + huge.len;
+        s.set_dat_end_for_test(huge.vstart + huge.len);
         let err = truncate(&mut s, &mut i, 0).unwrap_err().to_string();
         assert!(err.contains("not live"), "{err}");
         assert!(s.writable().is_err(), "writes must stop");

@@ -16,7 +16,7 @@ use std::sync::Mutex;
 pub fn call<T>(fs: &Mutex<Lsfs>, durable: bool, f: impl FnOnce(&mut Lsfs) -> T) -> (T, Result<()>) {
     let (r, io, before, after) = {
         let mut g = fs.lock().unwrap_or_else(|p| p.into_inner());
-        let io = g.store.io.clone();
+        let io = g.store.io().clone();
         let before = io.last_ticket();
         let r = f(&mut g);
         let after = io.last_ticket();

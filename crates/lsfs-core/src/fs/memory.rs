@@ -53,23 +53,23 @@ impl Lsfs {
     /// Caches and mirrors with a fixed bound.
     fn memory_caches(&self) -> Vec<MemoryItem> {
         let s = &self.store;
-        let bb = s.geo.block_bytes as u64;
+        let bb = s.geo().block_bytes as u64;
         // A cached block: its bytes, its map entry and the policy's page
         // state (cache/mod.rs). The cache may exceed its capacity by what one
         // operation dirties; writes are cut into quarters of it.
         let cache_each = bb + hashed(8 + 48) + 32;
-        let cache_max = s.cache.capacity_blocks() as u64 * 5 / 4;
-        let (reuse_now, reuse_max) = s.dat_reuse.tracked_blocks();
+        let cache_max = s.cache().capacity_blocks() as u64 * 5 / 4;
+        let (reuse_now, reuse_max) = s.dat_reuse_tracked_blocks();
         vec![
             MemoryItem::new(
                 "block cache",
-                s.cache.len() as u64,
+                s.cache().len() as u64,
                 Some(cache_max),
                 cache_each,
             ),
             MemoryItem::new(
                 "DAT block map mirror",
-                s.dat_map.len() as u64,
+                s.dat_mirror_len() as u64,
                 Some(crate::meta::store::DAT_MAP_MAX_ENTRIES as u64),
                 hashed(16),
             ),
@@ -81,7 +81,7 @@ impl Lsfs {
             ),
             MemoryItem::new(
                 "write streams: per-file history",
-                s.streams.history_len() as u64,
+                s.streams().history_len() as u64,
                 Some(crate::meta::stream::FILE_HISTORY_MAX as u64),
                 hashed(16),
             ),
@@ -97,22 +97,22 @@ impl Lsfs {
     /// Work prepared or queued, bounded by the pass or queue that holds it.
     fn memory_queues(&self) -> Vec<MemoryItem> {
         let s = &self.store;
-        let bb = s.geo.block_bytes as u64;
+        let bb = s.geo().block_bytes as u64;
         vec![
             MemoryItem::new(
                 // A pass prepares victims until the cap, so it ends at most
                 // one victim past it.
                 "threaded logging: prepared holes",
-                s.plugs.holes(),
-                Some((super::clean::PLUG_HOLES_SEGMENTS + 1) * s.geo.segment_blocks as u64),
+                s.plugs().holes(),
+                Some((super::clean::PLUG_HOLES_SEGMENTS + 1) * s.geo().segment_blocks as u64),
                 4,
             ),
             MemoryItem::new(
                 // Writes queued and not done (device/io_queue.rs): at most
                 // its bound plus one write, which never spans segments.
                 "I/O queue: writes not done",
-                (s.io.pending_bytes() as u64).div_ceil(bb),
-                Some(s.io.limit() as u64 / bb + s.geo.segment_blocks as u64),
+                (s.io().pending_bytes() as u64).div_ceil(bb),
+                Some(s.io().limit() as u64 / bb + s.geo().segment_blocks as u64),
                 bb,
             ),
         ]
@@ -124,13 +124,13 @@ impl Lsfs {
         vec![
             MemoryItem::new(
                 "segment table (SUFILE mirror)",
-                s.segs.nsegments(),
+                s.segs().nsegments(),
                 None,
                 std::mem::size_of::<crate::meta::sufile::SegUsage>() as u64 + 8 + 8,
             ),
             MemoryItem::new(
                 "checkpoint table (CPFILE mirror)",
-                s.cps.entries.len() as u64,
+                s.cps().entries.len() as u64,
                 None,
                 std::mem::size_of::<crate::meta::cpfile::CpEntry>() as u64 + 48,
             ),

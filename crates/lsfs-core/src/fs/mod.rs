@@ -10,6 +10,7 @@
 pub mod atomic;
 pub mod clean;
 pub mod dir;
+mod fallocate;
 pub mod file;
 pub mod inode;
 mod invariants;
@@ -133,7 +134,7 @@ impl Lsfs {
         let root = Inode::new(ROOT_INO, libc::S_IFDIR | 0o755, 0, 0, now);
         let orphans = Inode::new(ORPHAN_INO, libc::S_IFDIR | 0o700, 0, 0, now);
         for i in [root, orphans] {
-            fs.store.inodes_used += 1;
+            fs.store.inode_created();
             fs.put(i);
         }
         fs.checkpoint_for("mount")?;
@@ -148,10 +149,10 @@ impl Lsfs {
         let opened = Store::open(Box::new(dev), config.store.clone())?;
         let view = match config.checkpoint {
             Some(cno) => {
-                let cp = opened.store.cps.entries.get(&cno).ok_or_else(|| {
+                let cp = opened.store.cps().entries.get(&cno).ok_or_else(|| {
                     Error::invalid(format!(
                         "--checkpoint {cno}: no such checkpoint (existing: {:?})",
-                        opened.store.cps.entries.keys().collect::<Vec<_>>()
+                        opened.store.cps().entries.keys().collect::<Vec<_>>()
                     ))
                 })?;
                 Some(cp.ifile_root)
@@ -166,11 +167,11 @@ impl Lsfs {
             fs.replay(&opened.replay)?;
             fs.replayed_records = opened.replay.len();
         }
-        if fs.view.is_none() && !fs.store.config.read_only {
+        if fs.view.is_none() && !fs.store.opened_read_only() {
             // An older image gets the inline-items feature now: the mount's
             // checkpoint and both superblocks carry it before any fsync
             // record with items is written.
-            fs.store.sb.features_incompat |= crate::log::superblock::FEATURE_INCOMPAT_INLINE_ITEMS;
+            fs.store.enable_inline_items();
             fs.delete_orphans()?;
             fs.checkpoint_for("mount")?;
             fs.store.settle_superblocks()?;
@@ -205,7 +206,7 @@ impl Lsfs {
 
     /// Device bytes written so far, for the write-amplification meter.
     fn device_write_bytes(&self) -> u64 {
-        self.store.dev.stats().snapshot().write_bytes
+        self.store.device_counters().write_bytes
     }
 
     /// Start the write-amplification meter: what mkfs or recovery wrote
@@ -224,18 +225,17 @@ impl Lsfs {
     /// After a device read error, stop writing: fail the store (logged once).
     fn stop_after_read_error(&mut self) {
         if let Some(first) = self.read_errors.first() {
-            if self.store.failed.is_none() {
-                let err = Error::io(
-                    format!("read failed earlier: {first}"),
-                    std::io::Error::from_raw_os_error(libc::EIO),
-                );
-                self.store.fail(&err);
-            }
+            // Failing again keeps the first reason (`Store::fail`).
+            let err = Error::io(
+                format!("read failed earlier: {first}"),
+                std::io::Error::from_raw_os_error(libc::EIO),
+            );
+            self.store.fail(&err);
         }
     }
 
     fn ifile_root(&self) -> u64 {
-        self.view.unwrap_or(self.store.ifile_root)
+        self.view.unwrap_or(self.store.roots().ifile_root)
     }
 
     fn mutable(&self) -> VfsResult<()> {
@@ -330,12 +330,7 @@ impl Lsfs {
     /// `StoreStats::checkpoints_by_cause` (what makes checkpoints frequent
     /// is what makes metadata expensive).
     pub(crate) fn checkpoint_for(&mut self, cause: &'static str) -> Result<u64> {
-        *self
-            .store
-            .stats
-            .checkpoints_by_cause
-            .entry(cause)
-            .or_default() += 1;
+        self.store.count_checkpoint_cause(cause);
         self.checkpoint_inner()
     }
 
@@ -376,7 +371,7 @@ impl Lsfs {
         if due && dirty {
             self.checkpoint_for("interval")?;
         }
-        if !self.store.recon.is_settled() {
+        if !self.store.reconcile().is_settled() {
             // Snapshot changes reach the counters a bounded slice at a time
             // (the next checkpoint records how far).
             self.store.reconcile_step(RECONCILE_DAT_BLOCKS_PER_TICK)?;
@@ -389,7 +384,7 @@ impl Lsfs {
     /// operation log within its bounds (`oplog.rs`).
     fn after_change(&mut self) -> VfsResult<()> {
         self.cleaner.last_activity = self.store.clock().mono();
-        if self.store.pending_blocks() * 2 > self.store.cache.capacity_blocks() {
+        if self.store.pending_blocks() * 2 > self.store.cache().capacity_blocks() {
             self.checkpoint_for("cache")?;
         } else if self.oplog.over_bound() {
             self.checkpoint_for("oplog")?;
@@ -400,7 +395,7 @@ impl Lsfs {
     /// The largest piece of a write or fallocate done at once: a quarter of
     /// the cache, so that the blocks it dirties always fit (see after_change).
     fn chunk_bytes(&self) -> u64 {
-        (self.store.cache.capacity_blocks() as u64 / 4).max(1) * file::BLOCK
+        (self.store.cache().capacity_blocks() as u64 / 4).max(1) * file::BLOCK
     }
 
     /// Refuse a change that needs `blocks` new blocks when they are not
@@ -436,8 +431,8 @@ impl Lsfs {
     /// queued runs first, and the final checkpoint runs at once (nobody
     /// else calls in any more).
     pub fn unmount(&mut self) -> Result<()> {
-        if self.store.io.is_deferred() {
-            self.store.io.set_deferred(false)?;
+        if self.store.io().is_deferred() {
+            self.store.io().set_deferred(false)?;
         }
         self.stop_after_read_error();
         if self.view.is_none() && self.store.writable().is_ok() {
@@ -459,11 +454,11 @@ impl Lsfs {
     pub fn defer_io(&mut self, on: bool) -> Result<()> {
         // Queued writes are blocks the cache has let go of, or copies of
         // blocks it holds: bound them by the cache's size.
-        let cache_bytes = self.store.cache.capacity_blocks() * self.store.geo.block_bytes;
+        let cache_bytes = self.store.cache().capacity_blocks() * self.store.geo().block_bytes;
         self.store
-            .io
+            .io()
             .set_limit(cache_bytes.clamp(QUEUE_MIN_BYTES, crate::device::PENDING_BYTES_MAX));
-        self.store.io.set_deferred(on)
+        self.store.io().set_deferred(on)
     }
 
     /// The virtual block file block `block` of `ino` maps to (tests, tools).
@@ -473,7 +468,7 @@ impl Lsfs {
     }
 
     pub fn checkpoints(&self) -> Vec<crate::meta::cpfile::CpEntry> {
-        self.store.cps.entries.values().copied().collect()
+        self.store.cps().entries.values().copied().collect()
     }
 
     /// Take a snapshot of the current state: a checkpoint, flagged permanent.
@@ -495,23 +490,7 @@ impl Lsfs {
     /// Delete a plain checkpoint.
     pub fn checkpoint_delete(&mut self, cno: u64) -> Result<()> {
         self.mutable().map_err(Error::Errno)?;
-        let entry = *self
-            .store
-            .cps
-            .entries
-            .get(&cno)
-            .ok_or_else(|| Error::invalid(format!("checkpoint {cno} does not exist")))?;
-        if entry.is_snapshot() {
-            return Err(Error::invalid(format!(
-                "checkpoint {cno} is a snapshot: demote it first"
-            )));
-        }
-        if Some(cno) == self.store.cps.latest().map(|c| c.cno) {
-            return Err(Error::invalid(format!(
-                "checkpoint {cno} is the latest one and cannot be deleted"
-            )));
-        }
-        self.store.cps.remove(cno);
+        self.store.delete_checkpoint(cno)?;
         self.checkpoint_for("requested")?;
         Ok(())
     }
@@ -555,9 +534,7 @@ impl Lsfs {
         // Deleted with atomic writes pending: they had nowhere to go.
         self.atomic.drop_file(ino);
         self.store.inode_write(ino, None)?;
-        // Saturating, as `blocks_used`: the count comes from the super root
-        // and a damaged one may say 0; fsck reports the difference.
-        self.store.inodes_used = self.store.inodes_used.saturating_sub(1);
+        self.store.inode_deleted();
         Ok(())
     }
 
@@ -639,11 +616,7 @@ impl Lsfs {
         if dir::lookup(&mut self.store, &d, name)?.is_some() {
             return Err(Errno::EXIST);
         }
-        let ino = self.store.next_ino;
-        if ino >= MAX_INO {
-            return Err(Errno::NOSPC);
-        }
-        self.store.next_ino += 1;
+        let ino = self.store.take_ino(MAX_INO).ok_or(Errno::NOSPC)?;
         // BSD group semantics when the parent is setgid, as Linux does.
         let (gid, mode) = if d.mode & libc::S_ISGID != 0 {
             let m = if mode & libc::S_IFMT == libc::S_IFDIR {
@@ -703,7 +676,7 @@ impl Lsfs {
     /// [`Lsfs::fsync_record`] for several inodes at once: one record (one
     /// group, replayed whole or not at all) with all of them.
     fn fsync_record_of(&mut self, of: &[u64]) -> Result<bool> {
-        if !self.store.sb.inline_items() {
+        if !self.store.superblock().inline_items() {
             return Ok(false);
         }
         let mut inos: BTreeSet<u64> = self.oplog.touched().collect();
@@ -734,7 +707,7 @@ impl Lsfs {
             return Ok(false);
         }
         self.store.dsync(&files, &bytes)?;
-        self.store.stats.dsync_ops_written += nops;
+        self.store.count_dsync_ops(nops);
         self.oplog.written();
         Ok(true)
     }
@@ -1159,7 +1132,7 @@ impl Vfs for Lsfs {
         }
         if !self.fsync_record(ino)? {
             // One flush: no data-stream records (see Store::checkpoint).
-            self.store.streams.one_flush_next = true;
+            self.store.next_checkpoint_one_flush();
             self.checkpoint_for("fsync")?;
         }
         Ok(())
@@ -1218,15 +1191,15 @@ impl Vfs for Lsfs {
 
     fn statfs(&mut self) -> VfsResult<StatFs> {
         let s = &self.store;
-        let seg = s.geo.segment_blocks as u64;
-        let total = s.geo.total_segment_blocks();
-        let free_segs = s.segs.free_count() * seg;
+        let seg = s.geo().segment_blocks as u64;
+        let total = s.geo().total_segment_blocks();
+        let free_segs = s.segs().free_count() * seg;
         // Free is what the current tree and the snapshots do not hold: dead
         // blocks that only plain checkpoints keep are given up before ENOSPC
         // (the cleaner presses and drops the oldest checkpoints), so `df`
         // drops as soon as files are removed. Blocks not yet placed count
         // as held, with their metadata.
-        let (live, snap) = s.segs.held();
+        let (live, snap) = s.segs().held();
         let pending = s.pending_blocks() as u64 * 2;
         let unheld = total.saturating_sub(live + snap + pending);
         // What filling writes besides file data (the DAT, B-tree nodes,
@@ -1242,7 +1215,7 @@ impl Vfs for Lsfs {
             bavail: bfree.saturating_sub(reserve),
             files: MAX_INO,
             // Saturating: `next_ino` comes from the disk.
-            ffree: MAX_INO.saturating_sub(s.next_ino),
+            ffree: MAX_INO.saturating_sub(s.roots().next_ino),
             bsize: 4096,
             namelen: NAME_MAX_BYTES as u32,
             frsize: 4096,
@@ -1303,87 +1276,13 @@ impl Vfs for Lsfs {
     fn fallocate(&mut self, ino: Ino, offset: u64, length: u64, mode: i32) -> VfsResult<()> {
         self.mutable()?;
         let how = FallocMode::parse(mode, length)?;
-        let mut i = self.get(ino)?;
-        match i.kind() {
-            FileKind::File => {}
-            FileKind::Dir => return Err(Errno::ISDIR), // as Linux
-            _ => return Err(Errno(libc::ENODEV)),
-        }
-        if offset
-            .checked_add(length)
-            .is_none_or(|end| end > file::MAX_FILE_BYTES)
-        {
-            return Err(Errno::FBIG);
-        }
-        match how {
-            // Mode 0 reserves the space whether or not the size changes.
-            FallocMode::Allocate { .. } => self.reserve(length / file::BLOCK + 2)?,
-            // A punch or zero frees blocks and rewrites at most two; like a
-            // shrinking truncate it does not wait for space, so that a full
-            // file system can be emptied this way. Growing needs a block,
-            // as for truncate.
-            _ if how.grows() && offset + length > i.size => self.reserve(1)?,
-            _ => {}
-        }
-        let end = offset + length;
-        // No block is mapped past the one holding the last byte, so a punch
-        // or zero stops there: a range to the largest file is not millions
-        // of empty steps.
-        let stop = if how.zeroes() {
-            end.min(i.size.div_ceil(file::BLOCK) * file::BLOCK)
-        } else {
-            end
-        };
-        // In pieces, like write: each piece dirties at most a quarter of the
-        // cache (data blocks, or the DAT blocks a punch frees entries in).
-        let chunk = self.chunk_bytes();
-        let mut pos = offset;
-        while pos < stop {
-            let n = (chunk - pos % file::BLOCK).min(stop - pos);
-            let now = self.store.clock().now();
-            if how.zeroes() {
-                file::punch(&mut self.store, &mut i, pos, n)?;
-                // Replay must free the blocks too: the data blocks an fsync
-                // carries cannot say that a block is gone.
-                self.oplog.push(
-                    Item::Punch {
-                        ino,
-                        offset: pos,
-                        length: n,
-                    },
-                    &[ino],
-                );
-                i.mtime = now;
-            } else {
-                self.write_amp.note_app(n);
-            }
-            if how.grows() && pos + n > i.size {
-                // Growing needs no operation: the inode image says the size.
-                file::allocate(&mut self.store, &mut i, pos, n)?;
-                i.mtime = now;
-            }
-            i.ctime = now;
-            self.put(i);
-            self.after_change()?;
-            pos += n;
-            i = self.get(ino)?;
-        }
-        if how.grows() && end > i.size {
-            // A zero range past the end: the rest only grows the file.
-            file::allocate(&mut self.store, &mut i, offset, length)?;
-            let now = self.store.clock().now();
-            i.mtime = now;
-            i.ctime = now;
-            self.put(i);
-            self.after_change()?;
-        }
-        Ok(())
+        self.fallocate_file(ino, offset, length, how)
     }
 
     fn sync(&mut self) -> VfsResult<()> {
         // Mounted read-only: nothing can be unwritten (a mount that turned
         // read-only after an error still says so).
-        if self.view.is_some() || self.store.config.read_only {
+        if self.view.is_some() || self.store.opened_read_only() {
             return Ok(());
         }
         self.checkpoint_for("sync").map(|_| ()).map_err(Errno::from)
@@ -1396,13 +1295,13 @@ impl Vfs for Lsfs {
 
     fn read_only(&self) -> bool {
         self.view.is_some()
-            || self.store.config.read_only
+            || self.store.opened_read_only()
             || self.store.failure().is_some()
             || self.read_errors.tripped()
     }
 
     fn deferred_io(&self) -> Option<std::sync::Arc<dyn DeferredIo>> {
-        Some(self.store.io.clone())
+        Some(self.store.io().clone())
     }
 
     fn atomic_writes(&self) -> bool {

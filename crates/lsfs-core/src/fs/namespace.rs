@@ -34,7 +34,7 @@ impl Lsfs {
         now: Timespec,
     ) -> VfsResult<Inode> {
         let mut d = self.live_dir(parent)?;
-        self.store.inodes_used += 1;
+        self.store.inode_created();
         let mut inode = Inode::new(ino, mode, uid, gid, now);
         inode.rdev = rdev;
         dir::insert(&mut self.store, &mut d, name, ino, inode.kind())?;

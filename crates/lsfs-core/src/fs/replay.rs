@@ -171,7 +171,7 @@ impl Lsfs {
                     return Err(Errno::EXIST.into());
                 }
                 self.create_apply(*parent, name, *ino, *mode, (*uid, *gid, *rdev), target, now)?;
-                self.store.next_ino = self.store.next_ino.max(ino + 1);
+                self.store.ino_handed_out(*ino);
             }
             Item::Link { ino, parent, name } => {
                 self.link_checks(*ino, *parent, name)?;

@@ -86,7 +86,7 @@ impl Views {
             .slots
             .get(slot)
             .ok_or(Error::Errno(Errno(libc::ESTALE)))?;
-        s.cps
+        s.cps()
             .entries
             .get(&cno)
             .map(|c| c.ifile_root)
@@ -124,7 +124,7 @@ impl Views {
                     .ok()
                     .and_then(|n| n.parse().ok())
                     .ok_or(Error::Errno(Errno::NOENT))?;
-                if !s.cps.entries.get(&cno).is_some_and(|c| c.is_snapshot()) {
+                if !s.cps().entries.get(&cno).is_some_and(|c| c.is_snapshot()) {
                     return Err(Error::Errno(Errno::NOENT));
                 }
                 let slot = self.slot_for(cno)?;
@@ -184,7 +184,7 @@ impl Views {
         offset: u64,
         out: &mut Vec<DirEntry>,
     ) -> Result<()> {
-        for cno in s.cps.snapshots() {
+        for cno in s.cps().snapshots() {
             // Cookie: cno + 3, stable while snapshots come and go.
             if cno + 3 > offset {
                 let slot = self.slot_for(cno)?;

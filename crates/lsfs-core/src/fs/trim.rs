@@ -18,14 +18,14 @@ impl Lsfs {
     /// then discard every free segment lying wholly in the `len` bytes at
     /// `start`, in runs of at least `minlen` bytes. Returns the bytes.
     pub fn trim_free_space(&mut self, start: u64, len: u64, minlen: u64) -> Result<u64> {
-        if self.view.is_some() || self.store.config.read_only {
+        if self.view.is_some() || self.store.opened_read_only() {
             return Err(Error::Errno(Errno::ROFS));
         }
         self.store.writable()?;
         for _ in 0..TRIM_CHECKPOINTS_MAX {
-            let before = self.store.stats.segments_reclaimed;
+            let before = self.store.stats().segments_reclaimed;
             self.checkpoint_for("trim")?;
-            if self.store.stats.segments_reclaimed == before {
+            if self.store.stats().segments_reclaimed == before {
                 break;
             }
         }

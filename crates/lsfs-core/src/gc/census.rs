@@ -56,9 +56,9 @@ impl SegmentCensus {
 impl Store {
     /// Count every segment by state and stream.
     pub fn segment_census(&self) -> SegmentCensus {
-        let segs = &self.segs;
-        let seg_blocks = self.geo.segment_blocks as u64;
-        let chain_from = self.sb_slot_seq.iter().copied().min().unwrap_or(0);
+        let segs = self.segs();
+        let seg_blocks = self.geo().segment_blocks as u64;
+        let chain_from = self.recovery_chain_from();
         let mut c = SegmentCensus {
             total: segs.nsegments(),
             segment_blocks: seg_blocks,

@@ -370,19 +370,19 @@ impl Store {
     /// the emptiest, and their holes take user data only, never the
     /// metadata that needs free segments).
     pub fn cleanable_segments_with(&self, plug_targets: bool) -> Vec<SegmentUsage> {
-        let chain_from = self.sb_slot_seq.iter().copied().min().unwrap_or(0);
-        (0..self.segs.nsegments())
+        let chain_from = self.recovery_chain_from();
+        (0..self.segs().nsegments())
             .filter(|&s| {
-                let u = &self.segs.usage[s as usize];
+                let u = &self.segs().usage[s as usize];
                 u.nblocks > 0
-                    && !self.segs.reserved.contains(&s)
-                    && !self.segs.pending_free.contains(&s)
-                    && self.segs.last_seq[s as usize] < chain_from
+                    && !self.segs().reserved.contains(&s)
+                    && !self.segs().pending_free.contains(&s)
+                    && self.segs().last_seq[s as usize] < chain_from
                     // Prepared for plugging: its holes are about to be used.
-                    && (plug_targets || !self.plugs.is_target(s))
+                    && (plug_targets || !self.plugs().is_target(s))
             })
             .map(|s| {
-                let u = &self.segs.usage[s as usize];
+                let u = &self.segs().usage[s as usize];
                 SegmentUsage {
                     segno: s,
                     nblocks: u.nblocks,
@@ -400,19 +400,10 @@ impl Store {
     /// A 512-bin histogram of the utilization (nlive / segment size) of used segments.
     pub fn utilization_histogram(&self) -> Vec<u64> {
         let mut h = vec![0u64; 512];
-        for u in self.segs.usage.iter().filter(|u| u.nblocks > 0) {
-            let f = u.nlive as f64 / self.geo.segment_blocks as f64;
+        for u in self.segs().usage.iter().filter(|u| u.nblocks > 0) {
+            let f = u.nlive as f64 / self.geo().segment_blocks as f64;
             h[((f * 512.0) as usize).min(511)] += 1;
         }
         h
-    }
-
-    /// Re-age a segment (late abort): it looks freshly written, so it is not picked again soon.
-    pub fn reage_segment(&mut self, seg: u64) {
-        let now = self.now();
-        self.segs.usage[seg as usize].lastmod_secs = now;
-        self.segs
-            .dirty_blocks
-            .insert(seg / crate::meta::sufile::SU_PER_BLOCK);
     }
 }

@@ -8,21 +8,20 @@
 
 use crate::error::{Error, Result};
 use crate::gc::relocate::RelocationPlan;
-use crate::log::record::BlockKind;
+use crate::log::record::{BlockKind, SummaryEntry};
 use crate::meta::dat_entry::CNO_MAX;
 use crate::meta::store::Store;
-use crate::meta::sufile::SU_PLUGGED;
 
 impl Store {
     /// Whether `seg` can have its holes plugged: full (a partly written
     /// segment belongs to a stream or is a crash's leftover), not held for a
     /// writer, not being freed, not prepared already.
     pub fn plug_eligible(&self, seg: u64) -> bool {
-        let u = &self.segs.usage[seg as usize];
-        u.nblocks == self.geo.segment_blocks
-            && !self.segs.reserved.contains(&seg)
-            && !self.segs.pending_free.contains(&seg)
-            && !self.plugs.is_target(seg)
+        let u = &self.segs().usage[seg as usize];
+        u.nblocks == self.geo().segment_blocks
+            && !self.segs().reserved.contains(&seg)
+            && !self.segs().pending_free.contains(&seg)
+            && !self.plugs().is_target(seg)
     }
 
     /// Prepare the victim `plan` was made for: free what nothing needs, move
@@ -34,13 +33,34 @@ impl Store {
         for (v, e) in plan.frees() {
             self.free_dead(seg, v, e)?;
         }
-        // What stays: every block the DAT still places here (live, or dead
-        // and needed), and the DAT's own blocks and nodes in use. The plan
-        // read the records and checked their CRCs; their summaries suffice.
-        let start = self.geo.segment_start(seg);
+        let slots = self.blocks_that_stay(seg)?;
+        let changes: Vec<_> = slots
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (i as u32, *e))
+            .collect();
+        self.ssa_set(seg, &changes)?;
+        self.mark_plugged(seg);
+        let holes: Vec<u32> = changes
+            .iter()
+            .filter(|(_, e)| e.is_none())
+            .map(|&(i, _)| i)
+            .collect();
+        let n = holes.len() as u32;
+        self.offer_holes(seg, holes);
+        Ok(n)
+    }
+
+    /// The summary entry of every block of `seg` that stays when it is
+    /// plugged, by slot (`None`: a hole): every block the DAT still places
+    /// here (live, or dead and needed), and the DAT's own blocks and nodes
+    /// in use. The plan read the records and checked their CRCs; their
+    /// summaries suffice. The live ones must be what the SUFILE counts.
+    fn blocks_that_stay(&mut self, seg: u64) -> Result<Vec<Option<SummaryEntry>>> {
+        let start = self.geo().segment_start(seg);
         let entries = self.segment_entries(seg, false)?;
         let mut node_firsts = None;
-        let mut slots = vec![None; self.geo.segment_blocks as usize];
+        let mut slots = vec![None; self.geo().segment_blocks as usize];
         let mut live = 0u32;
         for (pos, ent) in entries {
             let (keep, is_live) = match ent.kind {
@@ -49,13 +69,11 @@ impl Store {
                     (d.pblock == pos, d.pblock == pos && d.end == CNO_MAX)
                 }
                 BlockKind::DatBlock => {
-                    // The DAT's copy, or a base the DAT journal keeps live.
-                    let k = self.dat_block_addr(ent.offset)? == Some(pos)
-                        || self.dat_journal.base_of(ent.offset) == Some(pos);
+                    let k = self.dat_block_in_use_at(ent.offset, pos)?;
                     (k, k)
                 }
                 BlockKind::DatJournal => {
-                    let k = self.dat_journal.written.contains(&pos);
+                    let k = self.dat_journal().written.contains(&pos);
                     (k, k)
                 }
                 BlockKind::DatNode => {
@@ -72,7 +90,7 @@ impl Store {
                 live += is_live as u32;
             }
         }
-        let u = self.segs.usage[seg as usize];
+        let u = self.segs().usage[seg as usize];
         if live != u.nlive {
             // As in relocation: the walk and the counters must agree, or
             // a hole could be a live block.
@@ -83,23 +101,6 @@ impl Store {
             self.fail(&err);
             return Err(err);
         }
-        let changes: Vec<_> = slots
-            .iter()
-            .enumerate()
-            .map(|(i, e)| (i as u32, *e))
-            .collect();
-        self.ssa_set(seg, &changes)?;
-        self.segs.usage[seg as usize].flags |= SU_PLUGGED;
-        self.segs
-            .dirty_blocks
-            .insert(seg / crate::meta::sufile::SU_PER_BLOCK);
-        let holes: Vec<u32> = changes
-            .iter()
-            .filter(|(_, e)| e.is_none())
-            .map(|&(i, _)| i)
-            .collect();
-        let n = holes.len() as u32;
-        self.plugs.prepare(seg, holes, self.cur_cno + 1);
-        Ok(n)
+        Ok(slots)
     }
 }

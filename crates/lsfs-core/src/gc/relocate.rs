@@ -9,7 +9,7 @@
 //! and is marked freed, usable once that checkpoint is durable.
 
 use crate::btree::Node;
-use crate::cache::{vkey, Owner};
+use crate::cache::Owner;
 use crate::error::{Error, Result};
 use crate::log::record::{holds_file_data, BlockKind};
 use crate::meta::dat_entry::{DatEntry, CNO_MAX, DAT_PER_BLOCK};
@@ -71,6 +71,17 @@ pub enum KeepCheckpoints {
     /// before that one is durable, and it gives up every plain checkpoint
     /// before it ([`RelocationPlan::freed_at_next_checkpoint`]).
     LatestOnly,
+}
+
+/// The checkpoints a plan keeps the dead blocks of, by number.
+struct KeepHorizon {
+    keep: KeepCheckpoints,
+    /// The oldest plain checkpoint kept now.
+    kept_now: u64,
+    /// The latest checkpoint written (the recovery base).
+    latest: u64,
+    /// Dead blocks with `end` above it are seen by a checkpoint the plan keeps.
+    oldest_kept: u64,
 }
 
 /// What cleaning one segment would cost, known before anything is copied.
@@ -144,7 +155,7 @@ impl Store {
     /// The latest checkpoint written (the recovery base), or the one being
     /// built if none is.
     pub(crate) fn latest_cno(&self) -> u64 {
-        self.cps.latest().map_or(self.cur_cno, |e| e.cno)
+        self.cps().latest().map_or(self.roots().cur_cno, |e| e.cno)
     }
 
     /// When the oldest plain checkpoint kept was made: a segment whose
@@ -152,7 +163,7 @@ impl Store {
     /// With none kept, a moment after `now`.
     pub(crate) fn oldest_kept_created_secs(&self, now: u64) -> u64 {
         let oldest = self.oldest_kept_cno();
-        self.cps
+        self.cps()
             .entries
             .get(&oldest)
             .map_or(now.saturating_add(1), |e| e.created_secs)
@@ -160,19 +171,19 @@ impl Store {
 
     /// Oldest plain checkpoint still kept: dead blocks with `end` above it are needed.
     pub(crate) fn oldest_kept_cno(&self) -> u64 {
-        self.cps
+        self.cps()
             .entries
             .values()
             .filter(|e| !e.is_snapshot())
             .map(|e| e.cno)
             .min()
-            .unwrap_or(self.cur_cno)
+            .unwrap_or(self.roots().cur_cno)
     }
 
     /// Map from each DAT tree node's address to the first key below it.
     pub(crate) fn dat_node_first_keys(&mut self) -> Result<HashMap<u64, u64>> {
-        let tree = self.tree;
-        let root = self.dat_root;
+        let tree = self.tree();
+        let root = self.roots().dat_root;
         let mut out = HashMap::new();
         tree.visit(&mut self.dat_nodes(), root, &mut |v| {
             let first = match v.node {
@@ -189,7 +200,7 @@ impl Store {
 
     /// Make DAT block `idx` and the tree path above it writable (moves them).
     fn dat_block_cow(&mut self, idx: u64) -> Result<()> {
-        if self.dat_journal.base_of(idx).is_none() {
+        if self.dat_journal().base_of(idx).is_none() {
             let v = idx * crate::meta::dat_entry::DAT_PER_BLOCK;
             // Any entry of the block will do: dat_set of an unchanged
             // non-free entry copies the block on write; find one.
@@ -221,15 +232,10 @@ impl Store {
         keep: KeepCheckpoints,
     ) -> Result<RelocationPlan> {
         let entries = self.segment_entries(seg, true)?;
-        let kept_now = self.oldest_kept_cno();
-        let latest = self.latest_cno();
-        let oldest_kept = match keep {
-            KeepCheckpoints::Kept => kept_now,
-            KeepCheckpoints::LatestOnly => latest.max(kept_now),
-        };
+        let horizon = self.keep_horizon(keep);
         let mut plan = RelocationPlan {
             segno: seg,
-            nblocks: self.segs.usage[seg as usize].nblocks,
+            nblocks: self.segs().usage[seg as usize].nblocks,
             ..Default::default()
         };
         let mut dat_blocks = std::collections::BTreeSet::new();
@@ -246,40 +252,16 @@ impl Store {
                         offset: ent.offset,
                         kind: ent.kind,
                     };
-                    if e.end == CNO_MAX {
-                        Action::MoveLive(ent.vblock, e, owner, pos)
-                    } else if self.snapshot_in(e.start, e.end) {
-                        Action::MoveProtected(ent.vblock, e, owner, pos)
-                    } else if e.end > oldest_kept && keep == KeepCheckpoints::LatestOnly {
-                        // Died since the latest checkpoint, a plain one
-                        // (a snapshot would have matched above).
-                        debug_assert!(e.end > latest && e.end <= self.cur_cno);
-                        plan.freed_at_next_checkpoint += 1;
-                        Action::Free(ent.vblock, e)
-                    } else if e.end > oldest_kept {
-                        plan.held_by_checkpoints += 1;
-                        Action::MoveProtected(ent.vblock, e, owner, pos)
-                    } else {
-                        if e.end > kept_now {
-                            // Seen by kept plain checkpoints below `end` only.
-                            plan.give_up_below = plan.give_up_below.max(e.end);
-                            plan.freed_by_giving_up += 1;
-                        }
-                        Action::Free(ent.vblock, e)
-                    }
+                    self.vblock_action(ent.vblock, e, owner, pos, &horizon, &mut plan)
                 }
                 BlockKind::DatBlock => {
-                    // The DAT's current copy, or the base a journaled or
-                    // copied block still keeps live (meta/dat_journal.rs).
-                    if self.dat_block_addr(ent.offset)? != Some(pos)
-                        && self.dat_journal.base_of(ent.offset) != Some(pos)
-                    {
+                    if !self.dat_block_in_use_at(ent.offset, pos)? {
                         continue;
                     }
                     Action::CowDat(ent.offset)
                 }
                 BlockKind::DatNode => Action::DatNode(pos),
-                BlockKind::DatJournal if self.dat_journal.written.contains(&pos) => {
+                BlockKind::DatJournal if self.dat_journal().written.contains(&pos) => {
                     Action::DropJournal(pos)
                 }
                 _ => continue,
@@ -292,6 +274,64 @@ impl Store {
             .filter(|&&idx| !self.dat_block_is_dirty(idx))
             .count() as u32;
         Ok(plan)
+    }
+
+    /// The checkpoints whose dead blocks a plan keeping `keep` must copy.
+    fn keep_horizon(&self, keep: KeepCheckpoints) -> KeepHorizon {
+        let kept_now = self.oldest_kept_cno();
+        let latest = self.latest_cno();
+        KeepHorizon {
+            keep,
+            kept_now,
+            latest,
+            oldest_kept: match keep {
+                KeepCheckpoints::Kept => kept_now,
+                KeepCheckpoints::LatestOnly => latest.max(kept_now),
+            },
+        }
+    }
+
+    /// The fate of virtual block `v` (entry `e`), placed at `pos` in the
+    /// victim: moved if the current file system, a snapshot or a kept
+    /// checkpoint sees it, else freed (counted in `plan` if that takes
+    /// giving up checkpoints).
+    fn vblock_action(
+        &self,
+        v: u64,
+        e: DatEntry,
+        owner: Owner,
+        pos: u64,
+        h: &KeepHorizon,
+        plan: &mut RelocationPlan,
+    ) -> Action {
+        if e.end == CNO_MAX {
+            Action::MoveLive(v, e, owner, pos)
+        } else if self.snapshot_in(e.start, e.end) {
+            Action::MoveProtected(v, e, owner, pos)
+        } else if e.end > h.oldest_kept && h.keep == KeepCheckpoints::LatestOnly {
+            // Died since the latest checkpoint, a plain one
+            // (a snapshot would have matched above).
+            debug_assert!(e.end > h.latest && e.end <= self.roots().cur_cno);
+            plan.freed_at_next_checkpoint += 1;
+            Action::Free(v, e)
+        } else if e.end > h.oldest_kept {
+            plan.held_by_checkpoints += 1;
+            Action::MoveProtected(v, e, owner, pos)
+        } else {
+            if e.end > h.kept_now {
+                // Seen by kept plain checkpoints below `end` only.
+                plan.give_up_below = plan.give_up_below.max(e.end);
+                plan.freed_by_giving_up += 1;
+            }
+            Action::Free(v, e)
+        }
+    }
+
+    /// Whether the DAT block `idx` found at `pos` in a victim is in use:
+    /// the DAT's current copy, or the base a journaled or copied block
+    /// still keeps live (meta/dat_journal.rs).
+    pub(crate) fn dat_block_in_use_at(&mut self, idx: u64, pos: u64) -> Result<bool> {
+        Ok(self.dat_block_addr(idx)? == Some(pos) || self.dat_journal().base_of(idx) == Some(pos))
     }
 
     /// Move everything still needed out of `seg` and mark it freed.
@@ -307,7 +347,7 @@ impl Store {
         let now = self.now();
         let mut rep = Relocated {
             segno: seg,
-            stream: Stream::from_flags(self.segs.usage[seg as usize].flags).name(),
+            stream: Stream::from_flags(self.segs().usage[seg as usize].flags).name(),
             nblocks: plan.nblocks,
             ..Default::default()
         };
@@ -315,20 +355,20 @@ impl Store {
         for action in plan.actions {
             match action {
                 Action::MoveLive(v, e, owner, pos) => {
-                    self.with_dat_cause("cleaner move", |s| s.move_vblock(v, e, owner, pos))?;
+                    self.with_dat_cause("cleaner move", |s| s.vmove(v, e, owner, pos))?;
                     self.note_moved(v, &e, true);
                     rep.file_data_copied += holds_file_data(owner.kind, owner.ino) as u32;
                     self.kill_live(seg, false, now)?;
                     rep.live_copied += 1;
                 }
                 Action::MoveProtected(v, e, owner, pos) => {
-                    self.with_dat_cause("cleaner move", |s| s.move_vblock(v, e, owner, pos))?;
+                    self.with_dat_cause("cleaner move", |s| s.vmove(v, e, owner, pos))?;
                     self.note_moved(v, &e, false);
                     rep.file_data_copied += holds_file_data(owner.kind, owner.ino) as u32;
                     if self.snapshot_counted(v, e.start, e.end) {
                         self.add_snapshot(seg, -1)?;
                     }
-                    self.moved_dead.insert(v);
+                    self.place_moved_dead(v);
                     rep.protected_copied += 1;
                 }
                 Action::Free(v, e) => {
@@ -341,7 +381,7 @@ impl Store {
                 }
                 Action::DatNode(pos) => dat_nodes_here.push(pos),
                 Action::DropJournal(pos) => {
-                    self.dat_journal.written.retain(|&a| a != pos);
+                    self.drop_journal_block(pos);
                     self.kill_live(seg, false, now)?;
                     rep.dat_copied += 1;
                 }
@@ -356,7 +396,7 @@ impl Store {
                 }
             }
         }
-        let u = self.segs.usage[seg as usize];
+        let u = self.segs().usage[seg as usize];
         if u.nlive != 0 || u.nsnapshot != 0 {
             // An accounting bug, or a damaged image: a record whose checksum
             // fails hides its blocks from the plan. Keep the segment and stop writing.
@@ -379,20 +419,5 @@ impl Store {
             self.add_snapshot(seg, -1)?;
         }
         self.with_dat_cause("cleaner free", |s| s.dat_set(v, DatEntry::default()))
-    }
-
-    fn move_vblock(&mut self, v: u64, e: DatEntry, owner: Owner, pos: u64) -> Result<()> {
-        let data = match self.cache.get(vkey(v)) {
-            Some(b) => b.to_vec(),
-            None => {
-                let mut b = vec![0; self.geo.block_bytes];
-                self.dev.read_at(self.geo.byte_offset(pos), &mut b)?;
-                b
-            }
-        };
-        self.dat_set(v, DatEntry { pblock: 0, ..e })?;
-        self.cache.put_dirty(vkey(v), data, owner);
-        self.plugs.note_cleaner_moved(v);
-        Ok(())
     }
 }

@@ -104,6 +104,22 @@ struct Plan {
     new_segments: Vec<u64>,
 }
 
+/// The flags of a record of a group written with `first_flags`: the
+/// first record has them all, the others only whether the group is an
+/// fsync's and goes to a data stream; the group's last record of a
+/// checkpoint carries the super root.
+fn record_flags(first_flags: u32, first: bool, carries_super_root: bool) -> u32 {
+    let mut flags = if first {
+        first_flags
+    } else {
+        first_flags & (FLAG_DSYNC | FLAG_DATA_STREAM)
+    };
+    if carries_super_root {
+        flags |= FLAG_SUPER_ROOT;
+    }
+    flags
+}
+
 impl Store {
     /// Split `npayload` blocks into records from the current write position,
     /// moving to new segments as needed, the last record carrying `inline`
@@ -376,48 +392,15 @@ impl Store {
     /// Step 1: make every block the checkpoint will change dirty (or
     /// fresh), and plan the records, until nothing new appears.
     fn close_dirty_set(&mut self, cno: u64) -> Result<ClosedSet> {
-        let mut journal_blocks: usize;
-        let mut cp_fresh: BTreeMap<u64, Option<u64>> = BTreeMap::new();
-        for idx in std::mem::take(&mut self.cps.dirty_blocks) {
-            let mut root = self.cpfile_root;
-            let v = if self.cps.encode_block(idx).is_some() {
-                Some(self.mfile_fresh(CPFILE_INO, &mut root, idx)?)
-            } else {
-                self.mfile_punch(CPFILE_INO, &mut root, idx)?;
-                None
-            };
-            self.cpfile_root = root;
-            cp_fresh.insert(idx, v);
-        }
+        let cp_fresh = self.freshen_cpfile()?;
+        self.choose_streams_and_holes(cno)?;
         let mut su_fresh: BTreeMap<u64, u64> = BTreeMap::new();
         let mut dat_touched: HashSet<u64> = HashSet::new();
-        // Streams are used for this checkpoint only if free segments can
-        // spare their open segments.
-        let one_flush = std::mem::take(&mut self.streams.one_flush_next);
-        self.streams.active = !one_flush && self.streams_can_run();
-        // Holes for user data (meta/plug.rs), but not in a checkpoint that
-        // ends an fsync: it promises one flush.
-        if one_flush {
-            self.plugs.clear_assigned();
-        } else {
-            self.assign_plugs(cno)?;
-        }
-        let plans = loop {
-            let mut changed = false;
-            let pending: Vec<u64> = self
-                .segs
-                .dirty_blocks
-                .iter()
-                .copied()
-                .filter(|i| !su_fresh.contains_key(i))
-                .collect();
-            for idx in pending {
-                let mut root = self.sufile_root;
-                let v = self.mfile_fresh(SUFILE_INO, &mut root, idx)?;
-                self.sufile_root = root;
-                su_fresh.insert(idx, v);
-                changed = true;
-            }
+        // Each step may dirty blocks the others must then see: SUFILE
+        // blocks dirty the DAT, DAT blocks may be journaled, the records
+        // planned for all of them change segment counters.
+        let (plans, journal_blocks) = loop {
+            let mut changed = self.freshen_sufile(&mut su_fresh)?;
             let placing: Vec<u64> = self
                 .cache
                 .dirty_keys()
@@ -425,44 +408,13 @@ impl Store {
                 .filter(|&k| key_is_virtual(k))
                 .map(key_addr)
                 .collect();
-            for &v in &placing {
-                if dat_touched.insert(v / DAT_PER_BLOCK) {
-                    self.dat_touch(v)?;
-                    changed = true;
-                }
-            }
-            let (settled, nj) = self.dat_journal_settle(&placing)?;
+            changed |= self.touch_dat_blocks(&placing, &mut dat_touched)?;
+            let (settled, journal_blocks) = self.dat_journal_settle(&placing)?;
             changed |= settled;
-            journal_blocks = nj;
-            let plans = match self.plan_streams(&self.stream_counts(journal_blocks)) {
-                // The data streams' partly filled segments cost space the
-                // log alone would not: when that is what is missing, this
-                // checkpoint writes everything to the log (a checkpoint must
-                // always fit in the reserve).
-                Err(Error::Errno(lsfs_vfs::Errno::NOSPC)) if self.streams.active => {
-                    self.streams.active = false;
-                    tracing::debug!("checkpoint {cno}: streams off, short of free segments");
-                    self.plan_streams(&self.stream_counts(journal_blocks))?
-                }
-                r => r?,
-            };
-            let segs: Vec<u64> = plans
-                .iter()
-                .flat_map(|p| {
-                    p.records
-                        .iter()
-                        .map(|r| r.seg)
-                        .chain(p.new_segments.iter().copied())
-                })
-                .collect();
-            for s in segs {
-                if !su_fresh.contains_key(&(s / SU_PER_BLOCK)) {
-                    self.segs.dirty_blocks.insert(s / SU_PER_BLOCK);
-                    changed = true;
-                }
-            }
+            let plans = self.plan_checkpoint_streams(cno, journal_blocks)?;
+            changed |= self.dirty_sufile_of(&plans, &su_fresh);
             if !changed {
-                break plans;
+                break (plans, journal_blocks);
             }
         };
         // Nothing below may dirty a block that is not dirty yet.
@@ -474,6 +426,117 @@ impl Store {
             journal_blocks,
             frozen_dirty,
         })
+    }
+
+    /// Give every dirty CPFILE block a fresh virtual block, or punch it
+    /// out if no checkpoint is left in it.
+    fn freshen_cpfile(&mut self) -> Result<BTreeMap<u64, Option<u64>>> {
+        let mut cp_fresh = BTreeMap::new();
+        for idx in std::mem::take(&mut self.cps.dirty_blocks) {
+            let mut root = self.cpfile_root;
+            let v = if self.cps.encode_block(idx).is_some() {
+                Some(self.mfile_fresh(CPFILE_INO, &mut root, idx)?)
+            } else {
+                self.mfile_punch(CPFILE_INO, &mut root, idx)?;
+                None
+            };
+            self.cpfile_root = root;
+            cp_fresh.insert(idx, v);
+        }
+        Ok(cp_fresh)
+    }
+
+    /// Whether this checkpoint writes to the data streams, and which holes
+    /// take its user data.
+    fn choose_streams_and_holes(&mut self, cno: u64) -> Result<()> {
+        // Streams are used for this checkpoint only if free segments can
+        // spare their open segments.
+        let one_flush = std::mem::take(&mut self.streams.one_flush_next);
+        self.streams.active = !one_flush && self.streams_can_run();
+        // Holes for user data (meta/plug.rs), but not in a checkpoint that
+        // ends an fsync: it promises one flush.
+        if one_flush {
+            self.plugs.clear_assigned();
+            Ok(())
+        } else {
+            self.assign_plugs(cno)
+        }
+    }
+
+    /// Give the dirty SUFILE blocks not yet in `su_fresh` fresh virtual
+    /// blocks; whether there were any.
+    fn freshen_sufile(&mut self, su_fresh: &mut BTreeMap<u64, u64>) -> Result<bool> {
+        let pending: Vec<u64> = self
+            .segs
+            .dirty_blocks
+            .iter()
+            .copied()
+            .filter(|i| !su_fresh.contains_key(i))
+            .collect();
+        let changed = !pending.is_empty();
+        for idx in pending {
+            let mut root = self.sufile_root;
+            let v = self.mfile_fresh(SUFILE_INO, &mut root, idx)?;
+            self.sufile_root = root;
+            su_fresh.insert(idx, v);
+        }
+        Ok(changed)
+    }
+
+    /// Make writable the DAT blocks of the blocks `placing` not yet in
+    /// `dat_touched`, so that placing them changes no tree; whether there
+    /// were any.
+    fn touch_dat_blocks(
+        &mut self,
+        placing: &[u64],
+        dat_touched: &mut HashSet<u64>,
+    ) -> Result<bool> {
+        let mut changed = false;
+        for &v in placing {
+            if dat_touched.insert(v / DAT_PER_BLOCK) {
+                self.dat_touch(v)?;
+                changed = true;
+            }
+        }
+        Ok(changed)
+    }
+
+    /// The records of every stream for what is dirty now.
+    fn plan_checkpoint_streams(&mut self, cno: u64, journal_blocks: usize) -> Result<[Plan; 4]> {
+        match self.plan_streams(&self.stream_counts(journal_blocks)) {
+            // The data streams' partly filled segments cost space the
+            // log alone would not: when that is what is missing, this
+            // checkpoint writes everything to the log (a checkpoint must
+            // always fit in the reserve).
+            Err(Error::Errno(lsfs_vfs::Errno::NOSPC)) if self.streams.active => {
+                self.streams.active = false;
+                tracing::debug!("checkpoint {cno}: streams off, short of free segments");
+                self.plan_streams(&self.stream_counts(journal_blocks))
+            }
+            r => r,
+        }
+    }
+
+    /// Dirty the SUFILE blocks of the segments `plans` write to that are
+    /// not fresh yet; whether there were any.
+    fn dirty_sufile_of(&mut self, plans: &[Plan; 4], su_fresh: &BTreeMap<u64, u64>) -> bool {
+        let segs: Vec<u64> = plans
+            .iter()
+            .flat_map(|p| {
+                p.records
+                    .iter()
+                    .map(|r| r.seg)
+                    .chain(p.new_segments.iter().copied())
+            })
+            .collect();
+        let mut changed = false;
+        for s in segs {
+            if !su_fresh.contains_key(&(s / SU_PER_BLOCK)) {
+                self.segs.dirty_blocks.insert(s / SU_PER_BLOCK);
+                changed = true;
+            }
+        }
+        changed
     }
 
     /// Step 2a: give every dirty block its place, stream by stream, then
@@ -931,39 +994,15 @@ impl Store {
         let mut last = (0, 0);
         let nrec = plan.records.len();
         for (ri, r) in plan.records.iter().enumerate() {
-            let mut entries = Vec::with_capacity(r.npayload);
-            let mut payload: Vec<Vec<u8>> = Vec::with_capacity(r.npayload);
-            for _ in 0..r.npayload {
-                let item = *it.next().expect("plan and items agree");
-                let (e, data) = self.payload_of(item, cno, super_root)?;
-                entries.push(e);
-                payload.push(data);
-            }
+            let (entries, payload) = self.record_payload(r, &mut it, cno, super_root)?;
             let last_record = ri + 1 == nrec;
             assert_eq!(
                 r.inline_bytes,
                 if last_record { inline.len() } else { 0 },
                 "items go in the plan's last record"
             );
-            let mut flags = if ri == 0 {
-                first_flags
-            } else {
-                first_flags & (FLAG_DSYNC | FLAG_DATA_STREAM)
-            };
-            if ri + 1 == nrec && super_root.is_some() {
-                flags |= FLAG_SUPER_ROOT;
-            }
-            self.seq += 1;
-            let data_stream = flags & FLAG_DATA_STREAM != 0;
-            let seq_gap = if data_stream {
-                self.data_records_since_log += 1;
-                0
-            } else {
-                std::mem::take(&mut self.data_records_since_log)
-            };
-            for e in &entries {
-                *self.stats.blocks_by_class.entry(e.class()).or_default() += 1;
-            }
+            let flags = record_flags(first_flags, ri == 0, last_record && super_root.is_some());
+            let seq_gap = self.next_record_seq(flags & FLAG_DATA_STREAM != 0);
             let nsum = r.nsum() as u32;
             let h = RecordHeader {
                 flags,
@@ -983,17 +1022,64 @@ impl Store {
                     Vec::new()
                 },
             };
-            let refs: Vec<&[u8]> = payload.iter().map(|p| &p[..]).collect();
-            let buf = h.encode(&refs);
-            let block = self.geo.segment_start(r.seg) + r.off as u64;
-            self.dev.write_vec(self.geo.byte_offset(block), buf)?;
-            self.segs.last_seq[r.seg as usize] = self.seq;
-            self.stats.records_written += 1;
-            self.stats.blocks_written += h.nblocks as u64;
-            self.stats.payload_blocks_written += r.npayload as u64;
-            last = (block, self.seq);
+            last = (self.write_record(r, &h, &payload)?, self.seq);
         }
         Ok(last)
+    }
+
+    /// The summary entries and blocks of record `r`'s payload, the next
+    /// `r.npayload` of `items`.
+    fn record_payload<'a>(
+        &mut self,
+        r: &PlannedRecord,
+        items: &mut impl Iterator<Item = &'a Item>,
+        cno: u64,
+        super_root: Option<&[u8]>,
+    ) -> Result<(Vec<SummaryEntry>, Vec<Vec<u8>>)> {
+        let mut entries = Vec::with_capacity(r.npayload);
+        let mut payload: Vec<Vec<u8>> = Vec::with_capacity(r.npayload);
+        for _ in 0..r.npayload {
+            let item = *items.next().expect("plan and items agree");
+            let (e, data) = self.payload_of(item, cno, super_root)?;
+            entries.push(e);
+            payload.push(data);
+        }
+        Ok((entries, payload))
+    }
+
+    /// Number the next record (`self.seq`), and return its `seq_gap`: the
+    /// data-stream records written since the log's last record, if it is
+    /// the log's (a data-stream record counts itself and has none).
+    fn next_record_seq(&mut self, data_stream: bool) -> u32 {
+        self.seq += 1;
+        if data_stream {
+            self.data_records_since_log += 1;
+            0
+        } else {
+            std::mem::take(&mut self.data_records_since_log)
+        }
+    }
+
+    /// Write record `r` (header `h`, `payload`) where the plan puts it, and
+    /// count it; returns its first block.
+    fn write_record(
+        &mut self,
+        r: &PlannedRecord,
+        h: &RecordHeader,
+        payload: &[Vec<u8>],
+    ) -> Result<u64> {
+        for e in &h.entries {
+            *self.stats.blocks_by_class.entry(e.class()).or_default() += 1;
+        }
+        let refs: Vec<&[u8]> = payload.iter().map(|p| &p[..]).collect();
+        let buf = h.encode(&refs);
+        let block = self.geo.segment_start(r.seg) + r.off as u64;
+        self.dev.write_vec(self.geo.byte_offset(block), buf)?;
+        self.segs.last_seq[r.seg as usize] = self.seq;
+        self.stats.records_written += 1;
+        self.stats.blocks_written += h.nblocks as u64;
+        self.stats.payload_blocks_written += r.npayload as u64;
+        Ok(block)
     }
 
     fn payload_of(
@@ -1195,18 +1281,7 @@ impl Store {
         if blocks.len() < DSYNC_STREAM_MIN_BLOCKS || !self.streams_can_run() {
             return Ok((all(), Vec::new()));
         }
-        let was_active = std::mem::replace(&mut self.streams.active, true);
-        let mut per: [Vec<u64>; 4] = Default::default();
-        for &(ino, offset, v) in blocks {
-            let o = Owner {
-                ino,
-                offset,
-                kind: BlockKind::Data,
-            };
-            let st = self.stream_of(v, &o);
-            per[st as usize].push(v);
-        }
-        self.streams.active = was_active;
+        let mut per = self.dsync_streams_of(blocks);
         let nrecords: usize = Stream::DATA
             .iter()
             .filter(|&&st| !per[st as usize].is_empty())
@@ -1221,48 +1296,80 @@ impl Store {
         if nrecords * item_bytes > MAX_INLINE_BYTES / 4 {
             return Ok((all(), Vec::new()));
         }
-        let cno = self.cur_cno;
         let mut refs = crate::codec::Writer::default();
         for st in Stream::DATA {
             let vs = std::mem::take(&mut per[st as usize]);
-            if vs.is_empty() {
-                continue;
+            if !vs.is_empty() {
+                self.dsync_stream_records(st, &vs, taken, now, &mut refs)?;
             }
-            let plan = self.plan_data(st, vs.len(), taken)?;
-            let places = self.place(&plan, vs.len());
-            for (&v, &pos) in vs.iter().zip(&places) {
-                let seg = self.geo.segment_of(pos).expect("planned inside the log");
-                let mut e = self.dat_get(v)?;
-                e.pblock = pos;
-                self.dat_set(v, e)?;
-                self.add_live(seg, now)?;
-                let o = self.cache.owner(vkey(v)).expect("dirty block has an owner");
-                self.note_stream_write(v, &o, st);
-            }
-            for r in &plan.records {
-                self.add_written(r.seg, r.nblocks() as u32, now)?;
-                let u = &mut self.segs.usage[r.seg as usize];
-                u.flags = (u.flags & !STREAM_MASK) | st.flags();
-                self.streams.blocks_written[st as usize] += r.npayload as u64;
-            }
-            let items: Vec<Item> = vs.iter().map(|&v| Item::Virtual(v)).collect();
-            let first_seq = self.seq + 1;
-            self.write_records(&plan, &items, cno, FLAG_DATA_STREAM | FLAG_DSYNC, None, &[])?;
-            for (i, r) in plan.records.iter().enumerate() {
-                crate::log::items::Item::StreamRecord {
-                    block: self.geo.segment_start(r.seg) + r.off as u64,
-                    seq: first_seq + i as u64,
-                    nblocks: r.nblocks() as u32,
-                }
-                .encode(&mut refs);
-            }
-            self.commit_data(st, &plan);
-            for &v in &vs {
-                self.cache.mark_clean(vkey(v));
-            }
-            self.stats.dsync_stream_blocks += vs.len() as u64;
         }
         Ok((per[Stream::Meta as usize].clone(), refs.finish()))
+    }
+
+    /// The fsync's data blocks (`blocks`: (ino, offset, vblock)) by the
+    /// stream a checkpoint with streams would write them to.
+    fn dsync_streams_of(&mut self, blocks: &[(u64, u64, u64)]) -> [Vec<u64>; 4] {
+        let was_active = std::mem::replace(&mut self.streams.active, true);
+        let mut per: [Vec<u64>; 4] = Default::default();
+        for &(ino, offset, v) in blocks {
+            let o = Owner {
+                ino,
+                offset,
+                kind: BlockKind::Data,
+            };
+            let st = self.stream_of(v, &o);
+            per[st as usize].push(v);
+        }
+        self.streams.active = was_active;
+        per
+    }
+
+    /// Write the fsync's blocks `vs` of data stream `st` as records of that
+    /// stream (placed, counted, clean), and encode into `refs` the
+    /// `StreamRecord` items that name those records.
+    fn dsync_stream_records(
+        &mut self,
+        st: Stream,
+        vs: &[u64],
+        taken: &mut HashSet<u64>,
+        now: u64,
+        refs: &mut crate::codec::Writer,
+    ) -> Result<()> {
+        let cno = self.cur_cno;
+        let plan = self.plan_data(st, vs.len(), taken)?;
+        let places = self.place(&plan, vs.len());
+        for (&v, &pos) in vs.iter().zip(&places) {
+            let seg = self.geo.segment_of(pos).expect("planned inside the log");
+            let mut e = self.dat_get(v)?;
+            e.pblock = pos;
+            self.dat_set(v, e)?;
+            self.add_live(seg, now)?;
+            let o = self.cache.owner(vkey(v)).expect("dirty block has an owner");
+            self.note_stream_write(v, &o, st);
+        }
+        for r in &plan.records {
+            self.add_written(r.seg, r.nblocks() as u32, now)?;
+            let u = &mut self.segs.usage[r.seg as usize];
+            u.flags = (u.flags & !STREAM_MASK) | st.flags();
+            self.streams.blocks_written[st as usize] += r.npayload as u64;
+        }
+        let items: Vec<Item> = vs.iter().map(|&v| Item::Virtual(v)).collect();
+        let first_seq = self.seq + 1;
+        self.write_records(&plan, &items, cno, FLAG_DATA_STREAM | FLAG_DSYNC, None, &[])?;
+        for (i, r) in plan.records.iter().enumerate() {
+            crate::log::items::Item::StreamRecord {
+                block: self.geo.segment_start(r.seg) + r.off as u64,
+                seq: first_seq + i as u64,
+                nblocks: r.nblocks() as u32,
+            }
+            .encode(refs);
+        }
+        self.commit_data(st, &plan);
+        for &v in vs {
+            self.cache.mark_clean(vkey(v));
+        }
+        self.stats.dsync_stream_blocks += vs.len() as u64;
+        Ok(())
     }
 
     /// Write the blocks the cleaner has moved to their data streams now,

@@ -10,6 +10,8 @@
 //! - [`ifile`]: inode slots;
 //! - [`store`]: virtual blocks (allocate, read, copy-on-write, kill), the DAT's
 //!   own physically addressed tree, and the metadata files as block-mapped files;
+//! - [`store_interface`]: what the rest of the engine reads of the store, and
+//!   the changes it asks of it by name (the store's fields are private to `meta`);
 //! - [`construct`]: the segment constructor, which writes checkpoints and fsync records;
 //! - [`open`]: mkfs, and opening an image with recovery;
 //! - [`reclaim`]: deleting expired checkpoints and freeing dead segments;
@@ -37,8 +39,10 @@ pub mod reconcile;
 pub mod snapshots;
 pub mod ssa;
 pub mod store;
+pub mod store_interface;
 pub mod stream;
 pub mod stream_use;
 pub mod sufile;
 
 pub use store::{Store, StoreConfig};
+pub use store_interface::StoreRoots;

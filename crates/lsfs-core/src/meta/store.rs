@@ -134,77 +134,81 @@ pub struct StoreStats {
     pub dat_entries_reused: u64,
 }
 
+/// The fields are `pub(super)`: the modules of `meta/` are the store's own
+/// code, split by concept (constructing checkpoints, opening, reclaiming,
+/// the DAT journal, ...), and change them together. The rest of the engine
+/// reads and asks through meta/store_interface.rs.
 pub struct Store {
     /// The device as the store sees it: through `io`, so writes and flushes
     /// are queued (or run at once, in immediate mode) and reads see queued
     /// writes.
-    pub dev: Box<dyn BlockDevice>,
+    pub(super) dev: Box<dyn BlockDevice>,
     /// The I/O queue in front of the device (device/io_queue.rs).
-    pub io: std::sync::Arc<crate::device::IoQueue>,
-    pub geo: Geometry,
-    pub sb: Superblock,
+    pub(super) io: std::sync::Arc<crate::device::IoQueue>,
+    pub(super) geo: Geometry,
+    pub(super) sb: Superblock,
     /// `cp_record_seq` of what each superblock slot holds: segments holding
     /// records from the older of the two on are the recovery chain.
-    pub(crate) sb_slot_seq: [u64; 2],
-    pub cache: BlockCache,
-    pub segs: SegTable,
-    pub cps: CpTable,
-    pub(crate) dat_root: u64,
-    pub next_vblock: u64,
-    pub(crate) fresh_floor: u64,
-    pub(crate) next_temp: u64,
-    pub ifile_root: u64,
-    pub(crate) cpfile_root: u64,
-    pub sufile_root: u64,
+    pub(super) sb_slot_seq: [u64; 2],
+    pub(super) cache: BlockCache,
+    pub(super) segs: SegTable,
+    pub(super) cps: CpTable,
+    pub(super) dat_root: u64,
+    pub(super) next_vblock: u64,
+    pub(super) fresh_floor: u64,
+    pub(super) next_temp: u64,
+    pub(super) ifile_root: u64,
+    pub(super) cpfile_root: u64,
+    pub(super) sufile_root: u64,
     /// Root of the SSA's block map (meta/ssa.rs), 0 = no segment plugged.
-    pub ssa_root: u64,
-    pub(crate) next_ino: u64,
+    pub(super) ssa_root: u64,
+    pub(super) next_ino: u64,
     /// The checkpoint being built: one more than the last one written.
-    pub cur_cno: u64,
+    pub(super) cur_cno: u64,
     /// Sequence number of the last record written.
-    pub(crate) seq: u64,
-    pub cur_seg: u64,
-    pub cur_off: u32,
-    pub(crate) next_seg: u64,
-    pub inodes_used: u64,
-    pub blocks_used: u64,
-    pub config: StoreConfig,
+    pub(super) seq: u64,
+    pub(super) cur_seg: u64,
+    pub(super) cur_off: u32,
+    pub(super) next_seg: u64,
+    pub(super) inodes_used: u64,
+    pub(super) blocks_used: u64,
+    pub(super) config: StoreConfig,
     /// Why the store turned read-only after a device error, if it did.
-    pub failed: Option<String>,
-    pub stats: StoreStats,
-    pub(crate) tree: BTree,
+    pub(super) failed: Option<String>,
+    pub(super) stats: StoreStats,
+    pub(super) tree: BTree,
     /// Sorted snapshot checkpoint numbers (mirrors the CPFILE flags).
-    pub(crate) snapshots: Vec<u64>,
+    pub(super) snapshots: Vec<u64>,
     /// Relocated blocks waiting to be placed that are dead but still needed
     /// (by a snapshot or a kept checkpoint): placed without counting as live.
-    pub(crate) moved_dead: std::collections::HashSet<u64>,
+    pub(super) moved_dead: std::collections::HashSet<u64>,
     /// The next checkpoint gives up every plain checkpoint before it: a
     /// cleaning pass freed dead blocks that only they (the latest among
     /// them) still see (gc/relocate.rs, [`Store::give_up_at_next_checkpoint`]).
-    pub(crate) give_up_plain_at_checkpoint: bool,
+    pub(super) give_up_plain_at_checkpoint: bool,
     /// DAT block index → address, mirroring the DAT's block map.
-    pub(crate) dat_map: std::collections::HashMap<u64, u64>,
+    pub(super) dat_map: std::collections::HashMap<u64, u64>,
     /// Snapshot changes not yet applied to every segment counter.
-    pub(crate) recon: crate::meta::reconcile::Reconcile,
+    pub(super) recon: crate::meta::reconcile::Reconcile,
     /// Blocks that died since the last checkpoint (a snapshot of that
     /// checkpoint then changes no counter if this is 0).
-    pub(crate) deaths_since_checkpoint: u64,
+    pub(super) deaths_since_checkpoint: u64,
     /// Data-stream records written since the log's last record (the next
     /// log record's `seq_gap`).
-    pub(crate) data_records_since_log: u32,
+    pub(super) data_records_since_log: u32,
     /// Write streams and their open segments.
-    pub streams: crate::meta::stream::Streams,
+    pub(super) streams: crate::meta::stream::Streams,
     /// What is changing the DAT now (see `StoreStats::dat_blocks_dirtied`).
-    pub(crate) dat_cause: &'static str,
+    pub(super) dat_cause: &'static str,
     /// Free DAT entries that new virtual blocks may take (meta/dat_reuse.rs).
-    pub(crate) dat_reuse: crate::meta::dat_reuse::DatReuse,
+    pub(super) dat_reuse: crate::meta::dat_reuse::DatReuse,
     /// Threaded logging: prepared holes and this checkpoint's use of them.
-    pub(crate) plugs: crate::meta::plug::Plugs,
+    pub(super) plugs: crate::meta::plug::Plugs,
     /// DAT blocks kept in memory with their changed entries journaled
     /// (meta/dat_journal.rs).
-    pub(crate) dat_journal: crate::meta::dat_journal::DatJournal,
+    pub(super) dat_journal: crate::meta::dat_journal::DatJournal,
     /// Freed segments waiting to be discarded (meta/discard.rs).
-    pub(crate) discards: crate::meta::discard::Discards,
+    pub(super) discards: crate::meta::discard::Discards,
 }
 
 /// Bound of the in-memory mirror of the DAT's block map: 1M entries (about
@@ -1072,6 +1076,25 @@ impl Store {
         Ok(nv)
     }
 
+    /// The cleaner moves `v` (entry `e`, placed at `pos` in its victim): its
+    /// contents become a dirty block of the cache and its entry loses its
+    /// place, so that the next checkpoint (or the cleaner's write ahead)
+    /// places it again.
+    pub(crate) fn vmove(&mut self, v: u64, e: DatEntry, owner: Owner, pos: u64) -> Result<()> {
+        let data = match self.cache.get(vkey(v)) {
+            Some(b) => b.to_vec(),
+            None => {
+                let mut b = vec![0; self.geo.block_bytes];
+                self.dev.read_at(self.geo.byte_offset(pos), &mut b)?;
+                b
+            }
+        };
+        self.dat_set(v, DatEntry { pblock: 0, ..e })?;
+        self.cache.put_dirty(vkey(v), data, owner);
+        self.plugs.note_cleaner_moved(v);
+        Ok(())
+    }
+
     /// Set the contents of fresh block `v`.
     pub fn vwrite(&mut self, v: u64, data: Vec<u8>, owner: Owner) -> Result<()> {
         assert!(
@@ -1421,6 +1444,12 @@ pub(crate) fn decode_u64(b: &[u8], what: &str) -> Result<u64> {
 }
 
 impl Store {
+    /// Damage the in-memory counters: one live block fewer in `seg` than
+    /// it holds (tests of the cleaner's checks).
+    pub fn undercount_live_for_test(&mut self, seg: u64) {
+        self.segs.usage[seg as usize].nlive -= 1;
+    }
+
     /// A copy of the whole device (small test devices only).
     pub fn dev_bytes_for_test(&mut self) -> Vec<u8> {
         let mut b = vec![0; self.dev.size_bytes() as usize];
@@ -1441,6 +1470,11 @@ impl Store {
             600 * crate::layout::BLOCK_BYTES as u64,
         ));
         Store::create(dev, &opts, StoreConfig::default()).unwrap()
+    }
+
+    /// Move the end of the DAT, as a damaged super root would.
+    pub(crate) fn set_dat_end_for_test(&mut self, next_vblock: u64) {
+        self.next_vblock = next_vblock;
     }
 }
 

@@ -77,7 +77,7 @@ pub fn patch_root_leaf(
     use lsfs_core::log::chain::segment_records;
 
     let pblock = fs.store.dat_get(root).unwrap().pblock;
-    let (geo, fs_id) = (fs.store.geo, fs.store.sb.fs_id);
+    let (geo, fs_id) = (fs.store.geo(), fs.store.superblock().fs_id);
     let mut img = image(fs);
     let seg = geo.segment_of(pblock).unwrap();
     let rec = segment_records(&mut MemDevice::from_bytes(img.clone()), &geo, fs_id, seg)
@@ -112,7 +112,7 @@ pub fn patch_meta_block(
     use lsfs_core::log::chain::segment_records;
 
     let leaf = fs.store.dat_get(root).unwrap().pblock;
-    let (geo, fs_id) = (fs.store.geo, fs.store.sb.fs_id);
+    let (geo, fs_id) = (fs.store.geo(), fs.store.superblock().fs_id);
     let mut img = image(fs);
     let at = leaf as usize * BLOCK_BYTES;
     let Ok(Node::Leaf { items }) = Node::decode(&img[at..at + BLOCK_BYTES], BLOCK_BYTES) else {
