@@ -21,7 +21,7 @@
 use crate::btree::Node;
 use crate::cache::{key_addr, key_is_virtual, pkey, vkey, CacheKey, Owner};
 use crate::error::{Error, Result};
-use crate::layout::{CPFILE_INO, DAT_INO, IFILE_INO, SUFILE_INO};
+use crate::layout::{BLOCK_BYTES, CPFILE_INO, DAT_INO, IFILE_INO, SUFILE_INO};
 use crate::log::record::{
     summary_blocks, summary_blocks_with, BlockKind, RecordHeader, SummaryEntry, FLAG_CP_BEGIN,
     FLAG_DATA_STREAM, FLAG_DSYNC, FLAG_SUPER_ROOT, MAX_INLINE_BYTES, MAX_RECORD_PAYLOAD,
@@ -931,13 +931,16 @@ impl Store {
         let mut last = (0, 0);
         let nrec = plan.records.len();
         for (ri, r) in plan.records.iter().enumerate() {
+            // The whole record in one buffer: the summary blocks, filled in
+            // last by `seal`, then each payload block copied in once.
+            let nsum = r.nsum() as u32;
+            let mut buf = self.dev.buffer((nsum as usize + r.npayload) * BLOCK_BYTES);
+            buf.resize(nsum as usize * BLOCK_BYTES, 0);
             let mut entries = Vec::with_capacity(r.npayload);
-            let mut payload: Vec<Vec<u8>> = Vec::with_capacity(r.npayload);
             for _ in 0..r.npayload {
                 let item = *it.next().expect("plan and items agree");
-                let (e, data) = self.payload_of(item, cno, super_root)?;
-                entries.push(e);
-                payload.push(data);
+                entries.push(self.payload_of(item, cno, super_root, &mut buf)?);
+                assert_eq!(buf.len(), (nsum as usize + entries.len()) * BLOCK_BYTES);
             }
             let last_record = ri + 1 == nrec;
             assert_eq!(
@@ -964,7 +967,6 @@ impl Store {
             for e in &entries {
                 *self.stats.blocks_by_class.entry(e.class()).or_default() += 1;
             }
-            let nsum = r.nsum() as u32;
             let h = RecordHeader {
                 flags,
                 fs_id: self.sb.fs_id,
@@ -983,8 +985,7 @@ impl Store {
                     Vec::new()
                 },
             };
-            let refs: Vec<&[u8]> = payload.iter().map(|p| &p[..]).collect();
-            let buf = h.encode(&refs);
+            h.seal(&mut buf);
             let block = self.geo.segment_start(r.seg) + r.off as u64;
             self.dev.write_vec(self.geo.byte_offset(block), buf)?;
             self.segs.last_seq[r.seg as usize] = self.seq;
@@ -996,65 +997,57 @@ impl Store {
         Ok(last)
     }
 
+    /// The summary entry of `item`, whose block is appended to `out`.
     fn payload_of(
         &mut self,
         item: Item,
         cno: u64,
         sr: Option<&[u8]>,
-    ) -> Result<(SummaryEntry, Vec<u8>)> {
+        out: &mut Vec<u8>,
+    ) -> Result<SummaryEntry> {
         Ok(match item {
             Item::Virtual(v) => {
                 let o = self.cache.owner(vkey(v)).expect("dirty block cached");
-                let data = self
-                    .cache
-                    .get(vkey(v))
-                    .expect("dirty block cached")
-                    .to_vec();
-                (
-                    SummaryEntry {
-                        ino: o.ino,
-                        offset: o.offset,
-                        vblock: v,
-                        cno,
-                        kind: o.kind,
-                    },
-                    data,
-                )
+                out.extend_from_slice(self.cache.get(vkey(v)).expect("dirty block cached"));
+                SummaryEntry {
+                    ino: o.ino,
+                    offset: o.offset,
+                    vblock: v,
+                    cno,
+                    kind: o.kind,
+                }
             }
             Item::Dat(t) => {
                 let o = self.cache.owner(pkey(t)).expect("DAT block cached");
-                let data = self.cache.get(pkey(t)).expect("DAT block cached").to_vec();
-                (
-                    SummaryEntry {
-                        ino: DAT_INO,
-                        offset: o.offset,
-                        vblock: 0,
-                        cno,
-                        kind: o.kind,
-                    },
-                    data,
-                )
+                out.extend_from_slice(self.cache.get(pkey(t)).expect("DAT block cached"));
+                SummaryEntry {
+                    ino: DAT_INO,
+                    offset: o.offset,
+                    vblock: 0,
+                    cno,
+                    kind: o.kind,
+                }
             }
-            Item::SuperRoot => (
+            Item::SuperRoot => {
+                out.extend_from_slice(sr.expect("super root given"));
                 SummaryEntry {
                     ino: 0,
                     offset: 0,
                     vblock: 0,
                     cno,
                     kind: BlockKind::SuperRoot,
-                },
-                sr.expect("super root given").to_vec(),
-            ),
-            Item::DatJournal(k) => (
+                }
+            }
+            Item::DatJournal(k) => {
+                out.extend_from_slice(&self.dat_journal.encoded[k]);
                 SummaryEntry {
                     ino: DAT_INO,
                     offset: k as u64,
                     vblock: 0,
                     cno,
                     kind: BlockKind::DatJournal,
-                },
-                self.dat_journal.encoded[k].clone(),
-            ),
+                }
+            }
         })
     }
 
