@@ -208,6 +208,24 @@ impl Node {
 
     /// Decodes and fully validates one node block. Never panics: anything
     /// malformed is an [`Error::Corrupt`] saying what is wrong.
+    /// Set child pointer `i` of the internal node encoded in `block` (a
+    /// node that parsed), and its crc: what re-encoding the decoded node
+    /// with that change gives.
+    pub fn set_child_in_block(block: &mut [u8], i: usize, ptr: u64) {
+        assert!(block[2] > 0, "children are in internal nodes");
+        assert!(i < u16::from_le_bytes([block[4], block[5]]) as usize);
+        assert_ne!(ptr, 0, "child pointers are never null");
+        let at = Self::HEADER_BYTES + i * Self::INTERNAL_ITEM_BYTES + 8;
+        block[at..at + 8].copy_from_slice(&ptr.to_le_bytes());
+        Node::seal(block);
+    }
+
+    /// Store the crc of the node in `block`.
+    fn seal(block: &mut [u8]) {
+        let crc = block_crc(block);
+        block[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+    }
+
     pub fn decode(block: &[u8], block_bytes: usize) -> Result<Node> {
         Ok(NodeRef::parse(block, block_bytes)?.to_node())
     }
@@ -455,6 +473,48 @@ impl<'a> NodeRef<'a> {
         self.items.partition_point(|&(k, _)| k < key)
     }
 
+    /// This leaf's block with `key` set to `value`, edited in its bytes:
+    /// what encoding the decoded leaf with that change gives, without
+    /// decoding and encoding every item. `None` when the leaf would need
+    /// more: a split (it would not fit in `block_bytes`), or a new first
+    /// key (its parent's key changes).
+    pub fn with_leaf_item(&self, key: u64, value: &[u8], block_bytes: usize) -> Option<Vec<u8>> {
+        assert_eq!(self.level, 0, "items are set in leaves");
+        assert_eq!(self.block.len(), block_bytes);
+        let pos = self.ceil_index(key);
+        let exists = pos < self.len() && self.key(pos) == key;
+        if pos == 0 && !exists {
+            return None;
+        }
+        // The bytes of item `i`: its key and length, then its value.
+        let start = |i: usize| (self.items[i].1 >> 16) as usize - Node::LEAF_ITEM_OVERHEAD;
+        let end = |i: usize| {
+            let v = self.items[i].1;
+            (v >> 16) as usize + (v & 0xffff) as usize
+        };
+        let used = end(self.len() - 1);
+        let (cut_from, cut_to) = match (exists, pos < self.len()) {
+            (true, _) => (start(pos), end(pos)),
+            (false, true) => (start(pos), start(pos)),
+            (false, false) => (used, used),
+        };
+        let new_used = used - (cut_to - cut_from) + Node::leaf_item_bytes(value.len());
+        if new_used > block_bytes {
+            return None;
+        }
+        let nitems = self.len() + usize::from(!exists);
+        let mut b = Vec::with_capacity(block_bytes);
+        b.extend_from_slice(&self.block[..cut_from]);
+        b.extend_from_slice(&key.to_le_bytes());
+        b.extend_from_slice(&(value.len() as u16).to_le_bytes());
+        b.extend_from_slice(value);
+        b.extend_from_slice(&self.block[cut_to..used]);
+        b.resize(block_bytes, 0);
+        b[4..6].copy_from_slice(&u16::try_from(nitems).ok()?.to_le_bytes());
+        Node::seal(&mut b);
+        Some(b)
+    }
+
     /// The decoded, owned node.
     pub fn to_node(&self) -> Node {
         if self.level == 0 {
@@ -680,6 +740,48 @@ mod tests {
             if let Ok(n) = Node::decode(&b, b.len().max(Node::MIN_BLOCK_BYTES)) {
                 prop_assert_eq!(n.encode(b.len()), b);
             }
+        }
+
+        /// Setting an item in a leaf's bytes gives what encoding the
+        /// changed leaf gives, and declines exactly a split or a new first key.
+        #[test]
+        fn leaf_item_set_in_bytes_encodes_alike(
+            sizes in proptest::collection::vec(0usize..=40, 1..12),
+            key in 0u64..40,
+            len in 0usize..=60,
+        ) {
+            let items: Vec<_> = sizes.iter().enumerate().map(|(i, &n)| (i as u64 * 3 + 1, n)).collect();
+            let bb = 256;
+            let node = leaf(&items);
+            prop_assume!(node.fits(bb));
+            let block = node.encode(bb);
+            let value = vec![0xc3; len];
+            let got = NodeRef::parse(&block, bb).unwrap().with_leaf_item(key, &value, bb);
+            let Node::Leaf { items: mut changed } = node else { unreachable!() };
+            let new_first = match changed.binary_search_by_key(&key, |(k, _)| *k) {
+                Ok(i) => { changed[i].1 = Value::from_slice(&value); false }
+                Err(i) => { changed.insert(i, (key, Value::from_slice(&value))); i == 0 }
+            };
+            let changed = Node::Leaf { items: changed };
+            if new_first || !changed.fits(bb) {
+                prop_assert!(got.is_none());
+            } else {
+                prop_assert_eq!(got, Some(changed.encode(bb)));
+            }
+        }
+
+        /// Setting a child pointer in an internal node's bytes gives what
+        /// encoding the changed node gives.
+        #[test]
+        fn child_set_in_bytes_encodes_alike(n in 1usize..15, i in 0usize..15, ptr in 1u64..u64::MAX) {
+            let i = i % n;
+            let children: Vec<_> = (0..n as u64).map(|c| (c * 2, c + 100)).collect();
+            let mut node = Node::Internal { level: 1, children };
+            let mut block = node.encode(256);
+            Node::set_child_in_block(&mut block, i, ptr);
+            let Node::Internal { children, .. } = &mut node else { unreachable!() };
+            children[i].1 = ptr;
+            prop_assert_eq!(block, node.encode(256));
         }
 
         /// Truncated, bit-flipped and crc-refreshed mutations of valid blocks
