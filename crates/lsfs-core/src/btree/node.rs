@@ -247,8 +247,11 @@ fn is_zero(b: &[u8]) -> bool {
 pub struct NodeRef<'a> {
     block: &'a [u8],
     level: u8,
-    /// Per item: the key, and the child pointer (internal) or the value's
-    /// offset and length (leaf: `offset << 16 | length`).
+    nitems: usize,
+    /// Per leaf item: the key and the value's offset and length
+    /// (`offset << 16 | length`). Empty in an internal node, whose items
+    /// are read where they stand, at fixed offsets within the bounds
+    /// checked: copying them out was a fifth of locating a node's items.
     items: Vec<(u64, u64)>,
 }
 
@@ -265,29 +268,29 @@ impl<'a> NodeRef<'a> {
     /// Bounds are always checked, so no byte pattern can cause a panic.
     pub fn parse_checked(block: &'a [u8], block_bytes: usize, full: bool) -> Result<NodeRef<'a>> {
         let (mut r, level, nitems) = Self::parse_header(block, block_bytes, full)?;
-        let items = Self::parse_items(&mut r, level, nitems, Node::max_value_bytes(block_bytes))?;
+        let max_value = Node::max_value_bytes(block_bytes);
+        let items = Self::parse_items(&mut r, level, nitems, max_value, full)?;
         if full && !is_zero(&block[r.pos..]) {
             return Err(Error::corrupt(format!(
                 "B-tree node has nonzero bytes after its items at offset {}",
                 r.pos
             )));
         }
-        if !full {
-            debug_assert!(
-                items.windows(2).all(|w| w[0].0 < w[1].0),
-                "verified node changed"
-            );
-        } else if let Some(i) = items.windows(2).position(|w| w[0].0 >= w[1].0) {
-            return Err(Error::corrupt(format!(
-                "B-tree node keys not strictly increasing at item {}",
-                i + 1
-            )));
-        }
-        Ok(NodeRef {
+        let n = NodeRef {
             block,
             level,
+            nitems,
             items,
-        })
+        };
+        let disorder = || (1..n.len()).find(|&i| n.key(i - 1) >= n.key(i));
+        if !full {
+            debug_assert!(disorder().is_none(), "verified node changed");
+        } else if let Some(i) = disorder() {
+            return Err(Error::corrupt(format!(
+                "B-tree node keys not strictly increasing at item {i}"
+            )));
+        }
+        Ok(n)
     }
 
     /// The header: block size, magic, crc (if `full`), flags and reserved
@@ -335,13 +338,16 @@ impl<'a> NodeRef<'a> {
 
     /// Locate `nitems` items: keys, and child pointers (never null) or
     /// values within `max_value` bytes.
+    /// Internal nodes' items stay where they are (see `items`); with
+    /// `full` false their child pointers are not checked for null again.
     fn parse_items(
         r: &mut Reader<'a>,
         level: u8,
         nitems: usize,
         max_value: usize,
+        full: bool,
     ) -> Result<Vec<(u64, u64)>> {
-        match Self::parse_items_fast(r.b, r.pos, level, nitems, max_value) {
+        match Self::parse_items_fast(r.b, r.pos, level, nitems, max_value, full) {
             Some((items, end)) => {
                 r.pos = end;
                 Ok(items)
@@ -369,20 +375,17 @@ impl<'a> NodeRef<'a> {
         level: u8,
         nitems: usize,
         max_value: usize,
+        full: bool,
     ) -> Option<(Vec<(u64, u64)>, usize)> {
-        let mut items = Vec::with_capacity(nitems);
         if level > 0 {
             let end = pos.checked_add(nitems.checked_mul(Node::INTERNAL_ITEM_BYTES)?)?;
-            for item in b.get(pos..end)?.chunks_exact(Node::INTERNAL_ITEM_BYTES) {
-                let key = u64::from_le_bytes(item[..8].try_into().unwrap());
-                let ptr = u64::from_le_bytes(item[8..].try_into().unwrap());
-                if ptr == 0 {
-                    return None;
-                }
-                items.push((key, ptr));
+            let items = b.get(pos..end)?.chunks_exact(Node::INTERNAL_ITEM_BYTES);
+            if full && items.into_iter().any(|item| item[8..] == [0; 8]) {
+                return None;
             }
-            return Some((items, end));
+            return Some((Vec::new(), end));
         }
+        let mut items = Vec::with_capacity(nitems);
         let mut pos = pos;
         for _ in 0..nitems {
             let head = b.get(pos..pos.checked_add(Node::LEAF_ITEM_OVERHEAD)?)?;
@@ -440,11 +443,46 @@ impl<'a> NodeRef<'a> {
 
     /// Number of items (leaf) or children (internal); at least 1.
     pub fn len(&self) -> usize {
-        self.items.len()
+        self.nitems
     }
 
     pub fn key(&self, i: usize) -> u64 {
-        self.items[i].0
+        if self.level == 0 {
+            self.items[i].0
+        } else {
+            self.internal_item(i).0
+        }
+    }
+
+    /// Key and child pointer of internal item `i`, read from the block
+    /// (within the bounds the parse checked).
+    #[inline]
+    fn internal_item(&self, i: usize) -> (u64, u64) {
+        assert!(i < self.nitems, "item {i} of {}", self.nitems);
+        let at = Node::HEADER_BYTES + i * Node::INTERNAL_ITEM_BYTES;
+        let item = &self.block[at..at + Node::INTERNAL_ITEM_BYTES];
+        (
+            u64::from_le_bytes(item[..8].try_into().unwrap()),
+            u64::from_le_bytes(item[8..].try_into().unwrap()),
+        )
+    }
+
+    /// The number of leading items whose key satisfies `pred` (which holds
+    /// for a prefix of the keys, as they increase).
+    fn partition(&self, pred: impl Fn(u64) -> bool) -> usize {
+        if self.level == 0 {
+            return self.items.partition_point(|&(k, _)| pred(k));
+        }
+        let (mut lo, mut hi) = (0, self.nitems);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if pred(self.internal_item(mid).0) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
     }
 
     /// The value of leaf item `i`.
@@ -457,20 +495,18 @@ impl<'a> NodeRef<'a> {
 
     /// The child pointer of internal item `i`.
     pub fn child(&self, i: usize) -> u64 {
-        debug_assert!(self.level > 0, "children are in internal nodes");
-        self.items[i].1
+        assert!(self.level > 0, "children are in internal nodes");
+        self.internal_item(i).1
     }
 
     /// The last item with key `<= key`.
     pub fn floor_index(&self, key: u64) -> Option<usize> {
-        self.items
-            .partition_point(|&(k, _)| k <= key)
-            .checked_sub(1)
+        self.partition(|k| k <= key).checked_sub(1)
     }
 
     /// The first item with key `>= key` (`len()` if none).
     pub fn ceil_index(&self, key: u64) -> usize {
-        self.items.partition_point(|&(k, _)| k < key)
+        self.partition(|k| k < key)
     }
 
     /// This leaf's block with `key` set to `value`, edited in its bytes:
@@ -526,7 +562,7 @@ impl<'a> NodeRef<'a> {
         } else {
             Node::Internal {
                 level: self.level,
-                children: self.items.clone(),
+                children: (0..self.nitems).map(|i| self.internal_item(i)).collect(),
             }
         }
     }
@@ -660,13 +696,42 @@ mod tests {
             return true;
         };
         let max = Node::max_value_bytes(bb);
-        let fast = NodeRef::parse_items_fast(r.b, r.pos, level, nitems, max);
+        let fast = NodeRef::parse_items_fast(r.b, r.pos, level, nitems, max, true);
         let mut r = r;
         let checked = NodeRef::parse_items_checked(&mut r, level, nitems, max);
         match (fast, checked) {
+            // Internal items stay in the block: none are copied out.
+            (Some((items, end)), Ok(_)) if level > 0 => items.is_empty() && end == r.pos,
             (Some((items, end)), Ok(expected)) => items == expected && end == r.pos,
             (None, Err(_)) => true,
             _ => false,
+        }
+    }
+
+    /// Lookups in an internal node, whose items are read in place, find
+    /// what they find in its decoded children.
+    #[test]
+    fn internal_lookups_read_in_place() {
+        for n in 1..20u64 {
+            let children: Vec<_> = (0..n).map(|c| (c * 3 + 1, c + 100)).collect();
+            let block = Node::Internal {
+                level: 2,
+                children: children.clone(),
+            }
+            .encode(512);
+            for full in [true, false] {
+                let r = NodeRef::parse_checked(&block, 512, full).unwrap();
+                assert_eq!(r.len(), n as usize);
+                for key in 0..n * 3 + 3 {
+                    let floor = children.partition_point(|c| c.0 <= key).checked_sub(1);
+                    assert_eq!(r.floor_index(key), floor, "floor of {key} in {n}");
+                    let ceil = children.partition_point(|c| c.0 < key);
+                    assert_eq!(r.ceil_index(key), ceil, "ceil of {key} in {n}");
+                }
+                for (i, &(k, c)) in children.iter().enumerate() {
+                    assert_eq!((r.key(i), r.child(i)), (k, c));
+                }
+            }
         }
     }
 
