@@ -222,6 +222,9 @@ impl BTree {
             *root = self.write_new(store, &leaf)?;
             return Ok(None);
         }
+        if let Some(old) = self.insert_in_place(store, root, key, value)? {
+            return Ok(old);
+        }
         let mut path = self
             .descend(store, *root, key, true)?
             .expect("insert descent always reaches a leaf");
@@ -244,6 +247,87 @@ impl BTree {
         self.make_writable(store, root, &mut path)?;
         self.write_path(store, root, path, appending)?;
         Ok(old)
+    }
+
+    /// [`BTree::insert`] in the common case, where it changes one leaf's
+    /// item and no key of a parent: the key is not the leaf's new first
+    /// one, the leaf still fits, and every parent key on the path is its
+    /// child's first key (as the general path would leave it). The leaf's
+    /// bytes are edited instead of decoded and encoded item by item, and a
+    /// parent's only where copy-on-write moved its child. The same store
+    /// calls in the same order, and the same bytes, as the general path:
+    /// that decoding was a third of a random 4 KiB overwrite's
+    /// instructions. `None`, with nothing changed, in the other cases.
+    fn insert_in_place<S: NodeStore + ?Sized>(
+        &self,
+        store: &mut S,
+        root: &mut u64,
+        key: u64,
+        value: &[u8],
+    ) -> Result<Option<Option<Vec<u8>>>> {
+        // The internal nodes of the path: pointer, block, child taken.
+        let mut path: Vec<(u64, Vec<u8>, usize)> = Vec::new();
+        let (mut ptr, mut level, mut parent_key) = (*root, None, None);
+        let (leaf, old) = loop {
+            let block = store.read_node(ptr)?;
+            let n = self.parse(store, &block, ptr, level)?;
+            if parent_key.is_some_and(|k| k != n.key(0)) {
+                return Ok(None);
+            }
+            if n.level() == 0 {
+                let i = n.ceil_index(key);
+                let old = (i < n.len() && n.key(i) == key).then(|| n.value(i).to_vec());
+                if old.as_deref() == Some(value) {
+                    return Ok(Some(old));
+                }
+                match n.with_leaf_item(key, value, self.block_bytes) {
+                    Some(leaf) => break (leaf, old),
+                    None => return Ok(None),
+                }
+            }
+            // Below the node's first key: the general path changes the
+            // first keys on the way down.
+            let Some(i) = n.floor_index(key) else {
+                return Ok(None);
+            };
+            let next = (n.child(i), Some(n.level() - 1));
+            parent_key = Some(n.key(i));
+            path.push((ptr, block, i));
+            (ptr, level) = next;
+        };
+        // Copy on write, top-down, as `make_writable` does.
+        let mut leaf_ptr = ptr;
+        let mut moved = vec![false; path.len()];
+        for i in 0..=path.len() {
+            let at = path.get(i).map_or(leaf_ptr, |p| p.0);
+            let new = store.make_writable(at)?;
+            if new == at {
+                continue;
+            }
+            match path.get_mut(i) {
+                Some(p) => p.0 = new,
+                None => leaf_ptr = new,
+            }
+            match i.checked_sub(1) {
+                None => *root = new,
+                Some(parent) => {
+                    let (_, block, idx) = &mut path[parent];
+                    Node::set_child_in_block(block, *idx, new);
+                    moved[parent] = true;
+                }
+            }
+        }
+        // Bottom-up, as `write_path` does: the leaf, then the parents whose
+        // child moved. Both stay well formed, so they count as verified.
+        store.write_node(leaf_ptr, leaf)?;
+        store.set_node_verified(leaf_ptr);
+        for ((ptr, block, _), moved) in path.into_iter().zip(moved).rev() {
+            if moved {
+                store.write_node(ptr, block)?;
+                store.set_node_verified(ptr);
+            }
+        }
+        Ok(Some(old))
     }
 
     /// Removes `key`; returns its value. Nodes left empty are freed and

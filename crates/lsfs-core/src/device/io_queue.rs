@@ -78,6 +78,11 @@ pub type Ticket = u64;
 /// Default bound of the bytes the queue holds (see the module's "Memory").
 pub const PENDING_BYTES_MAX: usize = 64 << 20;
 
+/// Bound of the capacity of the spare buffers kept for reuse: a few
+/// records' worth, what one request's checkpoint writes in a sequential
+/// write with the default 2 MiB segments.
+const SPARE_BYTES_MAX: usize = 16 << 20;
+
 #[derive(Clone)]
 enum Op {
     Write { offset: u64, data: Arc<Vec<u8>> },
@@ -110,6 +115,9 @@ struct State {
     /// A write reached the device since the last flush did. True at first:
     /// whatever was written before the queue existed may be unflushed.
     unflushed: bool,
+    /// Buffers of writes that ran, emptied, for [`BlockDevice::buffer`]: at
+    /// most [`SPARE_BYTES_MAX`] bytes of capacity in all.
+    spare: Vec<Vec<u8>>,
 }
 
 impl State {
@@ -132,6 +140,23 @@ impl State {
 
     fn last(&self) -> Ticket {
         self.next - 1
+    }
+
+    /// Keep the buffer of a write that ran, if nothing else holds it (a
+    /// read may, for a moment) and the spare buffers stay within their
+    /// bound.
+    fn recycle(&mut self, op: Op) {
+        let Op::Write { data, .. } = op else {
+            return;
+        };
+        let Ok(mut b) = Arc::try_unwrap(data) else {
+            return;
+        };
+        let kept: usize = self.spare.iter().map(Vec::capacity).sum();
+        if kept + b.capacity() <= SPARE_BYTES_MAX {
+            b.clear();
+            self.spare.push(b);
+        }
     }
 }
 
@@ -232,6 +257,7 @@ impl IoQueue {
                 pending_bytes: 0,
                 limit: PENDING_BYTES_MAX,
                 unflushed: true,
+                spare: Vec::new(),
             }),
             progress: Condvar::new(),
             counters: Counters::default(),
@@ -445,6 +471,7 @@ impl IoQueue {
         match r {
             Ok(()) => {
                 st.publish(t);
+                st.recycle(op);
                 Ok(t)
             }
             Err(e) => {
@@ -526,7 +553,29 @@ impl IoQueue {
             }
         }
         self.progress.notify_all();
+        for (_, op) in batch {
+            st.recycle(op);
+        }
         st
+    }
+
+    /// An empty buffer with room for `capacity` bytes: the smallest spare
+    /// one that is big enough (so small records leave the large buffers to
+    /// large ones), else a new one.
+    pub fn buffer(&self, capacity: usize) -> Vec<u8> {
+        let mut st = self.lock();
+        let fit = (st.spare.iter().enumerate())
+            .filter(|(_, b)| b.capacity() >= capacity)
+            .min_by_key(|(_, b)| b.capacity())
+            .map(|(i, _)| i);
+        match fit {
+            Some(i) => {
+                let b = st.spare.swap_remove(i);
+                debug_assert!(b.is_empty());
+                b
+            }
+            None => Vec::with_capacity(capacity),
+        }
     }
 
     /// Everything queued and not yet taken, marked taken and running.
@@ -676,6 +725,9 @@ impl BlockDevice for QueuedDevice {
     }
     fn write_vec(&self, offset: u64, buf: Vec<u8>) -> Result<()> {
         self.0.write(offset, buf).map(|_| ())
+    }
+    fn buffer(&self, capacity: usize) -> Vec<u8> {
+        self.0.buffer(capacity)
     }
     fn flush(&self) -> Result<()> {
         self.0.barrier().map(|_| ())
@@ -852,6 +904,36 @@ mod tests {
     }
 
     /// Past its bound the queue is run by the appender before it grows.
+    #[test]
+    fn buffers_of_writes_that_ran_are_handed_out_again() {
+        let (q, log) = queue();
+        let mut b = q.buffer(2 * B);
+        b.extend_from_slice(&[7; 2 * B]);
+        let at = b.as_ptr();
+        q.write(0, b).unwrap();
+        // Still queued (and read through): not handed out.
+        let other = q.buffer(B);
+        assert_ne!(other.as_ptr(), at);
+        let mut back = vec![0; 2 * B];
+        q.read_at(0, &mut back).unwrap();
+        assert_eq!(back, vec![7; 2 * B]);
+        q.complete(q.last_ticket()).unwrap();
+        assert_eq!(kinds(&log), "w0");
+        // Run: the same allocation comes back, empty, for a write that fits.
+        let larger = q.buffer(3 * B);
+        assert_ne!(larger.as_ptr(), at, "too small for 3 blocks");
+        let again = q.buffer(B);
+        assert_eq!(again.as_ptr(), at);
+        assert!(again.is_empty() && again.capacity() >= 2 * B);
+        // A buffer over the spare bound is not kept (its capacity counts).
+        let mut big = Vec::with_capacity(SPARE_BYTES_MAX + B);
+        big.extend_from_slice(&[1; B]);
+        q.write(0, big).unwrap();
+        q.complete(q.last_ticket()).unwrap();
+        let fresh = q.buffer(SPARE_BYTES_MAX);
+        assert_ne!(fresh.capacity(), SPARE_BYTES_MAX + B);
+    }
+
     #[test]
     fn the_queue_stays_within_its_bound() {
         let (q, log) = queue();

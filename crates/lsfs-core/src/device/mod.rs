@@ -37,6 +37,14 @@ pub trait BlockDevice: Send + Sync {
     fn write_vec(&self, offset: u64, buf: Vec<u8>) -> Result<()> {
         self.write_at(offset, &buf)
     }
+    /// An empty buffer with room for `capacity` bytes, to fill and give to
+    /// [`BlockDevice::write_vec`]. A device that keeps written buffers (the
+    /// I/O queue) hands back one it is done with: a fresh one costs a page
+    /// fault per 4 KiB page at its first write, a third of the server's CPU
+    /// time in a sequential write.
+    fn buffer(&self, capacity: usize) -> Vec<u8> {
+        Vec::with_capacity(capacity)
+    }
     /// Make every write that returned before this call durable.
     fn flush(&self) -> Result<()>;
     /// Tell the device that nothing will read the `len` bytes at `offset`

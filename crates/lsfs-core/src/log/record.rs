@@ -180,6 +180,22 @@ impl RecordHeader {
     /// Encode header + summary + payload into one buffer with its CRC.
     pub fn encode(&self, payload: &[&[u8]]) -> Vec<u8> {
         assert_eq!(payload.len(), self.entries.len());
+        let mut b = Vec::with_capacity(self.nblocks as usize * BLOCK_BYTES);
+        b.resize(self.nsum_blocks as usize * BLOCK_BYTES, 0);
+        for p in payload {
+            assert_eq!(p.len(), BLOCK_BYTES);
+            b.extend_from_slice(p);
+        }
+        self.seal(&mut b);
+        b
+    }
+
+    /// Fill in the header and summary of `record`, a whole record whose
+    /// first `nsum_blocks` are zeros and whose payload blocks are in place
+    /// after them, and its CRC. Writers put each payload block straight
+    /// into the record this way, instead of into a buffer of its own first
+    /// (a copy and an allocation per block written).
+    pub fn seal(&self, record: &mut [u8]) {
         assert!(self.inline.len() <= MAX_INLINE_BYTES);
         assert!(
             !self.entries.is_empty() || !self.inline.is_empty(),
@@ -187,8 +203,10 @@ impl RecordHeader {
         );
         let nsum = summary_blocks_with(self.entries.len(), self.inline.len());
         assert_eq!(nsum as u32, self.nsum_blocks);
-        assert_eq!((nsum + payload.len()) as u32, self.nblocks);
-        let mut w = Writer::with_capacity(self.nblocks as usize * BLOCK_BYTES);
+        assert_eq!((nsum + self.entries.len()) as u32, self.nblocks);
+        assert_eq!(record.len(), self.nblocks as usize * BLOCK_BYTES);
+        let used = HEADER_BYTES + self.entries.len() * ENTRY_BYTES + self.inline.len();
+        let mut w = Writer::with_capacity(used);
         w.u32(RECORD_MAGIC)
             .u16(RECORD_VERSION)
             .u16(HEADER_BYTES as u16)
@@ -210,15 +228,15 @@ impl RecordHeader {
             e.encode(&mut w);
         }
         w.bytes(&self.inline);
-        w.pad_to(nsum * BLOCK_BYTES);
-        for p in payload {
-            assert_eq!(p.len(), BLOCK_BYTES);
-            w.bytes(p);
-        }
-        let mut b = w.finish();
-        let crc = crc_with_hole(&b, CRC_AT);
-        b[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
-        b
+        let summary = w.finish();
+        assert_eq!(summary.len(), used);
+        debug_assert!(
+            record[used..nsum * BLOCK_BYTES].iter().all(|&x| x == 0),
+            "the summary's padding is zeros"
+        );
+        record[..used].copy_from_slice(&summary);
+        let crc = crc_with_hole(record, CRC_AT);
+        record[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
     }
 
     /// Decode the fixed header from the first block of a record; `None` if

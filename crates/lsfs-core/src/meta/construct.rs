@@ -21,7 +21,7 @@
 use crate::btree::Node;
 use crate::cache::{key_addr, key_is_virtual, pkey, vkey, CacheKey, Owner};
 use crate::error::{Error, Result};
-use crate::layout::{CPFILE_INO, DAT_INO, IFILE_INO, SUFILE_INO};
+use crate::layout::{BLOCK_BYTES, CPFILE_INO, DAT_INO, IFILE_INO, SUFILE_INO};
 use crate::log::record::{
     summary_blocks, summary_blocks_with, BlockKind, RecordHeader, SummaryEntry, FLAG_CP_BEGIN,
     FLAG_DATA_STREAM, FLAG_DSYNC, FLAG_SUPER_ROOT, MAX_INLINE_BYTES, MAX_RECORD_PAYLOAD,
@@ -994,7 +994,7 @@ impl Store {
         let mut last = (0, 0);
         let nrec = plan.records.len();
         for (ri, r) in plan.records.iter().enumerate() {
-            let (entries, payload) = self.record_payload(r, &mut it, cno, super_root)?;
+            let (entries, buf) = self.record_payload(r, &mut it, cno, super_root)?;
             let last_record = ri + 1 == nrec;
             assert_eq!(
                 r.inline_bytes,
@@ -1022,29 +1022,32 @@ impl Store {
                     Vec::new()
                 },
             };
-            last = (self.write_record(r, &h, &payload)?, self.seq);
+            last = (self.write_record(r, &h, buf)?, self.seq);
         }
         Ok(last)
     }
 
-    /// The summary entries and blocks of record `r`'s payload, the next
-    /// `r.npayload` of `items`.
+    /// The summary entries of record `r`'s payload, the next `r.npayload`
+    /// of `items`, and the whole record in one buffer: the summary blocks,
+    /// zeroed here and filled in by `seal`, then each payload block copied
+    /// in once.
     fn record_payload<'a>(
         &mut self,
         r: &PlannedRecord,
         items: &mut impl Iterator<Item = &'a Item>,
         cno: u64,
         super_root: Option<&[u8]>,
-    ) -> Result<(Vec<SummaryEntry>, Vec<Vec<u8>>)> {
+    ) -> Result<(Vec<SummaryEntry>, Vec<u8>)> {
+        let nsum = r.nsum() as usize;
+        let mut buf = self.dev.buffer((nsum + r.npayload) * BLOCK_BYTES);
+        buf.resize(nsum * BLOCK_BYTES, 0);
         let mut entries = Vec::with_capacity(r.npayload);
-        let mut payload: Vec<Vec<u8>> = Vec::with_capacity(r.npayload);
         for _ in 0..r.npayload {
             let item = *items.next().expect("plan and items agree");
-            let (e, data) = self.payload_of(item, cno, super_root)?;
-            entries.push(e);
-            payload.push(data);
+            entries.push(self.payload_of(item, cno, super_root, &mut buf)?);
+            assert_eq!(buf.len(), (nsum + entries.len()) * BLOCK_BYTES);
         }
-        Ok((entries, payload))
+        Ok((entries, buf))
     }
 
     /// Number the next record (`self.seq`), and return its `seq_gap`: the
@@ -1060,19 +1063,19 @@ impl Store {
         }
     }
 
-    /// Write record `r` (header `h`, `payload`) where the plan puts it, and
+    /// Seal record `r` (header `h` into the summary blocks of `buf`, which
+    /// holds its payload after them), write it where the plan puts it, and
     /// count it; returns its first block.
     fn write_record(
         &mut self,
         r: &PlannedRecord,
         h: &RecordHeader,
-        payload: &[Vec<u8>],
+        mut buf: Vec<u8>,
     ) -> Result<u64> {
         for e in &h.entries {
             *self.stats.blocks_by_class.entry(e.class()).or_default() += 1;
         }
-        let refs: Vec<&[u8]> = payload.iter().map(|p| &p[..]).collect();
-        let buf = h.encode(&refs);
+        h.seal(&mut buf);
         let block = self.geo.segment_start(r.seg) + r.off as u64;
         self.dev.write_vec(self.geo.byte_offset(block), buf)?;
         self.segs.last_seq[r.seg as usize] = self.seq;
@@ -1082,65 +1085,57 @@ impl Store {
         Ok(block)
     }
 
+    /// The summary entry of `item`, whose block is appended to `out`.
     fn payload_of(
         &mut self,
         item: Item,
         cno: u64,
         sr: Option<&[u8]>,
-    ) -> Result<(SummaryEntry, Vec<u8>)> {
+        out: &mut Vec<u8>,
+    ) -> Result<SummaryEntry> {
         Ok(match item {
             Item::Virtual(v) => {
                 let o = self.cache.owner(vkey(v)).expect("dirty block cached");
-                let data = self
-                    .cache
-                    .get(vkey(v))
-                    .expect("dirty block cached")
-                    .to_vec();
-                (
-                    SummaryEntry {
-                        ino: o.ino,
-                        offset: o.offset,
-                        vblock: v,
-                        cno,
-                        kind: o.kind,
-                    },
-                    data,
-                )
+                out.extend_from_slice(self.cache.get(vkey(v)).expect("dirty block cached"));
+                SummaryEntry {
+                    ino: o.ino,
+                    offset: o.offset,
+                    vblock: v,
+                    cno,
+                    kind: o.kind,
+                }
             }
             Item::Dat(t) => {
                 let o = self.cache.owner(pkey(t)).expect("DAT block cached");
-                let data = self.cache.get(pkey(t)).expect("DAT block cached").to_vec();
-                (
-                    SummaryEntry {
-                        ino: DAT_INO,
-                        offset: o.offset,
-                        vblock: 0,
-                        cno,
-                        kind: o.kind,
-                    },
-                    data,
-                )
+                out.extend_from_slice(self.cache.get(pkey(t)).expect("DAT block cached"));
+                SummaryEntry {
+                    ino: DAT_INO,
+                    offset: o.offset,
+                    vblock: 0,
+                    cno,
+                    kind: o.kind,
+                }
             }
-            Item::SuperRoot => (
+            Item::SuperRoot => {
+                out.extend_from_slice(sr.expect("super root given"));
                 SummaryEntry {
                     ino: 0,
                     offset: 0,
                     vblock: 0,
                     cno,
                     kind: BlockKind::SuperRoot,
-                },
-                sr.expect("super root given").to_vec(),
-            ),
-            Item::DatJournal(k) => (
+                }
+            }
+            Item::DatJournal(k) => {
+                out.extend_from_slice(&self.dat_journal.encoded[k]);
                 SummaryEntry {
                     ino: DAT_INO,
                     offset: k as u64,
                     vblock: 0,
                     cno,
                     kind: BlockKind::DatJournal,
-                },
-                self.dat_journal.encoded[k].clone(),
-            ),
+                }
+            }
         })
     }
 
