@@ -1038,7 +1038,7 @@ impl Store {
         cno: u64,
         super_root: Option<&[u8]>,
     ) -> Result<(Vec<SummaryEntry>, Vec<u8>)> {
-        let nsum = r.nsum() as usize;
+        let nsum = r.nsum();
         let mut buf = self.dev.buffer((nsum + r.npayload) * BLOCK_BYTES);
         buf.resize(nsum * BLOCK_BYTES, 0);
         let mut entries = Vec::with_capacity(r.npayload);
