@@ -167,7 +167,15 @@ fn sqlite_commits_without_a_journal_on_lsfs() {
         rollback.flushes > batch.flushes,
         "the journal costs no flushes?"
     );
-    let wal = run_mode("PRAGMA journal_mode=WAL;", true, N);
+    // Exclusive locking keeps the WAL index in memory: a shared mapping of
+    // a file on the mount, served by this same process, can deadlock it
+    // (unmapping it writes its pages back while holding the process's
+    // memory map lock, which the server's threads may need to allocate).
+    let wal = run_mode(
+        "PRAGMA locking_mode=EXCLUSIVE; PRAGMA journal_mode=WAL;",
+        true,
+        N,
+    );
     assert_eq!(wal.commits, 0, "WAL mode used atomic writes");
     eprintln!(
         "rollback journal against batch atomic: {:.2} times the flushes, {:.2} times the bytes",
@@ -377,7 +385,8 @@ fn rollback_journal_transactions_are_all_or_nothing_after_a_crash() {
 
 /// WAL mode uses no atomic writes (SQLite's WAL has its own commit), and
 /// keeps the same promises on lsfs. Exclusive locking keeps the WAL index
-/// in memory instead of a shared mapping.
+/// in memory instead of a shared mapping of a file on the mount, which an
+/// in-process server can deadlock on (`sqlite_commits_without_a_journal_on_lsfs`).
 #[test]
 fn wal_transactions_are_all_or_nothing_after_a_crash() {
     crash_images_while_sqlite_runs(
