@@ -26,13 +26,9 @@ fn stats(m: &Mounted) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-#[test]
-fn uring_on_serves_through_the_ring_and_stats_say_so() {
-    if !common::fuse_available() {
-        return;
-    }
-    let (tmp, mnt) = common::mount_point();
-    let image = tmp.path().join("img");
+/// A new 256 MiB image in `dir`.
+fn fresh_image(dir: &std::path::Path) -> std::path::PathBuf {
+    let image = dir.join("img");
     let st = lsfs()
         .arg("mkfs")
         .arg(&image)
@@ -40,7 +36,17 @@ fn uring_on_serves_through_the_ring_and_stats_say_so() {
         .stdout(Stdio::null())
         .status()
         .unwrap();
-    assert!(st.success());
+    assert!(st.success(), "mkfs");
+    image
+}
+
+#[test]
+fn uring_on_serves_through_the_ring_and_stats_say_so() {
+    if !common::fuse_available() {
+        return;
+    }
+    let (tmp, mnt) = common::mount_point();
+    let image = fresh_image(tmp.path());
     let m = Mounted::new(&image, &mnt, &["--uring", "on"]);
     let d = m.mnt.join("d");
     fs::create_dir(&d).unwrap();
@@ -79,15 +85,7 @@ fn default_mount_serves_through_dev_fuse() {
         return;
     }
     let (tmp, mnt) = common::mount_point();
-    let image = tmp.path().join("img");
-    let st = lsfs()
-        .arg("mkfs")
-        .arg(&image)
-        .args(["--size", "256M"])
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(st.success());
+    let image = fresh_image(tmp.path());
     let m = Mounted::new(&image, &mnt, &[]);
     fs::write(m.mnt.join("f"), b"x").unwrap();
     let s = stats(&m);
