@@ -305,7 +305,8 @@ fn start<V: Vfs + 'static>(
         let u = s.unmount_callable();
         (s, Unmount::Fuser(u))
     };
-    opts.kernel_cache.attach(Some(session.notifier()));
+    opts.kernel_cache
+        .attach(Some(session.notifier()), Some(mountpoint));
     let kernel_cache = opts.kernel_cache.clone();
     let spin_stop = spinner;
     drop(ops);
@@ -325,7 +326,7 @@ fn start<V: Vfs + 'static>(
                 }
                 r => r,
             };
-            kernel_cache.attach(None);
+            kernel_cache.attach(None, None);
             // The queues end once the kernel has given their entries back.
             if let Some(mut r) = rings.lock().unwrap().take() {
                 r.stop();
