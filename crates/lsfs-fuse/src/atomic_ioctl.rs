@@ -4,10 +4,9 @@
 //! writes may still be dirty pages in the kernel when it asks for START,
 //! COMMIT or ABORT: the `Vfs` has not seen them. So those three are not
 //! answered in the request's thread. A thread of their own first has the
-//! kernel write the dirty pages back as WRITE requests that the server,
-//! free again, serves (a `syncfs` of the mount, which keeps the pages
-//! cached; for ABORT an invalidation of the file's pages, which writes the
-//! dirty ones back and drops them), then it calls the `Vfs` and replies. Before START
+//! kernel invalidate the file's pages, which writes the dirty ones back as
+//! WRITE requests (the kernel launders them, and waits) that the server,
+//! free again, serves; then it calls the `Vfs` and replies. Before START
 //! that makes earlier writes ordinary ones; before COMMIT and ABORT it puts
 //! the last writes of the transaction into the set. After an ABORT (or a
 //! failed COMMIT that dropped the set) it invalidates again, so that the
@@ -106,20 +105,6 @@ impl<V: Vfs> AtomicIoctls<V> {
         call_vfs(&self.vfs, self.io.as_ref(), durable, f)
     }
 
-    /// The kernel writes the mount's dirty pages back, `ino`'s among them,
-    /// and keeps them; where it cannot (no mount attached, syncfs failed),
-    /// [`Self::write_back_and_forget`] does the write-back instead.
-    fn write_back(&self, ino: u64) {
-        match self.kernel.write_back() {
-            Ok(true) => {}
-            Ok(false) => self.write_back_and_forget(ino),
-            Err(e) => {
-                tracing::warn!("syncfs around an atomic write of inode {ino}: {e}");
-                self.write_back_and_forget(ino);
-            }
-        }
-    }
-
     /// The kernel writes `ino`'s dirty pages back and forgets its pages
     /// and attributes. Never with the `Vfs` lock held (`kernel_cache.rs`).
     fn write_back_and_forget(&self, ino: u64) {
@@ -156,14 +141,7 @@ impl<V: Vfs + 'static> AtomicIoctls<V> {
     }
 
     fn run(&self, uid: u32, pid: u32, ino: u64, op: F2fsIoctl) -> Result<(), fuser::Errno> {
-        match op {
-            // What START and COMMIT need is the file's dirty pages, not
-            // the kernel forgetting its clean ones and the attributes:
-            // forgetting them cost SQLite a READ, two GETATTRs and a
-            // `security.capability` probe per transaction (docs/ATOMIC.md).
-            F2fsIoctl::StartAtomicWrite | F2fsIoctl::CommitAtomicWrite => self.write_back(ino),
-            _ => self.write_back_and_forget(ino),
-        }
+        self.write_back_and_forget(ino);
         match op {
             F2fsIoctl::GetFeatures => unreachable!("answered at once"),
             F2fsIoctl::StartAtomicWrite => {

@@ -9,9 +9,7 @@
 
 use std::ffi::OsStr;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use fuser::{INodeNo, Notifier};
@@ -22,8 +20,6 @@ use fuser::{INodeNo, Notifier};
 #[derive(Default)]
 pub struct KernelCache {
     notifier: Mutex<Option<Notifier>>,
-    /// Where the mount is, for [`KernelCache::write_back`].
-    mountpoint: Mutex<Option<PathBuf>>,
 }
 
 impl std::fmt::Debug for KernelCache {
@@ -35,10 +31,8 @@ impl std::fmt::Debug for KernelCache {
 }
 
 impl KernelCache {
-    pub(crate) fn attach(&self, n: Option<Notifier>, mountpoint: Option<&Path>) {
+    pub(crate) fn attach(&self, n: Option<Notifier>) {
         *self.notifier.lock().unwrap_or_else(|p| p.into_inner()) = n;
-        *self.mountpoint.lock().unwrap_or_else(|p| p.into_inner()) =
-            mountpoint.map(Path::to_path_buf);
     }
 
     fn notifier(&self) -> Option<Notifier> {
@@ -60,30 +54,6 @@ impl KernelCache {
             Some(n) => n.inval_entry(INodeNo(parent), OsStr::from_bytes(name)),
             None => Ok(()),
         }
-    }
-
-    /// The kernel writes every dirty page of the mount back (as WRITE
-    /// requests, which other threads serve) and waits for them, keeping
-    /// the pages and attributes it caches: a `syncfs` of the mount, which
-    /// FUSE does not forward as a request of its own. The root is opened
-    /// for the call only: a descriptor kept open would make the mount busy
-    /// at unmount. Opening it costs no request (no OPENDIR is sent).
-    /// `Ok(false)`: no mount is attached.
-    pub fn write_back(&self) -> io::Result<bool> {
-        let Some(mnt) = self
-            .mountpoint
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-        else {
-            return Ok(false);
-        };
-        let root = std::fs::File::open(&mnt)?;
-        // SAFETY: syncfs on a descriptor we own for the call.
-        if unsafe { libc::syncfs(root.as_raw_fd()) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(true)
     }
 
     /// The kernel forgets the attributes and cached contents of `ino` (for a

@@ -305,8 +305,7 @@ fn start<V: Vfs + 'static>(
         let u = s.unmount_callable();
         (s, Unmount::Fuser(u))
     };
-    opts.kernel_cache
-        .attach(Some(session.notifier()), Some(mountpoint));
+    opts.kernel_cache.attach(Some(session.notifier()));
     let kernel_cache = opts.kernel_cache.clone();
     let spin_stop = spinner;
     drop(ops);
@@ -326,7 +325,7 @@ fn start<V: Vfs + 'static>(
                 }
                 r => r,
             };
-            kernel_cache.attach(None, None);
+            kernel_cache.attach(None);
             // The queues end once the kernel has given their entries back.
             if let Some(mut r) = rings.lock().unwrap().take() {
                 r.stop();
