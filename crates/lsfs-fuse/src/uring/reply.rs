@@ -49,22 +49,9 @@ impl<'a> Out<'a> {
     }
 }
 
-/// `S_IFMT` bits of a kind.
-fn type_bits(kind: FileKind) -> u32 {
-    match kind {
-        FileKind::File => libc::S_IFREG,
-        FileKind::Dir => libc::S_IFDIR,
-        FileKind::Symlink => libc::S_IFLNK,
-        FileKind::Fifo => libc::S_IFIFO,
-        FileKind::Socket => libc::S_IFSOCK,
-        FileKind::CharDev => libc::S_IFCHR,
-        FileKind::BlockDev => libc::S_IFBLK,
-    }
-}
-
 /// A kind as a dirent type (`DT_*`, the `S_IFMT` bits shifted down).
 fn dirent_type(kind: FileKind) -> u32 {
-    type_bits(kind) >> 12
+    kind.mode_bits() >> 12
 }
 
 /// A time as the kernel's seconds (signed, stored in a u64) and
@@ -87,7 +74,7 @@ pub fn attr_bytes(a: &Attr) -> [u8; ATTR_SZ] {
     o.u32(a.atime.nsec);
     o.u32(a.mtime.nsec);
     o.u32(a.ctime.nsec);
-    o.u32(type_bits(a.kind) | u32::from(a.perm));
+    o.u32(a.kind.mode_bits() | u32::from(a.perm));
     o.u32(a.nlink);
     o.u32(a.uid);
     o.u32(a.gid);
@@ -104,7 +91,7 @@ pub fn attr_bytes(a: &Attr) -> [u8; ATTR_SZ] {
 fn placeholder(ino: u64, kind: FileKind) -> [u8; ATTR_SZ] {
     let mut b = [0u8; ATTR_SZ];
     b[0..8].copy_from_slice(&ino.to_le_bytes());
-    b[60..64].copy_from_slice(&type_bits(kind).to_le_bytes());
+    b[60..64].copy_from_slice(&kind.mode_bits().to_le_bytes());
     b[80..84].copy_from_slice(&4096u32.to_le_bytes());
     b
 }
