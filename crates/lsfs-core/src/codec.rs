@@ -56,6 +56,10 @@ impl<'a> Reader<'a> {
     pub fn pos(&self) -> usize {
         self.pos
     }
+    /// Bytes not read yet.
+    pub fn remaining(&self) -> usize {
+        self.buf.len().saturating_sub(self.pos)
+    }
 }
 
 /// Appends little-endian fields to a buffer.

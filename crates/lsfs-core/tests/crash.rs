@@ -364,6 +364,12 @@ fn run_workload_on(base: Vec<u8>, config: MountConfig, seed: u64, steps: usize) 
     let stream_fsynced = fs.store.stats().dsync_stream_blocks;
     let dat_journaled = fs.store.stats().dat_blocks_journaled;
     let discarded = fs.store.discard_stats().bytes;
+    eprintln!(
+        "workload {seed}: {} move records freed {} victims; {} checkpoints",
+        fs.store.stats().move_records_written,
+        fs.store.stats().segments_freed_by_move_records,
+        fs.store.stats().checkpoints_written
+    );
     drop(fs); // no unmount: the tail stays unflushed, like a power cut
     Recorded {
         log,

@@ -13,7 +13,9 @@ use lsfs_core::layout::BLOCK_BYTES;
 use lsfs_core::log::chain::segment_records;
 use lsfs_core::log::items::{self, Item};
 use lsfs_core::log::record::{summary_blocks, BlockKind, RecordHeader, SummaryEntry, FLAG_DSYNC};
-use lsfs_core::log::superblock::{Superblock, FEATURE_INCOMPAT_INLINE_ITEMS};
+use lsfs_core::log::superblock::{
+    Superblock, FEATURE_INCOMPAT_INLINE_ITEMS, FEATURE_INCOMPAT_MOVE_RECORDS,
+};
 use lsfs_vfs::{FileKind, Ino, SetAttr, Vfs, RENAME_EXCHANGE, ROOT_INO};
 use std::collections::BTreeMap;
 
@@ -535,7 +537,7 @@ fn an_image_without_inline_items_still_mounts_and_rolls_forward() {
     for b in [0, last] {
         let r = b * BLOCK_BYTES..(b + 1) * BLOCK_BYTES;
         let mut sb = Superblock::decode(&img[r.clone()], "test", img.len() as u64).unwrap();
-        sb.features_incompat &= !FEATURE_INCOMPAT_INLINE_ITEMS;
+        sb.features_incompat &= !(FEATURE_INCOMPAT_INLINE_ITEMS | FEATURE_INCOMPAT_MOVE_RECORDS);
         img[r].copy_from_slice(&sb.encode());
     }
     let features = |img: &[u8]| {
@@ -560,12 +562,12 @@ fn an_image_without_inline_items_still_mounts_and_rolls_forward() {
     assert_eq!(dump(&mut ro), want);
     assert_eq!(features(&image(&mut ro)), [0, 0]);
 
-    // Read-write: the same, and the feature is set.
+    // Read-write: the same, and the features are set.
     let mut rw = Lsfs::open(Box::new(MemDevice::from_bytes(img)), cfg()).unwrap();
     assert_eq!(rw.replayed_records, 1);
     assert_eq!(dump(&mut rw), want);
-    let inline = FEATURE_INCOMPAT_INLINE_ITEMS;
-    assert_eq!(features(&image(&mut rw)), [inline, inline]);
+    let both = FEATURE_INCOMPAT_INLINE_ITEMS | FEATURE_INCOMPAT_MOVE_RECORDS;
+    assert_eq!(features(&image(&mut rw)), [both, both]);
     let g = create(&mut rw, ROOT_INO, "g");
     rw.write(g, 0, b"after").unwrap();
     rw.fsync(g, false).unwrap();
@@ -573,12 +575,16 @@ fn an_image_without_inline_items_still_mounts_and_rolls_forward() {
     assert_eq!(dump(&mut recover(image(&mut rw))), want);
 }
 
-/// mkfs sets the inline-items feature in the superblock it writes.
+/// mkfs sets the inline-items and move-records features in the
+/// superblock it writes.
 #[test]
 fn mkfs_sets_the_inline_items_feature() {
     let mut fs = mkfs(DEV_BYTES, MountConfig::default());
     assert!(fs.store.superblock().inline_items());
     let img = image(&mut fs);
     let sb = Superblock::decode(&img[..BLOCK_BYTES], "t", img.len() as u64).unwrap();
-    assert_eq!(sb.features_incompat, FEATURE_INCOMPAT_INLINE_ITEMS);
+    assert_eq!(
+        sb.features_incompat,
+        FEATURE_INCOMPAT_INLINE_ITEMS | FEATURE_INCOMPAT_MOVE_RECORDS
+    );
 }

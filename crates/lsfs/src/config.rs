@@ -14,6 +14,9 @@ pub struct FileConfig {
     pub checkpoint_interval_secs: Option<u64>,
     /// Seconds plain checkpoints are kept (default 3600; 0..=31536000).
     pub protection_secs: Option<u64>,
+    /// A checkpoint when the log since the last one fills 1/N of the
+    /// segments (default 8; 0 = no such bound; 0..=1024).
+    pub log_checkpoint_share: Option<u64>,
     /// Separate write streams for hot, cold and cleaned data (default true;
     /// used on file systems of at least 64 segments).
     pub streams: Option<bool>,
@@ -99,6 +102,14 @@ impl FileConfig {
             0,
             31_536_000,
             "s",
+        )?;
+        c.store.log_checkpoint_share = check(
+            "log_checkpoint_share",
+            self.log_checkpoint_share
+                .unwrap_or(lsfs_core::meta::store::LOG_CHECKPOINT_SHARE),
+            0,
+            1024,
+            "",
         )?;
         c.store.streams = self.streams.unwrap_or(true);
         c.store.discard = self.discard.unwrap_or_default();

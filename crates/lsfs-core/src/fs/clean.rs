@@ -7,7 +7,7 @@
 
 use crate::error::{Error, Result};
 use crate::fs::Lsfs;
-use crate::gc::relocate::{KeepCheckpoints, RelocationPlan};
+use crate::gc::relocate::{KeepCheckpoints, Relocated, RelocationPlan};
 use crate::gc::{
     on_battery, CleanerConfig, CleanerStats, FixedPower, PassReport, PowerSource, SelectionPolicy,
 };
@@ -415,6 +415,11 @@ impl Lsfs {
             let (read, copied, freed) = clean_cost_terms(&plan);
             self.cleaner.gate.cleaned_with(read, copied, freed);
         }
+        if plan.freed_giving_up_base > 0 {
+            // Those blocks are gone for the latest checkpoint and the
+            // plain ones before it (meta/durable_kills.rs).
+            self.store.give_up_at_next_checkpoint();
+        }
         if plan.freed_at_next_checkpoint > 0 {
             self.store.give_up_at_next_checkpoint();
             rep.freed_at_next_checkpoint += plan.freed_at_next_checkpoint as u64;
@@ -435,13 +440,15 @@ impl Lsfs {
             return Ok(rep);
         }
         if !rep.victims.is_empty() {
-            self.store.write_moved_ahead()?;
+            let refs = self.store.write_moved_ahead()?;
+            self.free_by_move_record(refs, &mut rep)?;
         }
-        // The victims are free once a checkpoint records their copies: a
-        // pass does not write one of its own (each would rewrite every dirty
-        // DAT and metadata block), but leaves it to the next periodic one,
-        // to the writer when it needs the space (`Lsfs::reserve`), or to the
-        // cache bound. A pass someone asked for ends with one, as it always did.
+        // The other victims are free once a checkpoint records their
+        // copies: a pass does not write one of its own (each would rewrite
+        // every dirty DAT and metadata block), but leaves it to the next
+        // periodic one, to the writer when it needs the space
+        // (`Lsfs::reserve`), or to the cache bound. A pass someone asked for
+        // ends with one, as it always did.
         if moved
             && (reason == "manual"
                 || self.store.pending_blocks() * 2 > self.store.cache().capacity_blocks())
@@ -469,6 +476,34 @@ impl Lsfs {
         }
         self.cleaner.last_pass = Some(rep.clone());
         Ok(rep)
+    }
+
+    /// Free the victims that a move record can carry now (their copies are
+    /// in the data-stream records `refs` names): the writer may reuse them
+    /// without waiting for a checkpoint (meta/move_record.rs).
+    fn free_by_move_record(
+        &mut self,
+        refs: Vec<crate::log::items::Item>,
+        rep: &mut PassReport,
+    ) -> Result<()> {
+        if self.store.move_records_enabled() {
+            let ok: Vec<&Relocated> = rep
+                .victims
+                .iter()
+                .filter(|r| self.store.may_free_by_move_record(r))
+                .collect();
+            let fit = self.store.move_record_fits(&refs, ok);
+            rep.freed_by_move_record = self.store.write_move_record(refs, &fit)? as u64;
+        } else {
+            for _ in &rep.victims {
+                self.store.note_waiting_victim("a snapshot changed");
+            }
+        }
+        for v in &mut rep.victims {
+            v.moved = Vec::new();
+            v.freed = Vec::new();
+        }
+        Ok(())
     }
 
     /// Where the slack is after a pass, and what its victims held: one

@@ -387,6 +387,7 @@ fn write_blocks(s: &mut Store, ino: &mut Inode, b0: u64, data: &[u8]) -> Result<
             .collect();
         let replaced = remap_run(s, ino, b, m, vs, &overlapping)?;
         ino.blocks += m - replaced.len() as u64;
+        s.note_kills(ino.ino, &replaced);
         s.vkill_many(&replaced)?;
         i += m;
     }
@@ -513,6 +514,7 @@ fn drop_blocks_from(s: &mut Store, ino: &mut Inode, from: u64) -> Result<()> {
         while i < e.len {
             let n = (e.len - i).min(DROP_BATCH_BLOCKS);
             let dead: Vec<u64> = (i..i + n).map(|j| e.vstart + j).collect();
+            s.note_kills(ino.ino, &dead);
             if let Err(err) = s.vkill_many(&dead) {
                 if i > first {
                     // Blocks are freed that the extent still names: stop writes.
@@ -676,6 +678,7 @@ fn unmap(s: &mut Store, ino: &mut Inode, from: u64, to: u64) -> Result<()> {
         while i < hi {
             let n = (hi - i).min(DROP_BATCH_BLOCKS);
             let dead: Vec<u64> = (i..i + n).map(|f| e.vstart + (f - e.file_block)).collect();
+            s.note_kills(ino.ino, &dead);
             if let Err(err) = s.vkill_many(&dead) {
                 if i > lo {
                     // Blocks are freed that the extent still names: stop writes.

@@ -149,6 +149,11 @@ impl Lsfs {
         let opened = Store::open(Box::new(dev), config.store.clone())?;
         let view = match config.checkpoint {
             Some(cno) => {
+                if opened.store.given_up_at_next_checkpoint(cno) {
+                    return Err(Error::invalid(format!(
+                        "--checkpoint {cno}: given up to make space (a cleaning pass freed blocks only it saw)"
+                    )));
+                }
                 let cp = opened.store.cps().entries.get(&cno).ok_or_else(|| {
                     Error::invalid(format!(
                         "--checkpoint {cno}: no such checkpoint (existing: {:?})",
@@ -165,6 +170,7 @@ impl Lsfs {
         // checkpoint's view they would change what that checkpoint shows.
         if fs.view.is_none() {
             fs.replay(&opened.replay)?;
+            fs.store.finish_move_records()?;
             fs.replayed_records = opened.replay.len();
         }
         if fs.view.is_none() && !fs.store.opened_read_only() {
@@ -172,6 +178,7 @@ impl Lsfs {
             // checkpoint and both superblocks carry it before any fsync
             // record with items is written.
             fs.store.enable_inline_items();
+            fs.store.enable_move_records();
             fs.delete_orphans()?;
             fs.checkpoint_for("mount")?;
             fs.store.settle_superblocks()?;
@@ -388,6 +395,8 @@ impl Lsfs {
             self.checkpoint_for("cache")?;
         } else if self.oplog.over_bound() {
             self.checkpoint_for("oplog")?;
+        } else if self.store.log_pins_too_much() {
+            self.checkpoint_for("log")?;
         }
         Ok(())
     }

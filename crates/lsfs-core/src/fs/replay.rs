@@ -232,8 +232,8 @@ impl Lsfs {
                     self.removexattr_apply(*ino, name, now)?;
                 }
             }
-            Item::Inode { .. } | Item::StreamRecord { .. } => {
-                unreachable!("images and stream records are not operations")
+            Item::Inode { .. } | Item::StreamRecord { .. } | Item::Moved { .. } => {
+                unreachable!("images, stream records and moves are not operations")
             }
         }
         Ok(())

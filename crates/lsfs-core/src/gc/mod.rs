@@ -280,6 +280,9 @@ pub struct PassReport {
     /// checkpoint anyway, and it gives up the plain checkpoints before it
     /// (passes under space pressure).
     pub freed_at_next_checkpoint: u64,
+    /// Victims free at once, by the pass's move record, rather than at
+    /// the next checkpoint (meta/move_record.rs).
+    pub freed_by_move_record: u64,
     /// E = 1 − copied / total blocks of the victims.
     pub efficiency: f64,
     pub reason: String,

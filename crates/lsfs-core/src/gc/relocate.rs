@@ -36,6 +36,20 @@ pub struct Relocated {
     /// Of the live and protected blocks copied, those holding file data
     /// (the rest are metadata: IFILE, CPFILE, SUFILE blocks and tree nodes).
     pub file_data_copied: u32,
+    /// Virtual blocks copied (for the move record, meta/move_record.rs).
+    #[serde(skip)]
+    pub moved: Vec<u64>,
+    /// Virtual blocks whose DAT entries were freed.
+    #[serde(skip)]
+    pub freed: Vec<u64>,
+    /// Nothing but copies of virtual blocks and freed entries: a move
+    /// record may free the segment (if the copies left the cache).
+    #[serde(skip)]
+    pub move_record_ok: bool,
+    /// Some freed blocks are seen by the latest checkpoint, their deaths
+    /// durable: plain checkpoints up to it are to be given up.
+    #[serde(skip)]
+    pub gives_up_base: bool,
 }
 
 /// One block's fate when its segment is cleaned.
@@ -69,7 +83,8 @@ pub enum KeepCheckpoints {
     /// blocks that died since the latest checkpoint, which is the recovery
     /// base until the next one is written: the victims are not reused
     /// before that one is durable, and it gives up every plain checkpoint
-    /// before it ([`RelocationPlan::freed_at_next_checkpoint`]).
+    /// before it ([`RelocationPlan::freed_at_next_checkpoint`]). Those whose
+    /// death is already durable need no wait ([`RelocationPlan::freed_giving_up_base`]).
     LatestOnly,
 }
 
@@ -82,6 +97,13 @@ struct KeepHorizon {
     latest: u64,
     /// Dead blocks with `end` above it are seen by a checkpoint the plan keeps.
     oldest_kept: u64,
+    /// The last checkpoint written, recovery's base (whether or not the
+    /// CPFILE in memory still keeps it).
+    base: u64,
+    /// Free without a copy the dead blocks the base still sees whose death
+    /// is durable (meta/durable_kills.rs): a move record can then free the
+    /// victim at once (meta/move_record.rs).
+    free_durable_kills: bool,
 }
 
 /// What cleaning one segment would cost, known before anything is copied.
@@ -106,6 +128,12 @@ pub struct RelocationPlan {
     /// [`Store::give_up_at_next_checkpoint`], and the victim must not be
     /// written into before that checkpoint (no plugging).
     pub freed_at_next_checkpoint: u32,
+    /// Dead blocks freed that plain checkpoints up to recovery's base see,
+    /// and that recovery will not need: the base sees them only if the
+    /// write that killed them is durable (meta/durable_kills.rs). A move
+    /// record may free the victim at once, but every plain checkpoint up to
+    /// the base must be given up by the next checkpoint (and by recovery's).
+    pub freed_giving_up_base: u32,
 }
 
 impl RelocationPlan {
@@ -288,6 +316,8 @@ impl Store {
                 KeepCheckpoints::Kept => kept_now,
                 KeepCheckpoints::LatestOnly => latest.max(kept_now),
             },
+            base: self.roots().cur_cno - 1,
+            free_durable_kills: self.move_records_enabled(),
         }
     }
 
@@ -312,8 +342,18 @@ impl Store {
             // Died since the latest checkpoint, a plain one
             // (a snapshot would have matched above).
             debug_assert!(e.end > h.latest && e.end <= self.roots().cur_cno);
-            plan.freed_at_next_checkpoint += 1;
-            Action::Free(v, e)
+            if e.end <= h.base && h.free_durable_kills {
+                // Seen by plain checkpoints older than the base only (the
+                // base left the CPFILE in memory): they go with the next
+                // checkpoint, and with recovery's (the move record says so).
+                plan.freed_giving_up_base += 1;
+                Action::Free(v, e)
+            } else if e.end <= h.base {
+                plan.freed_at_next_checkpoint += 1;
+                Action::Free(v, e)
+            } else {
+                self.free_seen_by_base(v, e, h, plan)
+            }
         } else if e.end > h.oldest_kept {
             plan.held_by_checkpoints += 1;
             Action::MoveProtected(v, e, owner, pos)
@@ -323,8 +363,30 @@ impl Store {
                 plan.give_up_below = plan.give_up_below.max(e.end);
                 plan.freed_by_giving_up += 1;
             }
-            Action::Free(v, e)
+            self.free_seen_by_base(v, e, h, plan)
         }
+    }
+
+    /// Free dead block `v`, counting in `plan` whether recovery's base
+    /// still sees it (it died since: the CPFILE in memory may have let
+    /// that checkpoint go, the device has not): then the victim may not be
+    /// written over before the next checkpoint, unless the write that
+    /// killed it is durable (meta/durable_kills.rs).
+    fn free_seen_by_base(
+        &self,
+        v: u64,
+        e: DatEntry,
+        h: &KeepHorizon,
+        plan: &mut RelocationPlan,
+    ) -> Action {
+        if e.end > h.base {
+            if h.free_durable_kills && self.killed_durably(v) {
+                plan.freed_giving_up_base += 1;
+            } else {
+                plan.freed_at_next_checkpoint += 1;
+            }
+        }
+        Action::Free(v, e)
     }
 
     /// Whether the DAT block `idx` found at `pos` in a victim is in use:
@@ -352,6 +414,28 @@ impl Store {
             ..Default::default()
         };
         let mut dat_nodes_here = Vec::new();
+        // Blocks the latest checkpoint sees, freed without a copy, and the
+        // out-of-band summaries of a plugged segment need a checkpoint.
+        let wait = if plan.freed_at_next_checkpoint > 0 {
+            Some("blocks the latest checkpoint sees")
+        } else if self.segment_is_plugged(seg) {
+            Some("plugged")
+        } else if plan.actions.iter().any(|a| {
+            matches!(
+                a,
+                Action::CowDat(..) | Action::DatNode(..) | Action::DropJournal(..)
+            )
+        }) {
+            Some("DAT blocks")
+        } else {
+            None
+        };
+        rep.move_record_ok = wait.is_none();
+        rep.gives_up_base = plan.freed_giving_up_base > 0;
+        self.count_durable_kills_freed(plan.freed_giving_up_base);
+        if let Some(why) = wait {
+            self.note_waiting_victim(why);
+        }
         for action in plan.actions {
             match action {
                 Action::MoveLive(v, e, owner, pos) => {
@@ -360,6 +444,7 @@ impl Store {
                     rep.file_data_copied += holds_file_data(owner.kind, owner.ino) as u32;
                     self.kill_live(seg, false, now)?;
                     rep.live_copied += 1;
+                    rep.moved.push(v);
                 }
                 Action::MoveProtected(v, e, owner, pos) => {
                     self.with_dat_cause("cleaner move", |s| s.vmove(v, e, owner, pos))?;
@@ -370,10 +455,12 @@ impl Store {
                     }
                     self.place_moved_dead(v);
                     rep.protected_copied += 1;
+                    rep.moved.push(v);
                 }
                 Action::Free(v, e) => {
                     self.free_dead(seg, v, e)?;
                     rep.freed_entries += 1;
+                    rep.freed.push(v);
                 }
                 Action::CowDat(idx) => {
                     self.with_dat_cause("cleaner copy", |s| s.dat_block_cow(idx))?;

@@ -103,6 +103,22 @@ pub enum Item {
         seq: u64,
         nblocks: u32,
     },
+    /// A cleaning pass's victims, free from this record on (a move record,
+    /// `FLAG_MOVES`: its `StreamRecord` items name the records holding the
+    /// victims' copies). Recovery points the DAT entries of the copied
+    /// blocks at their copies, frees the DAT entries in `freed` (dead
+    /// blocks nothing needed), drops the checkpoints in `dropped` (given up
+    /// or expired since the last checkpoint, so they no longer kept their
+    /// blocks) and counts the victims free.
+    Moved {
+        /// Blocks the latest checkpoint sees were freed because the writes
+        /// that killed them are durable: every plain checkpoint up to the
+        /// latest must be given up (recovery's checkpoint does).
+        give_up_base: bool,
+        victims: Vec<u64>,
+        dropped: Vec<u64>,
+        freed: Vec<u64>,
+    },
 }
 
 const T_INODE: u8 = 1;
@@ -116,6 +132,7 @@ const T_SETXATTR: u8 = 8;
 const T_REMOVEXATTR: u8 = 9;
 const T_STREAM_RECORD: u8 = 10;
 const T_PUNCH: u8 = 11;
+const T_MOVED: u8 = 12;
 
 impl Item {
     fn type_code(&self) -> u8 {
@@ -131,6 +148,7 @@ impl Item {
             Item::RemoveXattr { .. } => T_REMOVEXATTR,
             Item::StreamRecord { .. } => T_STREAM_RECORD,
             Item::Punch { .. } => T_PUNCH,
+            Item::Moved { .. } => T_MOVED,
         }
     }
 
@@ -142,7 +160,10 @@ impl Item {
     /// Whether the item is a namespace or metadata operation (replayed in
     /// order), as opposed to an inode image.
     pub fn is_operation(&self) -> bool {
-        !matches!(self, Item::Inode { .. } | Item::StreamRecord { .. })
+        !matches!(
+            self,
+            Item::Inode { .. } | Item::StreamRecord { .. } | Item::Moved { .. }
+        )
     }
 
     fn body(&self, w: &mut Writer) {
@@ -214,6 +235,20 @@ impl Item {
             } => {
                 w.u64(*ino).u64(*offset).u64(*length);
             }
+            Item::Moved {
+                give_up_base,
+                victims,
+                dropped,
+                freed,
+            } => {
+                w.u32(*give_up_base as u32);
+                for list in [victims, dropped, freed] {
+                    w.u32(list.len() as u32);
+                    for &x in list {
+                        w.u64(x);
+                    }
+                }
+            }
         }
     }
 
@@ -256,6 +291,7 @@ fn type_name(t: u8) -> &'static str {
         T_REMOVEXATTR => "removexattr",
         T_STREAM_RECORD => "stream record",
         T_PUNCH => "punch",
+        T_MOVED => "moved",
         _ => "unknown",
     }
 }
@@ -331,6 +367,16 @@ fn decode_body(t: u8, body: &[u8], ctx: &str) -> Result<Item> {
         },
         T_STREAM_RECORD => decode_stream_record(&mut r, ctx)?,
         T_PUNCH => decode_punch(&mut r, ctx)?,
+        T_MOVED => Item::Moved {
+            give_up_base: match r.u32()? {
+                0 => false,
+                1 => true,
+                f => return Err(Error::corrupt(format!("{ctx}: flags {f:#x}"))),
+            },
+            victims: u64_list(&mut r, ctx)?,
+            dropped: u64_list(&mut r, ctx)?,
+            freed: u64_list(&mut r, ctx)?,
+        },
         _ => return Err(Error::corrupt(format!("{ctx}: unknown item type {t}"))),
     };
     if r.pos() != body.len() {
@@ -409,6 +455,19 @@ fn decode_setxattr(r: &mut Reader, ctx: &str) -> Result<Item> {
         name,
         value: r.bytes(n)?.to_vec(),
     })
+}
+
+/// A count, then that many u64s: the count is checked against the bytes
+/// left before anything is allocated for it.
+fn u64_list(r: &mut Reader, ctx: &str) -> Result<Vec<u64>> {
+    let n = r.u32()? as usize;
+    let left = r.remaining();
+    if n > left / 8 {
+        return Err(Error::corrupt(format!(
+            "{ctx}: a list of {n} numbers in {left} bytes"
+        )));
+    }
+    (0..n).map(|_| r.u64()).collect()
 }
 
 fn decode_stream_record(r: &mut Reader, ctx: &str) -> Result<Item> {
@@ -522,6 +581,20 @@ pub fn describe(it: &Item) -> String {
             offset,
             length,
         } => format!("punch {ino} bytes {offset}..{}", offset + length),
+        Item::Moved {
+            give_up_base,
+            victims,
+            dropped,
+            freed,
+        } => format!(
+            "moved: victims {victims:?} free, {} DAT entries freed, checkpoints {dropped:?} dropped{}",
+            freed.len(),
+            if *give_up_base {
+                ", checkpoints up to the base given up"
+            } else {
+                ""
+            }
+        ),
     }
 }
 

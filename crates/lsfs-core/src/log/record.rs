@@ -32,6 +32,7 @@ pub const FLAG_SUPER_ROOT: u32 = 1; // the last payload block is a super root: t
 pub const FLAG_DSYNC: u32 = 2; // written by fsync: data blocks and inode images to roll forward
 pub const FLAG_CP_BEGIN: u32 = 4; // first record of a checkpoint's records
 pub const FLAG_DATA_STREAM: u32 = 8; // written to a data stream's segment: never part of the log's chain
+pub const FLAG_MOVES: u32 = 16; // a cleaning pass's move record: its victims are free from here on
 
 /// What a payload block is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -18,8 +18,16 @@ pub const FORMAT_VERSION: u32 = 1;
 /// image. Set at mkfs, and by a read-write mount of an older image before
 /// it writes anything.
 pub const FEATURE_INCOMPAT_INLINE_ITEMS: u32 = 1;
+/// Incompatible feature: cleaning passes write move records
+/// (`FLAG_MOVES`, docs/FORMAT.md §3.2) and reuse their victims before the
+/// next checkpoint. A build that does not know them would recover the DAT
+/// of the last checkpoint, which may point into a victim written over
+/// since, so it must refuse the image. Set at mkfs, and by a read-write
+/// mount of an older image before it writes anything.
+pub const FEATURE_INCOMPAT_MOVE_RECORDS: u32 = 2;
 /// Incompatible feature bits this build understands.
-pub const FEATURES_INCOMPAT_KNOWN: u32 = FEATURE_INCOMPAT_INLINE_ITEMS;
+pub const FEATURES_INCOMPAT_KNOWN: u32 =
+    FEATURE_INCOMPAT_INLINE_ITEMS | FEATURE_INCOMPAT_MOVE_RECORDS;
 /// Read-only-compatible feature bits this build understands (none yet).
 pub const FEATURES_RO_COMPAT_KNOWN: u32 = 0;
 const CRC_AT: usize = BLOCK_BYTES - 4;
@@ -59,7 +67,7 @@ impl Superblock {
         Superblock {
             version: FORMAT_VERSION,
             features_compat: 0,
-            features_incompat: FEATURE_INCOMPAT_INLINE_ITEMS,
+            features_incompat: FEATURE_INCOMPAT_INLINE_ITEMS | FEATURE_INCOMPAT_MOVE_RECORDS,
             features_ro_compat: 0,
             block_bytes: BLOCK_BYTES as u32,
             segment_blocks: geo.segment_blocks,
@@ -80,6 +88,12 @@ impl Superblock {
     /// Whether fsync records may carry inline items.
     pub fn inline_items(&self) -> bool {
         self.features_incompat & FEATURE_INCOMPAT_INLINE_ITEMS != 0
+    }
+
+    /// Whether cleaning passes may write move records and reuse their
+    /// victims before the next checkpoint.
+    pub fn move_records(&self) -> bool {
+        self.features_incompat & FEATURE_INCOMPAT_MOVE_RECORDS != 0
     }
 
     pub fn geometry(&self) -> Geometry {
@@ -281,7 +295,7 @@ mod tests {
         let bytes = 64u64 << 20;
         let geo = Geometry::for_device(bytes, 256).unwrap();
         let s = sb(geo);
-        assert!(s.inline_items());
+        assert!(s.inline_items() && s.move_records());
         let old = Superblock {
             features_incompat: 0,
             ..s.clone()

@@ -820,6 +820,11 @@ impl Store {
         self.segs.dirty_blocks.clear();
         // Free from now on: the checkpoint recording it is durable.
         let freed = std::mem::take(&mut self.segs.pending_free);
+        self.cps.removed_since_checkpoint.clear();
+        self.segs.freed_by_move_records.clear();
+        self.segs.opened_since_checkpoint = 0;
+        self.kills.checkpoint_done();
+        self.cps.flags_changed_since_checkpoint = false;
         self.moved_dead.clear();
         self.deaths_since_checkpoint = 0;
         self.cur_cno += 1;
@@ -1250,6 +1255,10 @@ impl Store {
         // it): concurrent fsyncs may share it (device/io_queue.rs).
         self.io.flush_durable()?;
         self.commit_plan(&plan);
+        // What the record covers is durable: blocks those files killed need
+        // not wait for the next checkpoint (meta/durable_kills.rs).
+        let covered: Vec<u64> = inos.iter().copied().collect();
+        self.kills.synced(&covered);
         for &(_, _, v) in &blocks {
             self.cache.mark_clean(vkey(v));
         }
@@ -1367,6 +1376,23 @@ impl Store {
         Ok(())
     }
 
+    /// Write a record of the log's chain with no payload, only `inline`
+    /// items and `flags`, and flush it (a move record,
+    /// meta/move_record.rs).
+    pub(super) fn write_items_record(&mut self, flags: u32, inline: &[u8]) -> Result<()> {
+        let now = self.now();
+        let mut taken = HashSet::new();
+        let plan = self.plan_log(0, inline.len(), &mut taken)?;
+        for r in &plan.records {
+            self.add_written(r.seg, r.nblocks() as u32, now)?;
+        }
+        let cno = self.cur_cno;
+        self.write_records(&plan, &[], cno, flags, None, inline)?;
+        self.dev.flush()?;
+        self.commit_plan(&plan);
+        Ok(())
+    }
+
     /// Write the blocks the cleaner has moved to their data streams now,
     /// as the next checkpoint would, then flush. They leave the cache, so a
     /// pass's copies no longer wait there taking room (a writer short of
@@ -1376,7 +1402,9 @@ impl Store {
     /// before it, so a crash leaves these records as dead space, as a
     /// checkpoint whose chain did not complete leaves its data streams.
     /// Returns the blocks written.
-    pub fn write_moved_ahead(&mut self) -> Result<usize> {
+    /// Returns the `StreamRecord` items naming the records it wrote (for
+    /// a move record, meta/move_record.rs).
+    pub fn write_moved_ahead(&mut self) -> Result<Vec<crate::log::items::Item>> {
         self.writable()?;
         let r = self.write_moved_ahead_inner();
         if let Err(e @ Error::Io { .. }) = &r {
@@ -1385,9 +1413,10 @@ impl Store {
         r
     }
 
-    fn write_moved_ahead_inner(&mut self) -> Result<usize> {
+    fn write_moved_ahead_inner(&mut self) -> Result<Vec<crate::log::items::Item>> {
+        let mut refs = Vec::new();
         if !self.streams_can_run() || self.plugs.cleaner_moved().next().is_none() {
-            return Ok(0);
+            return Ok(refs);
         }
         let was_active = std::mem::replace(&mut self.streams.active, true);
         let mut per: [Vec<(u64, u64, u64)>; 4] = Default::default();
@@ -1435,7 +1464,15 @@ impl Store {
                 self.streams.blocks_written[st as usize] += r.npayload as u64;
             }
             let items: Vec<Item> = blocks.iter().map(|&(_, _, v)| Item::Virtual(v)).collect();
+            let first_seq = self.seq + 1;
             self.write_records(&plan, &items, cno, FLAG_DATA_STREAM, None, &[])?;
+            for (i, r) in plan.records.iter().enumerate() {
+                refs.push(crate::log::items::Item::StreamRecord {
+                    block: self.geo.segment_start(r.seg) + r.off as u64,
+                    seq: first_seq + i as u64,
+                    nblocks: r.nblocks() as u32,
+                });
+            }
             self.commit_data(st, &plan);
             for &(_, _, v) in &blocks {
                 self.cache.mark_clean(vkey(v));
@@ -1447,7 +1484,7 @@ impl Store {
             self.dev.flush()?;
             self.stats.blocks_written_ahead += written as u64;
         }
-        Ok(written)
+        Ok(refs)
     }
 
     /// Keys of dirty blocks, for tests and checks.

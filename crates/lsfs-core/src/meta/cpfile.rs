@@ -63,6 +63,14 @@ impl CpEntry {
 pub struct CpTable {
     pub entries: BTreeMap<u64, CpEntry>,
     pub dirty_blocks: BTreeSet<u64>,
+    /// Checkpoints removed since the last checkpoint was written: the last
+    /// checkpoint's CPFILE still lists them, so a move record names them
+    /// (recovery must not keep a checkpoint whose blocks a pass freed).
+    pub removed_since_checkpoint: BTreeSet<u64>,
+    /// A checkpoint was promoted or demoted since the last checkpoint was
+    /// written: the counters follow in the background from a state that
+    /// recovery would not share, so passes wait for a checkpoint.
+    pub flags_changed_since_checkpoint: bool,
 }
 
 impl CpTable {
@@ -72,7 +80,11 @@ impl CpTable {
     }
     pub fn remove(&mut self, cno: u64) -> Option<CpEntry> {
         self.dirty_blocks.insert(cno / CP_PER_BLOCK);
-        self.entries.remove(&cno)
+        let e = self.entries.remove(&cno);
+        if e.is_some() {
+            self.removed_since_checkpoint.insert(cno);
+        }
+        e
     }
     pub fn set_snapshot(&mut self, cno: u64, on: bool) -> Result<()> {
         let e = self.entries.get_mut(&cno).ok_or_else(|| {
@@ -80,6 +92,7 @@ impl CpTable {
                 "checkpoint {cno} does not exist (list them with `lsfs checkpoint list`)"
             ))
         })?;
+        self.flags_changed_since_checkpoint = true;
         if on {
             e.flags |= CP_SNAPSHOT;
         } else {

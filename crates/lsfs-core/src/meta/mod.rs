@@ -14,6 +14,8 @@
 //!   the changes it asks of it by name (the store's fields are private to `meta`);
 //! - [`construct`]: the segment constructor, which writes checkpoints and fsync records;
 //! - [`open`]: mkfs, and opening an image with recovery;
+//! - [`durable_kills`]: blocks the latest checkpoint sees whose death is durable;
+//! - [`move_record`]: a cleaning pass's victims free before the next checkpoint;
 //! - [`reclaim`]: deleting expired checkpoints and freeing dead segments;
 //! - [`discard`]: discarding freed segments on the device, and FITRIM;
 //! - [`reconcile`]: O(1) snapshot changes, applied to the counters in the background;
@@ -30,7 +32,9 @@ pub mod dat_entry;
 pub mod dat_journal;
 pub mod dat_reuse;
 pub mod discard;
+pub mod durable_kills;
 pub mod ifile;
+pub mod move_record;
 pub mod open;
 pub mod plug;
 pub mod plug_write;

@@ -9,7 +9,7 @@ use crate::device::BlockDevice;
 use crate::error::{Error, Result};
 use crate::layout::{Geometry, BLOCK_BYTES, FIRST_USER_INO};
 use crate::log::chain::{check_counted, follow_chain, read_record, FoundRecord};
-use crate::log::record::{BlockKind, FLAG_DATA_STREAM, FLAG_DSYNC, FLAG_SUPER_ROOT};
+use crate::log::record::{BlockKind, FLAG_DATA_STREAM, FLAG_DSYNC, FLAG_MOVES, FLAG_SUPER_ROOT};
 use crate::log::super_root::SuperRoot;
 use crate::log::superblock::Superblock;
 use crate::meta::cpfile::CpTable;
@@ -113,6 +113,8 @@ impl Store {
             tree: BTree::default(),
             snapshots: Vec::new(),
             moved_dead: Default::default(),
+            kills: Default::default(),
+            freed_after_replay: Default::default(),
             give_up_plain_at_checkpoint: false,
             dat_map: Default::default(),
             recon: Default::default(),
@@ -248,10 +250,14 @@ impl Store {
             check_counted(&geo, r, written, false)?;
         }
         let now = store.now();
+        // The data-stream records since the last record of the chain: those
+        // the next one names (follow_chain put them right before it).
+        let mut named: Vec<&FoundRecord> = Vec::new();
         for r in after {
             let seg = r.header.segno;
             let written = store.segs.usage[seg as usize].nblocks;
             if r.header.flags & FLAG_DATA_STREAM != 0 {
+                named.push(r);
                 // An fsync's stream record, in its stream's segment: count
                 // the segment written up to its end (a record the cleaner
                 // wrote ahead may lie before it, dead), so nothing reuses
@@ -264,6 +270,12 @@ impl Store {
             }
             check_counted(&geo, r, written, true)?;
             store.segs.add_written(seg, r.header.nblocks, now)?;
+            if r.header.flags & FLAG_MOVES != 0 {
+                // Its victims are free from here on: records after it may
+                // lie in them, counted from their start.
+                store.apply_move_record(r, &named)?;
+            }
+            named.clear();
         }
         for r in std::iter::once(&start).chain(chain.iter()) {
             store.segs.last_seq[r.header.segno as usize] = r.header.seq;

@@ -15,7 +15,9 @@ use crate::device::{DeviceCounters, IoQueue};
 use crate::error::{Error, Result};
 use crate::layout::Geometry;
 use crate::log::chain::{segment_records, FoundRecord};
-use crate::log::superblock::{Superblock, FEATURE_INCOMPAT_INLINE_ITEMS};
+use crate::log::superblock::{
+    Superblock, FEATURE_INCOMPAT_INLINE_ITEMS, FEATURE_INCOMPAT_MOVE_RECORDS,
+};
 use crate::meta::cpfile::CpTable;
 use crate::meta::dat_journal::DatJournal;
 use crate::meta::store::{Store, StoreConfig, StoreStats};
@@ -218,6 +220,13 @@ impl Store {
     /// written (an older image gets the feature at its first read-write mount).
     pub fn enable_inline_items(&mut self) {
         self.sb.features_incompat |= FEATURE_INCOMPAT_INLINE_ITEMS;
+    }
+
+    /// Let cleaning passes write move records from now on (an older image,
+    /// mounted read-write: its checkpoint and superblocks carry the flag
+    /// before any move record is written).
+    pub fn enable_move_records(&mut self) {
+        self.sb.features_incompat |= FEATURE_INCOMPAT_MOVE_RECORDS;
     }
 
     /// Delete plain checkpoint `cno` (written by the next checkpoint): not

@@ -59,6 +59,13 @@ pub struct SegTable {
     pub dirty_blocks: BTreeSet<u64>,
     /// Segments freed by the reclaimer, free once the next checkpoint is durable.
     pub pending_free: BTreeSet<u64>,
+    /// Segments move records freed since the last checkpoint and not
+    /// written since (to count those the writer reuses before it).
+    pub freed_by_move_records: BTreeSet<u64>,
+    /// Segments written into from empty since the last checkpoint: the
+    /// recovery chain may reach them, so the cleaner cannot take them
+    /// before the next checkpoint.
+    pub opened_since_checkpoint: u64,
     /// Segments held for the writer (current and next), never handed out.
     pub reserved: BTreeSet<u64>,
     /// Highest record sequence number written to each segment since mount
@@ -78,6 +85,8 @@ impl SegTable {
             usage: vec![SegUsage::default(); nsegments as usize],
             dirty_blocks: BTreeSet::new(),
             pending_free: BTreeSet::new(),
+            freed_by_move_records: BTreeSet::new(),
+            opened_since_checkpoint: 0,
             reserved: BTreeSet::new(),
             last_seq: vec![0; nsegments as usize],
             segment_blocks,
@@ -162,6 +171,7 @@ impl SegTable {
         }
         if u.nblocks == 0 && n > 0 {
             self.empty -= 1;
+            self.opened_since_checkpoint += 1;
         }
         u.nblocks = n as u32;
         u.lastmod_secs = now_secs;

@@ -1,0 +1,130 @@
+//! Durable kills: which blocks the latest checkpoint sees have died by a
+//! write that is durable already.
+//!
+//! A block that died since the latest checkpoint is dead for the file
+//! system, but the latest checkpoint, recovery's base, still sees it. If
+//! what killed it (an overwrite, a truncate) reached the device in an fsync
+//! record, recovery replays that record and never needs the block again:
+//! only a mount of that checkpoint itself would, and a pass that frees such
+//! blocks has every plain checkpoint up to the latest given up by the next
+//! checkpoint (and by recovery's, through its move record). If the write
+//! is still in memory, a crash would recover a file that needs the block,
+//! so its victim must wait for the next checkpoint, or the pass must copy it.
+//!
+//! The file layer reports each block of a regular file it kills, with the
+//! inode; an fsync record that covers the inode makes them durable; a
+//! checkpoint forgets everything (all of it is then behind the new base).
+//! Only blocks the latest checkpoint sees are kept. Blocks killed any other
+//! way (tree nodes, directories, metadata files) are never listed: they
+//! count as not durable, which is always safe.
+//!
+//! Memory: 16 to 24 bytes a block, at most [`MAX_BLOCKS`] blocks (about
+//! 25 MiB); past that, kills are not listed (safe, as above) until the next
+//! checkpoint.
+
+use crate::meta::store::Store;
+use std::collections::{HashMap, HashSet};
+
+/// Blocks listed at most, durable or not.
+pub const MAX_BLOCKS: usize = 1 << 20;
+
+#[derive(Debug, Default)]
+pub struct DurableKills {
+    /// Killed by writes not yet durable, by inode.
+    pending: HashMap<u64, Vec<u64>>,
+    npending: usize,
+    /// Killed by writes an fsync record made durable.
+    durable: HashSet<u64>,
+}
+
+impl DurableKills {
+    /// Inode `ino` killed blocks `vs`, which the latest checkpoint sees.
+    pub fn killed(&mut self, ino: u64, vs: impl IntoIterator<Item = u64>) {
+        let list = self.pending.entry(ino).or_default();
+        for v in vs {
+            if self.npending + self.durable.len() >= MAX_BLOCKS {
+                return;
+            }
+            list.push(v);
+            self.npending += 1;
+        }
+    }
+
+    /// An fsync record covering `inos` is durable.
+    pub fn synced(&mut self, inos: &[u64]) {
+        for ino in inos {
+            if let Some(vs) = self.pending.remove(ino) {
+                self.npending -= vs.len();
+                self.durable.extend(vs);
+            }
+        }
+    }
+
+    /// Whether `v` died by a write that is durable.
+    pub fn is_durable(&self, v: u64) -> bool {
+        self.durable.contains(&v)
+    }
+
+    /// A checkpoint is durable: everything before it is behind the base.
+    pub fn checkpoint_done(&mut self) {
+        *self = DurableKills::default();
+    }
+
+    /// Blocks listed, for `Lsfs::memory`.
+    pub fn len(&self) -> usize {
+        self.npending + self.durable.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Store {
+    /// The file layer is about to kill blocks `vs` of regular file `ino`:
+    /// list those the latest checkpoint sees (see the module's comment).
+    pub fn note_kills(&mut self, ino: u64, vs: &[u64]) {
+        if !self.sb.move_records() {
+            return;
+        }
+        let seen: Vec<u64> = vs.iter().copied().filter(|&v| !self.is_fresh(v)).collect();
+        self.kills.killed(ino, seen);
+    }
+
+    /// Whether block `v`, dead since the latest checkpoint, died by a write
+    /// that is durable.
+    pub(crate) fn killed_durably(&self, v: u64) -> bool {
+        self.kills.is_durable(v)
+    }
+
+    pub(crate) fn count_durable_kills_freed(&mut self, n: u32) {
+        self.stats.durable_kills_freed += n as u64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kills_turn_durable_with_their_inodes_fsync_only() {
+        let mut k = DurableKills::default();
+        k.killed(10, [1, 2]);
+        k.killed(11, [3]);
+        assert!(!k.is_durable(1) && !k.is_durable(3));
+        k.synced(&[10]);
+        assert!(k.is_durable(1) && k.is_durable(2) && !k.is_durable(3));
+        assert_eq!(k.len(), 3);
+        k.checkpoint_done();
+        assert!(!k.is_durable(1) && k.is_empty());
+    }
+
+    #[test]
+    fn past_the_bound_kills_are_not_listed() {
+        let mut k = DurableKills::default();
+        k.killed(1, 0..MAX_BLOCKS as u64 + 10);
+        k.synced(&[1]);
+        assert_eq!(k.len(), MAX_BLOCKS);
+        assert!(!k.is_durable(MAX_BLOCKS as u64 + 5));
+    }
+}
