@@ -71,15 +71,6 @@ fn delete_half(mnt: &Path) {
     sync(mnt);
 }
 
-fn fsck_clean(image: &Path) {
-    let out = lsfs().arg("fsck").arg(image).output().unwrap();
-    assert!(
-        out.status.success(),
-        "fsck: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-}
-
 fn files_read_back(mnt: &Path) {
     for i in (1..8u8).step_by(2) {
         let got = fs::read(mnt.join(format!("f{i}"))).unwrap();
@@ -158,7 +149,7 @@ fn fstrim_on_the_mount_shrinks_the_image() {
     assert!(v["device"]["discard_bytes"].as_u64().unwrap() >= trimmed);
     files_read_back(&m.mnt);
     m.unmount();
-    fsck_clean(&image);
+    mounted::fsck_clean(&image, "after unmount");
 }
 
 /// With `discard=on` the deleted files' segments are discarded by the
@@ -194,5 +185,5 @@ fn continuous_discard_shrinks_the_image_by_itself() {
     );
     files_read_back(&m.mnt);
     m.unmount();
-    fsck_clean(&image);
+    mounted::fsck_clean(&image, "after unmount");
 }
