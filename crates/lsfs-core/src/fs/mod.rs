@@ -1214,8 +1214,11 @@ impl Vfs for Lsfs {
         // Free is what the current tree and the snapshots do not hold: dead
         // blocks that only plain checkpoints keep are given up before ENOSPC
         // (the cleaner presses and drops the oldest checkpoints), so `df`
-        // drops as soon as files are removed. Blocks not yet placed count
-        // as held, with their metadata.
+        // drops as soon as removed files' blocks are freed. Blocks of
+        // deleted files still queued (`delete.rs`) are live until then and
+        // not offered: a snapshot may hold them, and freeing them writes
+        // DAT blocks. Blocks not yet placed count as held, with their
+        // metadata.
         let (live, snap) = s.segs().held();
         let pending = s.pending_blocks() as u64 * 2;
         let unheld = total.saturating_sub(live + snap + pending);
