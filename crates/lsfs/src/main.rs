@@ -716,9 +716,10 @@ fn mount(a: MountArgs) -> Result<(), String> {
                     // step at most.
                     let (r, done) = lsfs_core::fs::locked::call(&fs, false, |fs| {
                         fs.reclaim_step(lsfs_core::fs::RECLAIM_BLOCKS_PER_STEP)
+                            .map(|_| fs.reclaim_pending())
                     });
-                    match r.and_then(|p| done.map(|_| p)) {
-                        Ok(p) => reclaiming = p.left.files > 0,
+                    match r.and_then(|more| done.map(|_| more)) {
+                        Ok(more) => reclaiming = more,
                         Err(e) => {
                             tracing::error!("freeing deleted files' blocks failed: {e}");
                             reclaiming = false;
@@ -735,7 +736,7 @@ fn mount(a: MountArgs) -> Result<(), String> {
                 }
                 next_tick = std::time::Instant::now() + TICK;
                 let (r, done) = lsfs_core::fs::locked::call(&fs, false, |fs| {
-                    fs.tick().map(|_| fs.reclaim_status().files > 0)
+                    fs.tick().map(|_| fs.reclaim_pending())
                 });
                 match r.and_then(|more| done.map(|_| more)) {
                     Ok(more) => reclaiming = more,

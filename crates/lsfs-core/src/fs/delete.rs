@@ -168,6 +168,16 @@ impl Lsfs {
         self.deletes.status()
     }
 
+    /// Whether [`Lsfs::reclaim_step`] has work it can do: files queued,
+    /// and the mount still writable (after a device error nothing more is
+    /// freed; the next mount goes on).
+    pub fn reclaim_pending(&self) -> bool {
+        !self.deletes.is_empty()
+            && self.view.is_none()
+            && !self.read_errors.tripped()
+            && self.store.writable().is_ok()
+    }
+
     /// What deletes did since mount.
     pub fn delete_stats(&self) -> DeleteStats {
         self.deletes.stats
