@@ -455,7 +455,9 @@ impl Lsfs {
 
     /// Unmount: write everything and both superblocks. Device work still
     /// queued runs first, and the final checkpoint runs at once (nobody
-    /// else calls in any more).
+    /// else calls in any more). Deleted files not yet freed stay in the
+    /// orphan directory, as far as freed; the next mount goes on
+    /// (`delete.rs`; `reclaim_all` first to finish them now).
     pub fn unmount(&mut self) -> Result<()> {
         if self.store.io().is_deferred() {
             self.store.io().set_deferred(false)?;
