@@ -22,9 +22,12 @@
 //! still in the orphan directory, and the steps after it are done again.
 //!
 //! Until a step frees them, the blocks stay counted live in their segments,
-//! so `statfs` does not report them free (freeing them writes DAT blocks,
-//! so it is not free of space either); `lsfs stats` shows them. A write
-//! short of space frees every queued block first (`reserve`).
+//! so `statfs` does not report them free (a snapshot may hold them, and
+//! freeing them writes DAT blocks); `lsfs stats` shows them. A write short
+//! of space frees every queued block first (`reserve`); below the
+//! cleaner's low-water mark a write does a step instead of cleaning, and
+//! background cleaning waits for the queue: a pass would copy blocks about
+//! to die.
 //!
 //! A queued inode is gone for every caller but this module: it answers
 //! ENOENT, as a deleted one does.

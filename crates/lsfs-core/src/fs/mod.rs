@@ -428,11 +428,15 @@ impl Lsfs {
             // Below the cleaner's low-water mark, clean in the foreground
             // back above it.
             if self.cleaner.enabled && self.free_segments() < self.low_water_segments() {
-                // Free deleted files' blocks before cleaning, which would
-                // copy them (the checkpoint that frees their segments comes
-                // when the writer needs them, as after a cleaner pass).
-                self.reclaim_all()?;
-                self.clean_to_low_water()?;
+                if self.deletes.is_empty() {
+                    self.clean_to_low_water()?;
+                } else {
+                    // Deleted files' blocks first: cleaning would copy
+                    // them. A step per write, bounded as the background's;
+                    // the checkpoint that frees their segments comes when
+                    // the writer needs them, as after a cleaner pass.
+                    self.reclaim_step(RECLAIM_BLOCKS_PER_STEP)?;
+                }
             }
             return Ok(());
         }
