@@ -161,6 +161,25 @@ fn continuous_discard_shrinks_the_image_by_itself() {
     };
     let full = du(&image);
     delete_half(&m.mnt);
+    // The files' blocks are freed in the background after the unlinks.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let out = lsfs()
+            .args(["stats", "--json", "--mount"])
+            .arg(&m.mnt)
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        if v["deletes"]["reclaiming_files"] == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "deleted files not freed in a minute: {}",
+            v["deletes"]
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     // Segments are freed by checkpoints (a bounded number each, and not
     // while they are in the recovery chain the superblocks name): ask for
     // a few, as the periodic ones would come while the mount is busy.
