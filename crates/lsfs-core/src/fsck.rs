@@ -65,6 +65,10 @@ pub struct FsckStats {
     pub regular_files: u64,
     pub symlinks: u64,
     pub orphans: u64,
+    /// Data blocks the orphans still hold: files unlinked while open, and
+    /// deleted files whose blocks are being freed in the background
+    /// (`fs/delete.rs`), which a mount frees.
+    pub orphan_blocks: u64,
     pub dat_entries: u64,
     pub current_blocks: u64,
     pub dead_blocks: u64,
@@ -1016,7 +1020,9 @@ impl Checker {
     }
 
     /// The orphan directory: entries named by inode number, for unlinked
-    /// inodes still open. Each names an existing inode with no links.
+    /// inodes still open and for deleted files whose blocks are being freed
+    /// in the background (a partly freed one is a truncated file, checked
+    /// as any file is). Each names an existing inode with no links.
     fn check_orphan_dir(&mut self, s: &mut Store, inodes: &BTreeMap<u64, Inode>, n: &mut Names) {
         let Some(od) = inodes
             .get(&ORPHAN_INO)
@@ -1048,7 +1054,9 @@ impl Checker {
             }
             match inodes.get(&ent.ino) {
                 Some(i) if i.nlink == 0 => {
-                    n.orphans.insert(ent.ino);
+                    if n.orphans.insert(ent.ino) {
+                        self.stats.orphan_blocks += i.blocks;
+                    }
                 }
                 Some(i) => self.err(format!(
                     "orphan inode {} still has {} links",

@@ -6,6 +6,10 @@ use crate::error::{Error, Result};
 /// The only block size format v1 uses.
 pub const BLOCK_BYTES: usize = 4096;
 
+/// Bytes of one inode in the IFILE (docs/FORMAT.md §7). Here, not in
+/// `meta/ifile.rs`, because the log's inline items carry inode images.
+pub const INODE_BYTES: usize = 512;
+
 /// Largest file size: 2^44 bytes (16 TiB), far above the 1 TiB required.
 /// Here, not in `fs/`, because the log's decoders bound sizes by it.
 pub const MAX_FILE_BYTES: u64 = 1 << 44;

@@ -116,6 +116,9 @@ fn overwrite(fs: &mut Lsfs, tree: &mut Tree, name: &str, seed: u64) {
 
 fn remove(fs: &mut Lsfs, tree: &mut Tree, name: &str) {
     fs.unlink(ROOT_INO, name.as_bytes()).unwrap();
+    // The blocks of a large file are freed in the background: here at once,
+    // so that the checkpoints after this free its segments.
+    fs.reclaim_all().unwrap();
     tree.remove(name.as_bytes());
 }
 

@@ -233,6 +233,10 @@ pub fn stats(fs: &Lsfs) -> Value {
         "checkpoint": { "current": st.roots().cur_cno, "count": st.cps().entries.len() },
         "blocks_used": st.roots().blocks_used,
         "inodes_used": st.roots().inodes_used,
+        // Deleted files whose blocks the background is still freeing
+        // (counted in live_blocks until then, so not free in statfs).
+        "deletes": { "reclaiming_files": fs.reclaim_status().files, "reclaiming_blocks": fs.reclaim_status().blocks,
+                     "since_mount": fs.delete_stats() },
         "read_only_reason": st.failure(),
         "memory": memory(fs),
     })

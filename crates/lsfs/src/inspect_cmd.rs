@@ -31,8 +31,18 @@ pub fn fsck(image: &Path, json: bool) -> Result<u8, String> {
             println!("error: {e}");
         }
         let s = &report.stats;
+        // Unlinked files still open, or deleted ones not yet freed: the
+        // next mount frees them.
+        let orphans = if s.orphans > 0 {
+            format!(
+                " ({} orphans holding {} blocks, freed at the next mount)",
+                s.orphans, s.orphan_blocks
+            )
+        } else {
+            String::new()
+        };
         println!(
-            "{}: {} — checkpoint {}, {} inodes ({} dirs, {} files), {} live blocks, {} checkpoints ({} snapshots), {} fsync records rolled forward",
+            "{}: {} — checkpoint {}, {} inodes ({} dirs, {} files){orphans}, {} live blocks, {} checkpoints ({} snapshots), {} fsync records rolled forward",
             image.display(),
             if report.is_clean() { "clean" } else { "ERRORS" },
             s.cno,

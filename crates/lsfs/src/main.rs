@@ -706,11 +706,41 @@ fn mount(a: MountArgs) -> Result<(), String> {
     let ticker = {
         let (fs, stop) = (fs.clone(), stop.clone());
         std::thread::spawn(move || {
+            const TICK: std::time::Duration = std::time::Duration::from_millis(500);
+            let mut next_tick = std::time::Instant::now() + TICK;
+            let mut reclaiming = false;
             while !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(std::time::Duration::from_millis(500));
-                let (r, done) = lsfs_core::fs::locked::call(&fs, false, |fs| fs.tick());
-                if let Err(e) = r.and(done) {
-                    tracing::error!("periodic checkpoint failed: {e}");
+                if reclaiming {
+                    // Deleted files' blocks, a bounded step at a time with
+                    // the lock let go in between, so requests wait for one
+                    // step at most.
+                    let (r, done) = lsfs_core::fs::locked::call(&fs, false, |fs| {
+                        fs.reclaim_step(lsfs_core::fs::RECLAIM_BLOCKS_PER_STEP)
+                            .map(|_| fs.reclaim_pending())
+                    });
+                    match r.and_then(|more| done.map(|_| more)) {
+                        Ok(more) => reclaiming = more,
+                        Err(e) => {
+                            tracing::error!("freeing deleted files' blocks failed: {e}");
+                            reclaiming = false;
+                        }
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                } else {
+                    std::thread::sleep(
+                        next_tick.saturating_duration_since(std::time::Instant::now()),
+                    );
+                }
+                if std::time::Instant::now() < next_tick {
+                    continue;
+                }
+                next_tick = std::time::Instant::now() + TICK;
+                let (r, done) = lsfs_core::fs::locked::call(&fs, false, |fs| {
+                    fs.tick().map(|_| fs.reclaim_pending())
+                });
+                match r.and_then(|more| done.map(|_| more)) {
+                    Ok(more) => reclaiming = more,
+                    Err(e) => tracing::error!("periodic checkpoint failed: {e}"),
                 }
             }
         })

@@ -169,6 +169,38 @@ pub fn stats_text(s: &Value) -> String {
         ],
     ));
 
+    let dl = &s["deletes"];
+    if !dl.is_null() {
+        let m = &dl["since_mount"];
+        sections.push((
+            "deletes",
+            vec![
+                // Counted live above until freed: statfs does not offer them.
+                row(
+                    "being freed",
+                    format!(
+                        "{} files, {}",
+                        u(&dl["reclaiming_files"]),
+                        blocks(u(&dl["reclaiming_blocks"]))
+                    ),
+                ),
+                row(
+                    "freed at once",
+                    format!("{} files", u(&m["foreground_files"])),
+                ),
+                row(
+                    "freed in background",
+                    format!(
+                        "{} of {} files queued, {}",
+                        u(&m["reclaimed_files"]),
+                        u(&m["queued_files"]),
+                        blocks(u(&m["reclaimed_blocks"]))
+                    ),
+                ),
+            ],
+        ));
+    }
+
     sections.push(("I/O queue", fields(&s["io"])));
     sections.push(("store counters", fields(&s["store"])));
 
@@ -245,6 +277,9 @@ mod tests {
             "discard": { "mode": "batched", "segments": 3, "bytes": 6291456, "requests": 2,
                          "queued_segments": 1, "trims": 1, "trim_bytes": 2097152 },
             "segments": { "total": 100, "free": 25, "segment_blocks": 512, "live_blocks": 30000, "snapshot_blocks": 2000 },
+            "deletes": { "reclaiming_files": 1, "reclaiming_blocks": 4096,
+                         "since_mount": { "foreground_files": 5, "queued_files": 2, "reclaimed_files": 1,
+                                          "reclaimed_blocks": 512, "steps": 3 } },
             "io": { "deferred": true, "limit_bytes": 67108864 },
             "store": { "blocks_written": 7, "stream_writes": { "meta": 4 } },
             "memory": { "bytes": 0, "bound_bytes": 0, "items": [] },
@@ -269,6 +304,8 @@ mod tests {
             "  mode:      batched\n",
             "  trims:     1 (2.0 MiB)\n",
             "  LOOKUP:                     2\n",
+            "  being freed:         1 files, 4096 blocks (16.0 MiB)\n",
+            "  freed in background: 1 of 2 files queued, 512 blocks (2.0 MiB)\n",
         ] {
             assert!(t.contains(want), "{want:?} not in\n{t}");
         }

@@ -154,11 +154,5 @@ fn snapshots_through_the_control_socket_show_at_once() {
     assert!(stats["fuse"]["total"].as_u64().unwrap() > 0);
 
     m.unmount();
-    let st = lsfs()
-        .arg("fsck")
-        .arg(&image)
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(st.success(), "fsck after unmount: {st}");
+    mounted::fsck_clean(&image, "after unmount");
 }

@@ -71,15 +71,6 @@ fn delete_half(mnt: &Path) {
     sync(mnt);
 }
 
-fn fsck_clean(image: &Path) {
-    let out = lsfs().arg("fsck").arg(image).output().unwrap();
-    assert!(
-        out.status.success(),
-        "fsck: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-}
-
 fn files_read_back(mnt: &Path) {
     for i in (1..8u8).step_by(2) {
         let got = fs::read(mnt.join(format!("f{i}"))).unwrap();
@@ -158,7 +149,7 @@ fn fstrim_on_the_mount_shrinks_the_image() {
     assert!(v["device"]["discard_bytes"].as_u64().unwrap() >= trimmed);
     files_read_back(&m.mnt);
     m.unmount();
-    fsck_clean(&image);
+    mounted::fsck_clean(&image, "after unmount");
 }
 
 /// With `discard=on` the deleted files' segments are discarded by the
@@ -170,6 +161,25 @@ fn continuous_discard_shrinks_the_image_by_itself() {
     };
     let full = du(&image);
     delete_half(&m.mnt);
+    // The files' blocks are freed in the background after the unlinks.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let out = lsfs()
+            .args(["stats", "--json", "--mount"])
+            .arg(&m.mnt)
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        if v["deletes"]["reclaiming_files"] == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "deleted files not freed in a minute: {}",
+            v["deletes"]
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     // Segments are freed by checkpoints (a bounded number each, and not
     // while they are in the recovery chain the superblocks name): ask for
     // a few, as the periodic ones would come while the mount is busy.
@@ -194,5 +204,5 @@ fn continuous_discard_shrinks_the_image_by_itself() {
     );
     files_read_back(&m.mnt);
     m.unmount();
-    fsck_clean(&image);
+    mounted::fsck_clean(&image, "after unmount");
 }

@@ -68,13 +68,7 @@ fn uring_on_serves_through_the_ring_and_stats_say_so() {
     // 50 files made and written: at least a LOOKUP and a MKNOD each.
     assert!(ring >= 100, "{ring} of {total} requests through io_uring");
     m.unmount();
-    let st = lsfs()
-        .arg("fsck")
-        .arg(&image)
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(st.success(), "fsck after the uring mount");
+    mounted::fsck_clean(&image, "after the uring mount");
 }
 
 /// Without the switch the counter stays at zero: the test above would

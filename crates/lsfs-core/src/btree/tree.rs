@@ -265,58 +265,14 @@ impl BTree {
         key: u64,
         value: &[u8],
     ) -> Result<Option<Option<Vec<u8>>>> {
-        // The internal nodes of the path: pointer, block, child taken.
-        let mut path: Vec<(u64, Vec<u8>, usize)> = Vec::new();
-        let (mut ptr, mut level, mut parent_key) = (*root, None, None);
-        let (leaf, old) = loop {
-            let block = store.read_node(ptr)?;
-            let n = self.parse(store, &block, ptr, level)?;
-            if parent_key.is_some_and(|k| k != n.key(0)) {
-                return Ok(None);
-            }
-            if n.level() == 0 {
-                let i = n.ceil_index(key);
-                let old = (i < n.len() && n.key(i) == key).then(|| n.value(i).to_vec());
-                if old.as_deref() == Some(value) {
-                    return Ok(Some(old));
-                }
-                match n.with_leaf_item(key, value, self.block_bytes) {
-                    Some(leaf) => break (leaf, old),
-                    None => return Ok(None),
-                }
-            }
-            // Below the node's first key: the general path changes the
-            // first keys on the way down.
-            let Some(i) = n.floor_index(key) else {
-                return Ok(None);
+        let mut path = Vec::new();
+        let (mut leaf_ptr, leaf, old) =
+            match self.in_place_leaf(store, *root, key, value, &mut path)? {
+                InPlace::General => return Ok(None),
+                InPlace::Unchanged(old) => return Ok(Some(old)),
+                InPlace::Leaf { ptr, block, old } => (ptr, block, old),
             };
-            let next = (n.child(i), Some(n.level() - 1));
-            parent_key = Some(n.key(i));
-            path.push((ptr, block, i));
-            (ptr, level) = next;
-        };
-        // Copy on write, top-down, as `make_writable` does.
-        let mut leaf_ptr = ptr;
-        let mut moved = vec![false; path.len()];
-        for i in 0..=path.len() {
-            let at = path.get(i).map_or(leaf_ptr, |p| p.0);
-            let new = store.make_writable(at)?;
-            if new == at {
-                continue;
-            }
-            match path.get_mut(i) {
-                Some(p) => p.0 = new,
-                None => leaf_ptr = new,
-            }
-            match i.checked_sub(1) {
-                None => *root = new,
-                Some(parent) => {
-                    let (_, block, idx) = &mut path[parent];
-                    Node::set_child_in_block(block, *idx, new);
-                    moved[parent] = true;
-                }
-            }
-        }
+        let moved = in_place_make_writable(store, root, &mut path, &mut leaf_ptr)?;
         // Bottom-up, as `write_path` does: the leaf, then the parents whose
         // child moved. Both stay well formed, so they count as verified.
         store.write_node(leaf_ptr, leaf)?;
@@ -328,6 +284,47 @@ impl BTree {
             }
         }
         Ok(Some(old))
+    }
+
+    /// The descent of [`BTree::insert_in_place`]: the leaf `key` belongs
+    /// in, edited to hold `value`, with the internal nodes above it pushed
+    /// on `path`. Stops at the first sign the general path is needed.
+    fn in_place_leaf<S: NodeStore + ?Sized>(
+        &self,
+        store: &mut S,
+        root: u64,
+        key: u64,
+        value: &[u8],
+        path: &mut Vec<InPlaceStep>,
+    ) -> Result<InPlace> {
+        let (mut ptr, mut level, mut parent_key) = (root, None, None);
+        loop {
+            let block = store.read_node(ptr)?;
+            let n = self.parse(store, &block, ptr, level)?;
+            if parent_key.is_some_and(|k| k != n.key(0)) {
+                return Ok(InPlace::General);
+            }
+            if n.level() == 0 {
+                let i = n.ceil_index(key);
+                let old = (i < n.len() && n.key(i) == key).then(|| n.value(i).to_vec());
+                if old.as_deref() == Some(value) {
+                    return Ok(InPlace::Unchanged(old));
+                }
+                return Ok(match n.with_leaf_item(key, value, self.block_bytes) {
+                    Some(block) => InPlace::Leaf { ptr, block, old },
+                    None => InPlace::General,
+                });
+            }
+            // Below the node's first key: the general path changes the
+            // first keys on the way down.
+            let Some(i) = n.floor_index(key) else {
+                return Ok(InPlace::General);
+            };
+            let next = (n.child(i), Some(n.level() - 1));
+            parent_key = Some(n.key(i));
+            path.push((ptr, block, i));
+            (ptr, level) = next;
+        }
     }
 
     /// Removes `key`; returns its value. Nodes left empty are freed and
@@ -702,6 +699,58 @@ impl BTree {
 /// minimum is `<= key`; `None` if `key` is below them all.
 fn child_for(children: &[(u64, u64)], key: u64) -> Option<usize> {
     children.partition_point(|(k, _)| *k <= key).checked_sub(1)
+}
+
+/// An internal node on the path of [`BTree::insert_in_place`]: pointer,
+/// block, child taken.
+type InPlaceStep = (u64, Vec<u8>, usize);
+
+/// Where the descent of [`BTree::insert_in_place`] ends.
+enum InPlace {
+    /// The general path must run; nothing was changed.
+    General,
+    /// The key holds the value already: nothing to write. Carries the old
+    /// value to return.
+    Unchanged(Option<Vec<u8>>),
+    /// The leaf at `ptr` becomes `block`; `old` is the value replaced.
+    Leaf {
+        ptr: u64,
+        block: Vec<u8>,
+        old: Option<Vec<u8>>,
+    },
+}
+
+/// Copy on write for [`BTree::insert_in_place`], top-down, as
+/// `make_writable` does: each node of `path` and the leaf at `leaf_ptr`
+/// made writable, a moved child's new pointer set in its parent's block
+/// (or in `root`). Returns which parents' blocks changed that way.
+fn in_place_make_writable<S: NodeStore + ?Sized>(
+    store: &mut S,
+    root: &mut u64,
+    path: &mut [InPlaceStep],
+    leaf_ptr: &mut u64,
+) -> Result<Vec<bool>> {
+    let mut moved = vec![false; path.len()];
+    for i in 0..=path.len() {
+        let at = path.get(i).map_or(*leaf_ptr, |p| p.0);
+        let new = store.make_writable(at)?;
+        if new == at {
+            continue;
+        }
+        match path.get_mut(i) {
+            Some(p) => p.0 = new,
+            None => *leaf_ptr = new,
+        }
+        match i.checked_sub(1) {
+            None => *root = new,
+            Some(parent) => {
+                let (_, block, idx) = &mut path[parent];
+                Node::set_child_in_block(block, *idx, new);
+                moved[parent] = true;
+            }
+        }
+    }
+    Ok(moved)
 }
 
 /// Whether every step of `path` took its node's last child.

@@ -739,6 +739,11 @@ impl Lsfs {
         if !self.cleaner.enabled || self.mutable().is_err() {
             return Ok(());
         }
+        if !self.deletes.is_empty() {
+            // Deleted files' blocks are still being freed: a victim now
+            // would copy blocks about to die. The reclaim steps come first.
+            return Ok(());
+        }
         let cfg = self.cleaner.config.clone();
         let free = self.free_segments();
         let (start, copied) = self.cleaner.window;

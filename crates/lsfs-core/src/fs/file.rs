@@ -545,6 +545,38 @@ fn drop_blocks_from(s: &mut Store, ino: &mut Inode, from: u64) -> Result<()> {
     Ok(())
 }
 
+/// Free at most `max` of the file's last mapped blocks, for a file deleted
+/// in the background (`fs/delete.rs`). The size drops to the first block
+/// freed, so what is left is an ordinary shorter file that fsck checks like
+/// any other. Returns the blocks freed: fewer than `max` only when none is
+/// left.
+pub fn drop_tail(s: &mut Store, ino: &mut Inode, max: u64) -> Result<u64> {
+    if ino.format == Format::InlineData {
+        return Ok(0);
+    }
+    let mut freed = 0;
+    while freed < max {
+        let Some((k, v)) = map::get_floor(s, ino, u64::MAX)? else {
+            break;
+        };
+        let e = decode_ext_in(s, k, &v)?;
+        let n = e.len.min(max - freed);
+        let cut = e.file_block + e.len - n;
+        let before = ino.blocks;
+        drop_blocks_from(s, ino, cut)?;
+        // Only the last extent reaches past `cut`: exactly its tail went.
+        assert_eq!(
+            before - ino.blocks,
+            n,
+            "inode {}: dropping from file block {cut}",
+            ino.ino
+        );
+        freed += n;
+        ino.size = ino.size.min(cut * BLOCK);
+    }
+    Ok(freed)
+}
+
 /// Set the file size, dropping blocks past the new end and zeroing the
 /// tail of the last block so that a later extension reads zeros.
 pub fn truncate(s: &mut Store, ino: &mut Inode, size: u64) -> Result<()> {

@@ -33,6 +33,7 @@ impl Lsfs {
             problems.len(),
             problems.join("\n")
         );
+        self.check_delete_queue();
     }
 }
 

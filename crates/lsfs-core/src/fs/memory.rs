@@ -129,6 +129,15 @@ impl Lsfs {
                 std::mem::size_of::<crate::meta::sufile::SegUsage>() as u64 + 8 + 8,
             ),
             MemoryItem::new(
+                // Each queued file holds at least 64 blocks, but the one a
+                // step is freeing (delete.rs).
+                "deletes: queued files",
+                self.deletes.status().files,
+                Some(s.geo().total_segment_blocks() / super::FOREGROUND_DELETE_MAX_BLOCKS + 1),
+                // A B-tree map's entry with its node's slack.
+                32,
+            ),
+            MemoryItem::new(
                 "checkpoint table (CPFILE mirror)",
                 s.cps().entries.len() as u64,
                 None,

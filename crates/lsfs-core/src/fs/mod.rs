@@ -9,6 +9,7 @@
 
 pub mod atomic;
 pub mod clean;
+mod delete;
 pub mod dir;
 mod fallocate;
 pub mod file;
@@ -32,6 +33,8 @@ use crate::log::items::{self, Item};
 use crate::log::record::MAX_INLINE_BYTES;
 use crate::meta::open::MkfsOptions;
 use crate::meta::store::{Store, StoreConfig};
+pub use delete::{DeleteStats, ReclaimProgress, ReclaimStatus};
+pub use delete::{FOREGROUND_DELETE_MAX_BLOCKS, RECLAIM_BLOCKS_PER_STEP};
 use inode::{Format, Inode};
 use lsfs_vfs::*;
 use snapview::{is_virtual, Views, CTL_INO, CTL_NAME};
@@ -104,6 +107,8 @@ pub struct Lsfs {
     pub check_checkpoints: bool,
     /// Writes held apart until their file's atomic commit (`atomic.rs`).
     pub atomic: atomic::AtomicWrites,
+    /// Deleted files whose blocks are freed in the background (`delete.rs`).
+    deletes: delete::Deletes,
 }
 
 fn check_name(name: &[u8]) -> VfsResult<()> {
@@ -203,6 +208,7 @@ impl Lsfs {
             oplog: Default::default(),
             check_checkpoints: invariants::on_by_default(),
             atomic: Default::default(),
+            deletes: Default::default(),
         }
     }
 
@@ -255,6 +261,12 @@ impl Lsfs {
     // ---- inode cache ----
 
     fn load(&mut self, ino: u64) -> Result<&mut Cached> {
+        delete::queued_is_gone(&self.deletes, ino)?;
+        self.load_any(ino)
+    }
+
+    /// [`Lsfs::load`], also of an inode queued for deletion.
+    fn load_any(&mut self, ino: u64) -> Result<&mut Cached> {
         if !self.inodes.contains_key(&ino) {
             if is_virtual(ino) {
                 // Snapshot views never change: callers that reach here mutate.
@@ -383,6 +395,11 @@ impl Lsfs {
             // (the next checkpoint records how far).
             self.store.reconcile_step(RECONCILE_DAT_BLOCKS_PER_TICK)?;
         }
+        if !self.deletes.is_empty() {
+            // Deleted files' blocks, a bounded slice (the mount's ticker
+            // calls `reclaim_step` more often while any are left).
+            self.reclaim_step(RECLAIM_BLOCKS_PER_STEP)?;
+        }
         self.store.discard_batch_if_due()?;
         self.clean_in_background()
     }
@@ -420,9 +437,22 @@ impl Lsfs {
             // Below the cleaner's low-water mark, clean in the foreground
             // back above it.
             if self.cleaner.enabled && self.free_segments() < self.low_water_segments() {
-                self.clean_to_low_water()?;
+                if self.deletes.is_empty() {
+                    self.clean_to_low_water()?;
+                } else {
+                    // Deleted files' blocks first: cleaning would copy
+                    // them. A step per write, bounded as the background's;
+                    // the checkpoint that frees their segments comes when
+                    // the writer needs them, as after a cleaner pass.
+                    self.reclaim_step(RECLAIM_BLOCKS_PER_STEP)?;
+                }
             }
             return Ok(());
+        }
+        if !self.deletes.is_empty() {
+            // Deleted files' blocks the background has not freed yet: the
+            // space is wanted now (the checkpoints below free the segments).
+            self.reclaim_all()?;
         }
         if self.store.has_dirty() {
             self.checkpoint_for("space: short")?;
@@ -438,7 +468,9 @@ impl Lsfs {
 
     /// Unmount: write everything and both superblocks. Device work still
     /// queued runs first, and the final checkpoint runs at once (nobody
-    /// else calls in any more).
+    /// else calls in any more). Deleted files not yet freed stay in the
+    /// orphan directory, as far as freed; the next mount goes on
+    /// (`delete.rs`; `reclaim_all` first to finish them now).
     pub fn unmount(&mut self) -> Result<()> {
         if self.store.io().is_deferred() {
             self.store.io().set_deferred(false)?;
@@ -506,19 +538,9 @@ impl Lsfs {
 
     // ---- recovery (roll-forward: replay.rs) ----
 
-    /// Delete inodes that were unlinked while open when the system stopped.
-    fn delete_orphans(&mut self) -> Result<()> {
-        let orphans = self.get(ORPHAN_INO)?;
-        let list = dir::list_after(&mut self.store, &orphans, 0, usize::MAX)?;
-        for (_, ent) in list {
-            self.destroy_inode(ent.ino)?;
-        }
-        Ok(())
-    }
-
     /// Free an inode and everything it holds.
     fn destroy_inode(&mut self, ino: u64) -> Result<()> {
-        let mut i = self.get(ino)?;
+        let mut i = self.load_any(ino)?.inode.clone();
         if i.kind() == FileKind::Dir {
             map::destroy_tree(
                 &mut self.store,
@@ -540,6 +562,7 @@ impl Lsfs {
             self.put(orphans);
         }
         self.inodes.remove(&ino);
+        self.dequeue_delete(ino);
         // Deleted with atomic writes pending: they had nowhere to go.
         self.atomic.drop_file(ino);
         self.store.inode_write(ino, None)?;
@@ -547,15 +570,15 @@ impl Lsfs {
         Ok(())
     }
 
-    /// An inode whose last link went: delete now, or park it in the orphan
-    /// directory until the last reference goes.
+    /// An inode whose last link went: delete it (`delete.rs`), or park it
+    /// in the orphan directory until the last reference goes.
     fn drop_link(&mut self, ino: u64) -> Result<()> {
         let c = self.load(ino)?;
         if c.inode.nlink > 0 {
             return Ok(());
         }
         if c.lookups == 0 && c.opens == 0 {
-            return self.destroy_inode(ino);
+            return self.delete_inode(ino);
         }
         let mut orphans = self.get(ORPHAN_INO)?;
         let name = ino.to_le_bytes();
@@ -572,7 +595,7 @@ impl Lsfs {
         }
         if let Some(c) = self.inodes.get(&ino) {
             if c.inode.nlink == 0 && c.lookups == 0 && c.opens == 0 {
-                self.destroy_inode(ino)?;
+                self.delete_inode(ino)?;
             }
         }
         Ok(())
@@ -1206,8 +1229,11 @@ impl Vfs for Lsfs {
         // Free is what the current tree and the snapshots do not hold: dead
         // blocks that only plain checkpoints keep are given up before ENOSPC
         // (the cleaner presses and drops the oldest checkpoints), so `df`
-        // drops as soon as files are removed. Blocks not yet placed count
-        // as held, with their metadata.
+        // drops as soon as removed files' blocks are freed. Blocks of
+        // deleted files still queued (`delete.rs`) are live until then and
+        // not offered: a snapshot may hold them, and freeing them writes
+        // DAT blocks. Blocks not yet placed count as held, with their
+        // metadata.
         let (live, snap) = s.segs().held();
         let pending = s.pending_blocks() as u64 * 2;
         let unheld = total.saturating_sub(live + snap + pending);

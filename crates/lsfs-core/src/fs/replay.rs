@@ -45,7 +45,7 @@ use crate::log::chain::FoundRecord;
 use crate::log::items::{self, Item};
 use crate::log::record::BlockKind;
 use crate::meta::ifile::INODE_BYTES;
-use lsfs_vfs::{Errno, FileKind};
+use lsfs_vfs::{Errno, FileKind, Timespec};
 use std::collections::{BTreeSet, HashSet};
 
 /// The records of each complete fsync, in order: each group ends with a
@@ -146,9 +146,29 @@ impl Lsfs {
         }
     }
 
+    /// Redo one operation of an fsync: a namespace operation through the
+    /// checks and changes the live call made, a change to one inode only
+    /// if that inode still exists.
     fn replay_op(&mut self, it: &Item) -> Result<()> {
         // Times come from the inode images afterwards.
         let now = self.store.clock().now();
+        match it {
+            Item::Create { .. }
+            | Item::Link { .. }
+            | Item::Unlink { .. }
+            | Item::Rmdir { .. }
+            | Item::Rename { .. } => self.replay_namespace_op(it, now),
+            Item::Truncate { .. }
+            | Item::Punch { .. }
+            | Item::SetXattr { .. }
+            | Item::RemoveXattr { .. } => self.replay_inode_op(it, now),
+            Item::Inode { .. } | Item::StreamRecord { .. } | Item::Moved { .. } => {
+                unreachable!("images, stream records and moves are not operations")
+            }
+        }
+    }
+
+    fn replay_namespace_op(&mut self, it: &Item, now: Timespec) -> Result<()> {
         match it {
             Item::Create {
                 parent,
@@ -160,16 +180,7 @@ impl Lsfs {
                 name,
                 target,
             } => {
-                if !(FIRST_USER_INO..MAX_INO).contains(ino) {
-                    return Err(Error::corrupt(format!("inode number {ino} out of range")));
-                }
-                if self.existing(*ino)?.is_some() {
-                    return Err(Error::corrupt(format!("inode {ino} exists already")));
-                }
-                let d = self.live_dir(*parent)?;
-                if dir::lookup(&mut self.store, &d, name)?.is_some() {
-                    return Err(Errno::EXIST.into());
-                }
+                self.replay_create_checks(*parent, *ino, name)?;
                 self.create_apply(*parent, name, *ino, *mode, (*uid, *gid, *rdev), target, now)?;
                 self.store.ino_handed_out(*ino);
             }
@@ -198,29 +209,46 @@ impl Lsfs {
                     self.rename_apply(from, to, *flags, plan, now)?;
                 }
             }
+            _ => unreachable!("{} is not a namespace operation", it.type_name()),
+        }
+        Ok(())
+    }
+
+    /// The checks the live create passed, and what only a damaged record
+    /// could break: the inode number is one a create hands out, and free.
+    fn replay_create_checks(&mut self, parent: u64, ino: u64, name: &[u8]) -> Result<()> {
+        if !(FIRST_USER_INO..MAX_INO).contains(&ino) {
+            return Err(Error::corrupt(format!("inode number {ino} out of range")));
+        }
+        if self.existing(ino)?.is_some() {
+            return Err(Error::corrupt(format!("inode {ino} exists already")));
+        }
+        let d = self.live_dir(parent)?;
+        if dir::lookup(&mut self.store, &d, name)?.is_some() {
+            return Err(Errno::EXIST.into());
+        }
+        Ok(())
+    }
+
+    /// A change to one inode, skipped if the inode is gone (see
+    /// `existing`).
+    fn replay_inode_op(&mut self, it: &Item, now: Timespec) -> Result<()> {
+        match it {
             Item::Truncate { ino, size } => {
-                let Some(mut i) = self.existing(*ino)? else {
-                    return Ok(());
-                };
-                if i.kind() != FileKind::File {
-                    return Err(Error::corrupt(format!("inode {ino} is a {:?}", i.kind())));
+                if let Some(mut i) = self.existing_file(*ino)? {
+                    file::truncate(&mut self.store, &mut i, *size)?;
+                    self.put(i);
                 }
-                file::truncate(&mut self.store, &mut i, *size)?;
-                self.put(i);
             }
             Item::Punch {
                 ino,
                 offset,
                 length,
             } => {
-                let Some(mut i) = self.existing(*ino)? else {
-                    return Ok(());
-                };
-                if i.kind() != FileKind::File {
-                    return Err(Error::corrupt(format!("inode {ino} is a {:?}", i.kind())));
+                if let Some(mut i) = self.existing_file(*ino)? {
+                    file::punch(&mut self.store, &mut i, *offset, *length)?;
+                    self.put(i);
                 }
-                file::punch(&mut self.store, &mut i, *offset, *length)?;
-                self.put(i);
             }
             Item::SetXattr { ino, name, value } => {
                 if self.existing(*ino)?.is_some() {
@@ -232,11 +260,20 @@ impl Lsfs {
                     self.removexattr_apply(*ino, name, now)?;
                 }
             }
-            Item::Inode { .. } | Item::StreamRecord { .. } | Item::Moved { .. } => {
-                unreachable!("images, stream records and moves are not operations")
-            }
+            _ => unreachable!("{} is not an inode operation", it.type_name()),
         }
         Ok(())
+    }
+
+    /// `existing` for an operation only a regular file takes.
+    fn existing_file(&mut self, ino: u64) -> Result<Option<Inode>> {
+        let i = self.existing(ino)?;
+        if let Some(i) = &i {
+            if i.kind() != FileKind::File {
+                return Err(Error::corrupt(format!("inode {ino} is a {:?}", i.kind())));
+            }
+        }
+        Ok(i)
     }
 
     /// Make data block `offset` of file `ino` virtual block `v`, held at

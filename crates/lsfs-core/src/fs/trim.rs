@@ -12,8 +12,9 @@ use lsfs_vfs::Errno;
 const TRIM_CHECKPOINTS_MAX: usize = 64;
 
 impl Lsfs {
-    /// FITRIM: checkpoint until the reclaimer frees nothing more (space
-    /// held only by deleted files' dead blocks becomes free segments;
+    /// FITRIM: free what deleted files still hold (`delete.rs`: the
+    /// background would, later), then checkpoint until the reclaimer frees
+    /// nothing more (space held only by dead blocks becomes free segments;
     /// space a kept checkpoint or snapshot still sees stays, as it must),
     /// then discard every free segment lying wholly in the `len` bytes at
     /// `start`, in runs of at least `minlen` bytes. Returns the bytes.
@@ -22,6 +23,7 @@ impl Lsfs {
             return Err(Error::Errno(Errno::ROFS));
         }
         self.store.writable()?;
+        self.reclaim_all()?;
         for _ in 0..TRIM_CHECKPOINTS_MAX {
             let before = self.store.stats().segments_reclaimed;
             self.checkpoint_for("trim")?;

@@ -11,8 +11,7 @@
 
 use crate::codec::{Reader, Writer};
 use crate::error::{Error, Result};
-use crate::layout::MAX_FILE_BYTES;
-use crate::meta::ifile::INODE_BYTES;
+use crate::layout::{INODE_BYTES, MAX_FILE_BYTES};
 use lsfs_vfs::{FileKind, NAME_MAX_BYTES, SYMLINK_MAX_BYTES};
 
 /// The fixed part of an inode image (docs/FORMAT.md §7): an image item
@@ -181,12 +180,9 @@ impl Item {
                 name,
                 target,
             } => {
-                w.u64(*parent)
-                    .u64(*ino)
-                    .u32(*mode)
-                    .u32(*uid)
-                    .u32(*gid)
-                    .u32(*rdev);
+                // Grouped as `decode_create` reads them back.
+                w.u64(*parent).u64(*ino).u32(*mode);
+                w.u32(*uid).u32(*gid).u32(*rdev);
                 name_field(w, name);
                 w.u16(target.len() as u16).bytes(target);
             }

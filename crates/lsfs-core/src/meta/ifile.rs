@@ -4,7 +4,7 @@
 
 use crate::layout::BLOCK_BYTES;
 
-pub const INODE_BYTES: usize = 512;
+pub use crate::layout::INODE_BYTES;
 pub const INODES_PER_BLOCK: u64 = (BLOCK_BYTES / INODE_BYTES) as u64;
 
 pub fn block_of(ino: u64) -> u64 {

@@ -14,6 +14,20 @@ fn lsfs() -> Command {
     Command::new(env!("CARGO_BIN_EXE_lsfs"))
 }
 
+/// `lsfs fsck IMAGE` passes; `after` says after what, for the message.
+/// Run it once the mount is dropped or unmounted: the server has then let
+/// go of the image.
+pub fn fsck_clean(image: &Path, after: &str) {
+    let out = lsfs().arg("fsck").arg(image).output().unwrap();
+    assert!(
+        out.status.success(),
+        "fsck {after}: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// `lsfs mount` in the foreground, as a child; dropping it unmounts and
 /// waits for the server to write its last checkpoint and exit, also when
 /// the test fails.
