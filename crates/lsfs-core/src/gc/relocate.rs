@@ -414,28 +414,7 @@ impl Store {
             ..Default::default()
         };
         let mut dat_nodes_here = Vec::new();
-        // Blocks the latest checkpoint sees, freed without a copy, and the
-        // out-of-band summaries of a plugged segment need a checkpoint.
-        let wait = if plan.freed_at_next_checkpoint > 0 {
-            Some("blocks the latest checkpoint sees")
-        } else if self.segment_is_plugged(seg) {
-            Some("plugged")
-        } else if plan.actions.iter().any(|a| {
-            matches!(
-                a,
-                Action::CowDat(..) | Action::DatNode(..) | Action::DropJournal(..)
-            )
-        }) {
-            Some("DAT blocks")
-        } else {
-            None
-        };
-        rep.move_record_ok = wait.is_none();
-        rep.gives_up_base = plan.freed_giving_up_base > 0;
-        self.count_durable_kills_freed(plan.freed_giving_up_base);
-        if let Some(why) = wait {
-            self.note_waiting_victim(why);
-        }
+        self.note_move_record_wait(&plan, &mut rep);
         for action in plan.actions {
             match action {
                 Action::MoveLive(v, e, owner, pos) => {
@@ -474,15 +453,7 @@ impl Store {
                 }
             }
         }
-        if !dat_nodes_here.is_empty() {
-            let firsts = self.dat_node_first_keys()?;
-            for p in dat_nodes_here {
-                if let Some(&k) = firsts.get(&p) {
-                    self.dat_block_cow(k)?;
-                    rep.dat_copied += 1;
-                }
-            }
-        }
+        rep.dat_copied += self.cow_dat_nodes(&dat_nodes_here)?;
         let u = self.segs().usage[seg as usize];
         if u.nlive != 0 || u.nsnapshot != 0 {
             // An accounting bug, or a damaged image: a record whose checksum
@@ -496,6 +467,57 @@ impl Store {
         }
         self.free_segment(seg, now)?;
         Ok(rep)
+    }
+
+    /// Rewrite the DAT blocks below the DAT tree nodes found at `nodes` in
+    /// a victim (with them, the nodes). Returns how many.
+    fn cow_dat_nodes(&mut self, nodes: &[u64]) -> Result<u32> {
+        if nodes.is_empty() {
+            return Ok(0);
+        }
+        let firsts = self.dat_node_first_keys()?;
+        let mut n = 0;
+        for p in nodes {
+            if let Some(&k) = firsts.get(p) {
+                self.dat_block_cow(k)?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Say in `rep` whether its victim may be freed by a move record, and
+    /// count why not in the store's statistics.
+    fn note_move_record_wait(&mut self, plan: &RelocationPlan, rep: &mut Relocated) {
+        let wait = self.move_record_wait(plan);
+        rep.move_record_ok = wait.is_none();
+        rep.gives_up_base = plan.freed_giving_up_base > 0;
+        self.count_durable_kills_freed(plan.freed_giving_up_base);
+        if let Some(why) = wait {
+            self.note_waiting_victim(why);
+        }
+    }
+
+    /// Why the victim of `plan` must wait for the next checkpoint rather
+    /// than be freed by the pass's move record (meta/move_record.rs), if it
+    /// must: blocks recovery's base sees, freed without a copy; the
+    /// out-of-band summaries of a plugged segment; DAT blocks, which only a
+    /// checkpoint rewrites.
+    fn move_record_wait(&self, plan: &RelocationPlan) -> Option<&'static str> {
+        if plan.freed_at_next_checkpoint > 0 {
+            Some("blocks the latest checkpoint sees")
+        } else if self.segment_is_plugged(plan.segno) {
+            Some("plugged")
+        } else if plan.actions.iter().any(|a| {
+            matches!(
+                a,
+                Action::CowDat(..) | Action::DatNode(..) | Action::DropJournal(..)
+            )
+        }) {
+            Some("DAT blocks")
+        } else {
+            None
+        }
     }
 
     /// Free the DAT entry of dead block `v` of `seg`, which nothing needs.

@@ -231,19 +231,26 @@ impl Item {
             } => {
                 w.u64(*ino).u64(*offset).u64(*length);
             }
-            Item::Moved {
-                give_up_base,
-                victims,
-                dropped,
-                freed,
-            } => {
-                w.u32(*give_up_base as u32);
-                for list in [victims, dropped, freed] {
-                    w.u32(list.len() as u32);
-                    for &x in list {
-                        w.u64(x);
-                    }
-                }
+            Item::Moved { .. } => self.moved_body(w),
+        }
+    }
+
+    /// The body of an `Item::Moved`: its flag, then three lists.
+    fn moved_body(&self, w: &mut Writer) {
+        let Item::Moved {
+            give_up_base,
+            victims,
+            dropped,
+            freed,
+        } = self
+        else {
+            unreachable!("moved_body of a {}", self.type_name())
+        };
+        w.u32(*give_up_base as u32);
+        for list in [victims, dropped, freed] {
+            w.u32(list.len() as u32);
+            for &x in list {
+                w.u64(x);
             }
         }
     }

@@ -1328,6 +1328,20 @@ impl Store {
         per
     }
 
+    /// The `StreamRecord` items naming the data-stream records of `plan`,
+    /// just written from sequence number `first_seq` on.
+    fn stream_record_refs(&self, plan: &Plan, first_seq: u64) -> Vec<crate::log::items::Item> {
+        plan.records
+            .iter()
+            .enumerate()
+            .map(|(i, r)| crate::log::items::Item::StreamRecord {
+                block: self.geo.segment_start(r.seg) + r.off as u64,
+                seq: first_seq + i as u64,
+                nblocks: r.nblocks() as u32,
+            })
+            .collect()
+    }
+
     /// Write the fsync's blocks `vs` of data stream `st` as records of that
     /// stream (placed, counted, clean), and encode into `refs` the
     /// `StreamRecord` items that name those records.
@@ -1360,13 +1374,8 @@ impl Store {
         let items: Vec<Item> = vs.iter().map(|&v| Item::Virtual(v)).collect();
         let first_seq = self.seq + 1;
         self.write_records(&plan, &items, cno, FLAG_DATA_STREAM | FLAG_DSYNC, None, &[])?;
-        for (i, r) in plan.records.iter().enumerate() {
-            crate::log::items::Item::StreamRecord {
-                block: self.geo.segment_start(r.seg) + r.off as u64,
-                seq: first_seq + i as u64,
-                nblocks: r.nblocks() as u32,
-            }
-            .encode(refs);
+        for it in self.stream_record_refs(&plan, first_seq) {
+            it.encode(refs);
         }
         self.commit_data(st, &plan);
         for &v in vs {
@@ -1466,13 +1475,7 @@ impl Store {
             let items: Vec<Item> = blocks.iter().map(|&(_, _, v)| Item::Virtual(v)).collect();
             let first_seq = self.seq + 1;
             self.write_records(&plan, &items, cno, FLAG_DATA_STREAM, None, &[])?;
-            for (i, r) in plan.records.iter().enumerate() {
-                refs.push(crate::log::items::Item::StreamRecord {
-                    block: self.geo.segment_start(r.seg) + r.off as u64,
-                    seq: first_seq + i as u64,
-                    nblocks: r.nblocks() as u32,
-                });
-            }
+            refs.extend(self.stream_record_refs(&plan, first_seq));
             self.commit_data(st, &plan);
             for &(_, _, v) in &blocks {
                 self.cache.mark_clean(vkey(v));

@@ -190,49 +190,48 @@ impl Store {
             "move record at block {} (sequence {})",
             rec.block, rec.header.seq
         );
-        let (give_up_base, victims, dropped, freed) = items::decode(&rec.header.inline, &what)?
-            .into_iter()
-            .find_map(|it| match it {
-                Item::Moved {
-                    give_up_base,
-                    victims,
-                    dropped,
-                    freed,
-                } => Some((give_up_base, victims, dropped, freed)),
-                _ => None,
-            })
-            .ok_or_else(|| Error::corrupt(format!("{what} names no victims")))?;
-        let victims: BTreeSet<u64> = victims.into_iter().collect();
-        if let Some(&bad) = victims.iter().find(|&&s| s >= self.geo.nsegments) {
-            return Err(Error::corrupt(format!(
-                "{what} names segment {bad}, past the last"
-            )));
-        }
+        let m = Moved::of(rec, &what, self.geo.nsegments)?;
         let latest = self.latest_cno();
-        for cno in dropped {
+        for &cno in &m.dropped {
             if cno != latest {
                 self.cps.remove(cno);
             }
         }
         self.snapshots = self.cps.snapshots();
+        self.apply_copies(&m, copies, &what)?;
+        self.apply_frees(&m, &what)?;
         let now = self.now();
-        let in_victims = |s: &Store, pblock: u64| {
-            s.geo
-                .segment_of(pblock)
-                .is_some_and(|seg| victims.contains(&seg))
-        };
+        for &s in &m.victims {
+            let u = self.segs.usage[s as usize];
+            if u.nlive != 0 || u.nsnapshot != 0 {
+                return Err(Error::corrupt(format!(
+                    "{what}: segment {s} still counts {} live and {} snapshot blocks after its moves",
+                    u.nlive, u.nsnapshot
+                )));
+            }
+            self.segs.mark_freed(s, now);
+            self.segs.pending_free.remove(&s);
+        }
+        if m.give_up_base {
+            self.give_up_at_next_checkpoint();
+        }
+        Ok(())
+    }
+
+    /// Point each copy in `copies` whose DAT entry is still in one of the
+    /// victims at the copy, its count moving with it. Copies of victims the
+    /// record does not free (they wait for the next checkpoint) stay out.
+    fn apply_copies(&mut self, m: &Moved, copies: &[&FoundRecord], what: &str) -> Result<()> {
+        let now = self.now();
         for c in copies {
             for (i, ent) in c.header.entries.iter().enumerate() {
                 if ent.vblock == 0 {
                     continue;
                 }
                 let mut e = self.dat_get(ent.vblock)?;
-                if e.is_free() || !in_victims(self, e.pblock) {
-                    // A copy of a victim this record does not free (it
-                    // waits for the next checkpoint): not applied.
+                let Some(from) = m.victim_of(self, &e) else {
                     continue;
-                }
-                let from = self.geo.segment_of(e.pblock).expect("checked in a victim");
+                };
                 let to = self
                     .geo
                     .segment_of(c.payload_block(i))
@@ -248,48 +247,37 @@ impl Store {
                 self.dat_set(ent.vblock, e)?;
             }
         }
-        for v in freed {
+        Ok(())
+    }
+
+    /// Free the DAT entries the pass freed. One the base still holds live
+    /// was killed by a write of an fsync record before this one, which the
+    /// roll-forward replays: until then it reads as zeros (its block may
+    /// be written over), and it is freed after (`finish_move_records`).
+    fn apply_frees(&mut self, m: &Moved, what: &str) -> Result<()> {
+        let now = self.now();
+        for &v in &m.freed {
             let e = self.dat_get(v)?;
-            if e.is_free() || !in_victims(self, e.pblock) {
+            let Some(seg) = m.victim_of(self, &e) else {
                 return Err(Error::corrupt(format!(
                     "{what} frees virtual block {v}, whose DAT entry is not in its victims"
                 )));
-            }
+            };
             if e.end == CNO_MAX {
-                // Killed by a write of an fsync record before this one,
-                // which the roll-forward replays: until then it reads as
-                // zeros (its block may be written over), and it is freed
-                // after (finish_move_records).
-                if !give_up_base {
+                if !m.give_up_base {
                     return Err(Error::corrupt(format!(
                         "{what} frees virtual block {v}, which is live"
                     )));
                 }
-                let seg = self.geo.segment_of(e.pblock).expect("checked in a victim");
                 self.segs.kill_live(seg, false, now)?;
                 self.dat_set(v, DatEntry { pblock: 0, ..e })?;
                 self.freed_after_replay.insert(v);
                 continue;
             }
             if self.snapshot_counted(v, e.start, e.end) {
-                let seg = self.geo.segment_of(e.pblock).expect("checked in a victim");
                 self.segs.add_snapshot(seg, -1)?;
             }
             self.dat_set(v, DatEntry::default())?;
-        }
-        for &s in &victims {
-            let u = self.segs.usage[s as usize];
-            if u.nlive != 0 || u.nsnapshot != 0 {
-                return Err(Error::corrupt(format!(
-                    "{what}: segment {s} still counts {} live and {} snapshot blocks after its moves",
-                    u.nlive, u.nsnapshot
-                )));
-            }
-            self.segs.mark_freed(s, now);
-            self.segs.pending_free.remove(&s);
-        }
-        if give_up_base {
-            self.give_up_at_next_checkpoint();
         }
         Ok(())
     }
@@ -313,5 +301,53 @@ impl Store {
     /// until the roll-forward kills it.
     pub(crate) fn freed_before_replay(&self, v: u64) -> bool {
         self.freed_after_replay.contains(&v)
+    }
+}
+
+/// A move record's `Item::Moved`, decoded.
+struct Moved {
+    give_up_base: bool,
+    victims: BTreeSet<u64>,
+    dropped: Vec<u64>,
+    freed: Vec<u64>,
+}
+
+impl Moved {
+    /// The `Item::Moved` of record `rec` (`what` names it), its victims
+    /// checked against the device's `nsegments`.
+    fn of(rec: &FoundRecord, what: &str, nsegments: u64) -> Result<Moved> {
+        let m = items::decode(&rec.header.inline, what)?
+            .into_iter()
+            .find_map(|it| match it {
+                Item::Moved {
+                    give_up_base,
+                    victims,
+                    dropped,
+                    freed,
+                } => Some(Moved {
+                    give_up_base,
+                    victims: victims.into_iter().collect(),
+                    dropped,
+                    freed,
+                }),
+                _ => None,
+            })
+            .ok_or_else(|| Error::corrupt(format!("{what} names no victims")))?;
+        if let Some(&bad) = m.victims.iter().find(|&&s| s >= nsegments) {
+            return Err(Error::corrupt(format!(
+                "{what} names segment {bad}, past the last"
+            )));
+        }
+        Ok(m)
+    }
+
+    /// The victim DAT entry `e` points into, if it is in use and does.
+    fn victim_of(&self, s: &Store, e: &DatEntry) -> Option<u64> {
+        if e.is_free() {
+            return None;
+        }
+        s.geo
+            .segment_of(e.pblock)
+            .filter(|seg| self.victims.contains(seg))
     }
 }
