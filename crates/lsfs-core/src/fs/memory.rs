@@ -91,6 +91,14 @@ impl Lsfs {
                 Some(reuse_max),
                 hashed(8 + 16) + 24,
             ),
+            MemoryItem::new(
+                // A vector slot while the write is in memory, a set entry
+                // once an fsync record made it durable: the larger counted.
+                "move records: blocks killed since the checkpoint",
+                s.durable_kills_len() as u64,
+                Some(crate::meta::durable_kills::MAX_BLOCKS as u64),
+                hashed(8),
+            ),
         ]
     }
 

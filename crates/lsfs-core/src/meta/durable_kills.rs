@@ -18,9 +18,9 @@
 //! way (tree nodes, directories, metadata files) are never listed: they
 //! count as not durable, which is always safe.
 //!
-//! Memory: 16 to 24 bytes a block, at most [`MAX_BLOCKS`] blocks (about
-//! 25 MiB); past that, kills are not listed (safe, as above) until the next
-//! checkpoint.
+//! Memory: 8 to 24 bytes a block, at most [`MAX_BLOCKS`] blocks (about
+//! 25 MiB, in the memory report of `lsfs stats`); past that, kills are not
+//! listed (safe, as above) until the next checkpoint.
 
 use crate::meta::store::Store;
 use std::collections::{HashMap, HashSet};
@@ -95,6 +95,11 @@ impl Store {
     /// that is durable.
     pub(crate) fn killed_durably(&self, v: u64) -> bool {
         self.kills.is_durable(v)
+    }
+
+    /// Blocks the durable-kill lists hold, for `Lsfs::memory`.
+    pub fn durable_kills_len(&self) -> usize {
+        self.kills.len()
     }
 
     pub(crate) fn count_durable_kills_freed(&mut self, n: u32) {
