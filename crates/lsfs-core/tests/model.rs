@@ -575,17 +575,7 @@ fn run(ops: &[Op], expire: bool) {
                 history.push((cno, d));
             }
             Op::BigFile(path, len, seed) => {
-                let write = Op::Write {
-                    path: path.clone(),
-                    off: 0,
-                    len: *len,
-                    seed: *seed,
-                };
-                for op in [Op::Create(path.clone()), write] {
-                    let got = apply(&mut fs, &op);
-                    let want = apply(&mut model, &op);
-                    assert!(got == want, "{what}: {op:?}: lsfs {got:?} model {want:?}");
-                }
+                create_and_write(&mut fs, &mut model, path, *len, *seed, &what)
             }
             Op::Reclaim(n) => {
                 let before = fs.reclaim_status();
@@ -731,17 +721,7 @@ fn run(ops: &[Op], expire: bool) {
             }
             Op::FsyncPeek(p) => fsync_peek(&mut fs, &mut model, &config, p, &what),
             Op::CreateFsync { path, len, seed } => {
-                let write = Op::Write {
-                    path: path.clone(),
-                    off: 0,
-                    len: *len,
-                    seed: *seed,
-                };
-                for op in [Op::Create(path.clone()), write] {
-                    let got = apply(&mut fs, &op);
-                    let want = apply(&mut model, &op);
-                    assert!(got == want, "{what}: {op:?}: lsfs {got:?} model {want:?}");
-                }
+                create_and_write(&mut fs, &mut model, path, *len, *seed, &what);
                 fsync_peek(&mut fs, &mut model, &config, path, &what);
             }
             Op::FallocWritten {
@@ -989,4 +969,27 @@ fn removed_open_directory_takes_no_new_entries() {
         ],
         false,
     );
+}
+
+/// Create `path` and write `len` bytes of `seed`'s data at its start, on
+/// lsfs and on the model alike.
+fn create_and_write(
+    fs: &mut dyn Vfs,
+    model: &mut dyn Vfs,
+    path: &Path,
+    len: usize,
+    seed: u64,
+    what: &str,
+) {
+    let write = Op::Write {
+        path: path.clone(),
+        off: 0,
+        len,
+        seed,
+    };
+    for op in [Op::Create(path.clone()), write] {
+        let got = apply(fs, &op);
+        let want = apply(model, &op);
+        assert!(got == want, "{what}: {op:?}: lsfs {got:?} model {want:?}");
+    }
 }

@@ -20,6 +20,16 @@ fn lsfs() -> Command {
     Command::new(env!("CARGO_BIN_EXE_lsfs"))
 }
 
+/// `lsfs CMD --json --mount MNT`, parsed.
+fn lsfs_json(cmd: &str, mnt: &Path) -> serde_json::Value {
+    let out = lsfs()
+        .args([cmd, "--json", "--mount"])
+        .arg(mnt)
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// What the image takes on the host (`du`).
 fn du(image: &Path) -> u64 {
     fs::metadata(image).unwrap().blocks() * 512
@@ -115,12 +125,7 @@ fn fstrim_on_the_mount_shrinks_the_image() {
         }
         Err(_) => {
             eprintln!("no fstrim here: lsfs trim instead");
-            let out = lsfs()
-                .args(["trim", "--json", "--mount"])
-                .arg(&m.mnt)
-                .output()
-                .unwrap();
-            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            let v = lsfs_json("trim", &m.mnt);
             v["trimmed_bytes"].as_u64().unwrap()
         }
     };
@@ -138,12 +143,7 @@ fn fstrim_on_the_mount_shrinks_the_image() {
     );
     // The mount counts it; a second trim through the control socket finds
     // the same free space (nothing remembers what was trimmed).
-    let out = lsfs()
-        .args(["stats", "--json", "--mount"])
-        .arg(&m.mnt)
-        .output()
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = lsfs_json("stats", &m.mnt);
     assert_eq!(v["discard"]["trims"], 1, "{}", v["discard"]);
     assert_eq!(v["discard"]["trim_bytes"].as_u64(), Some(trimmed));
     assert!(v["device"]["discard_bytes"].as_u64().unwrap() >= trimmed);
@@ -164,12 +164,7 @@ fn continuous_discard_shrinks_the_image_by_itself() {
     // The files' blocks are freed in the background after the unlinks.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
-        let out = lsfs()
-            .args(["stats", "--json", "--mount"])
-            .arg(&m.mnt)
-            .output()
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let v = lsfs_json("stats", &m.mnt);
         if v["deletes"]["reclaiming_files"] == 0 {
             break;
         }
