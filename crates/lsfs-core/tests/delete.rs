@@ -200,12 +200,7 @@ fn the_last_close_of_an_unlinked_file_queues_it() {
     );
     fsck_agrees(&mut fs, "closed");
     // `tick` frees a slice each time.
-    let mut ticks = 0;
-    while fs.reclaim_status().files > 0 {
-        fs.tick().unwrap();
-        ticks += 1;
-        assert!(ticks < 10);
-    }
+    tick_until_freed(&mut fs, 10);
     fsck_agrees(&mut fs, "freed by ticks");
     assert_eq!(fs.getattr(ino).unwrap_err(), Errno::NOENT);
 }
@@ -234,12 +229,7 @@ fn an_unmount_in_the_middle_resumes_at_the_next_mount() {
 
     let mut fs = checked(Lsfs::open(Box::new(MemDevice::from_bytes(bytes)), del_cfg()).unwrap());
     assert_eq!(fs.reclaim_status(), left, "the mount freed them itself");
-    let mut ticks = 0;
-    while fs.reclaim_status().files > 0 {
-        fs.tick().unwrap();
-        ticks += 1;
-        assert!(ticks < 20);
-    }
+    tick_until_freed(&mut fs, 20);
     fsck_agrees(&mut fs, "after the steps");
     fs.checkpoint().unwrap();
     let back = fs.statfs().unwrap().bfree;
@@ -398,4 +388,14 @@ fn unlink_time_of_a_1_gib_file() {
         "1 GiB: unlink {unlink:?}; then {steps} steps in {all:?} (longest {longest:?}), checkpoint {:?}",
         t.elapsed()
     );
+}
+
+/// `tick` until no file is queued, at most `max` times (each frees a slice).
+fn tick_until_freed(fs: &mut Lsfs, max: u32) {
+    let mut ticks = 0;
+    while fs.reclaim_status().files > 0 {
+        fs.tick().unwrap();
+        ticks += 1;
+        assert!(ticks < max, "still queued after {ticks} ticks");
+    }
 }

@@ -103,7 +103,7 @@ fn run(seed: u64) -> Run {
         st.move_records_written,
         st.segments_freed_by_move_records,
         st.victims_reused_before_checkpoint,
-        st.durable_kills_freed,
+        st.freed_giving_up_base,
         st.checkpoints_written,
         st.victims_waiting_for_checkpoint
     );
@@ -114,7 +114,7 @@ fn run(seed: u64) -> Run {
         st.victims_reused_before_checkpoint
     );
     assert!(
-        st.durable_kills_freed > 0,
+        st.freed_giving_up_base > 0,
         "no pass freed a block the latest checkpoint saw: recovery's deferred frees are not exercised"
     );
     drop(fs); // no unmount: a power cut

@@ -142,12 +142,7 @@ impl Lsfs {
             self.deletes.stats.foreground_files += 1;
             return self.destroy_inode(ino);
         }
-        let mut orphans = self.get(ORPHAN_INO)?;
-        let name = ino.to_le_bytes();
-        if dir::lookup(&mut self.store, &orphans, &name)?.is_none() {
-            dir::insert(&mut self.store, &mut orphans, &name, ino, FileKind::File)?;
-            self.put(orphans);
-        }
+        self.add_orphan(ino)?;
         // Nobody can commit them any more.
         self.atomic.drop_file(ino);
         self.deletes.set(ino, i.blocks);

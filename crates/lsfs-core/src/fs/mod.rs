@@ -580,6 +580,11 @@ impl Lsfs {
         if c.lookups == 0 && c.opens == 0 {
             return self.delete_inode(ino);
         }
+        self.add_orphan(ino)
+    }
+
+    /// Name `ino` in the orphan directory (by its number), if not yet.
+    pub(super) fn add_orphan(&mut self, ino: u64) -> Result<()> {
         let mut orphans = self.get(ORPHAN_INO)?;
         let name = ino.to_le_bytes();
         if dir::lookup(&mut self.store, &orphans, &name)?.is_none() {

@@ -342,18 +342,7 @@ impl Store {
             // Died since the latest checkpoint, a plain one
             // (a snapshot would have matched above).
             debug_assert!(e.end > h.latest && e.end <= self.roots().cur_cno);
-            if e.end <= h.base && h.free_durable_kills {
-                // Seen by plain checkpoints older than the base only (the
-                // base left the CPFILE in memory): they go with the next
-                // checkpoint, and with recovery's (the move record says so).
-                plan.freed_giving_up_base += 1;
-                Action::Free(v, e)
-            } else if e.end <= h.base {
-                plan.freed_at_next_checkpoint += 1;
-                Action::Free(v, e)
-            } else {
-                self.free_seen_by_base(v, e, h, plan)
-            }
+            self.free_seen(v, e, h, plan, true)
         } else if e.end > h.oldest_kept {
             plan.held_by_checkpoints += 1;
             Action::MoveProtected(v, e, owner, pos)
@@ -363,28 +352,37 @@ impl Store {
                 plan.give_up_below = plan.give_up_below.max(e.end);
                 plan.freed_by_giving_up += 1;
             }
-            self.free_seen_by_base(v, e, h, plan)
+            self.free_seen(v, e, h, plan, false)
         }
     }
 
-    /// Free dead block `v`, counting in `plan` whether recovery's base
-    /// still sees it (it died since: the CPFILE in memory may have let
-    /// that checkpoint go, the device has not): then the victim may not be
-    /// written over before the next checkpoint, unless the write that
-    /// killed it is durable (meta/durable_kills.rs).
-    fn free_seen_by_base(
+    /// Free dead block `v`, counting in `plan` what that asks of the
+    /// checkpoints that still see it: recovery's base if it died since (the
+    /// CPFILE in memory may have let that checkpoint go, the device has
+    /// not), or, if `seen_by_latest`, the latest plain checkpoint kept. The
+    /// victim then waits for the next checkpoint (which gives them up),
+    /// unless a move record may give them up instead: always for one older
+    /// than the base, for the base only if the write that killed the block
+    /// is durable (meta/durable_kills.rs).
+    fn free_seen(
         &self,
         v: u64,
         e: DatEntry,
         h: &KeepHorizon,
         plan: &mut RelocationPlan,
+        seen_by_latest: bool,
     ) -> Action {
-        if e.end > h.base {
-            if h.free_durable_kills && self.killed_durably(v) {
-                plan.freed_giving_up_base += 1;
-            } else {
-                plan.freed_at_next_checkpoint += 1;
-            }
+        let by_record = if e.end > h.base {
+            Some(h.free_durable_kills && self.killed_durably(v))
+        } else if seen_by_latest {
+            Some(h.free_durable_kills)
+        } else {
+            None
+        };
+        match by_record {
+            Some(true) => plan.freed_giving_up_base += 1,
+            Some(false) => plan.freed_at_next_checkpoint += 1,
+            None => {}
         }
         Action::Free(v, e)
     }
@@ -492,7 +490,7 @@ impl Store {
         let wait = self.move_record_wait(plan);
         rep.move_record_ok = wait.is_none();
         rep.gives_up_base = plan.freed_giving_up_base > 0;
-        self.count_durable_kills_freed(plan.freed_giving_up_base);
+        self.count_freed_giving_up_base(plan.freed_giving_up_base);
         if let Some(why) = wait {
             self.note_waiting_victim(why);
         }

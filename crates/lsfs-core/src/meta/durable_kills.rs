@@ -40,6 +40,10 @@ pub struct DurableKills {
 impl DurableKills {
     /// Inode `ino` killed blocks `vs`, which the latest checkpoint sees.
     pub fn killed(&mut self, ino: u64, vs: impl IntoIterator<Item = u64>) {
+        let mut vs = vs.into_iter().peekable();
+        if vs.peek().is_none() {
+            return;
+        }
         let list = self.pending.entry(ino).or_default();
         for v in vs {
             if self.npending + self.durable.len() >= MAX_BLOCKS {
@@ -87,7 +91,12 @@ impl Store {
         if !self.sb.move_records() {
             return;
         }
-        let seen: Vec<u64> = vs.iter().copied().filter(|&v| !self.is_fresh(v)).collect();
+        // `Store::is_fresh`, on the fields, beside the borrow of `kills`.
+        let (floor, fresh) = (self.fresh_floor, &self.dat_reuse.fresh);
+        let seen = vs
+            .iter()
+            .copied()
+            .filter(|&v| v < floor && !fresh.contains(&v));
         self.kills.killed(ino, seen);
     }
 
@@ -102,8 +111,8 @@ impl Store {
         self.kills.len()
     }
 
-    pub(crate) fn count_durable_kills_freed(&mut self, n: u32) {
-        self.stats.durable_kills_freed += n as u64;
+    pub(crate) fn count_freed_giving_up_base(&mut self, n: u32) {
+        self.stats.freed_giving_up_base += n as u64;
     }
 }
 

@@ -107,7 +107,7 @@ pub struct StoreStats {
     /// freed by passes without waiting for a checkpoint (giving those
     /// checkpoints up): the base itself saw them only if their deaths were
     /// durable (meta/durable_kills.rs).
-    pub durable_kills_freed: u64,
+    pub freed_giving_up_base: u64,
     /// Victims left for the next checkpoint instead, by why.
     pub victims_waiting_for_checkpoint: std::collections::BTreeMap<&'static str, u64>,
     /// Namespace and metadata operations those records carried.
