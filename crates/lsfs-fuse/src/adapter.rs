@@ -33,6 +33,7 @@ use lsfs_vfs::{Ctx, FileKind, SetAttr, Vfs};
 
 use crate::convert::{file_attr, file_type, system_time_opt, time_set};
 use crate::counters::Op;
+use crate::fsync_workers::{self, FsyncWorkers};
 use crate::ops::{Cached, Lookup, OpResult, Ops, Xattr};
 use crate::uring::UringStart;
 
@@ -41,11 +42,17 @@ pub(crate) struct FuseAdapter<V: Vfs> {
     /// Starts the io_uring queues once FUSE_INIT agreed on them; `None`
     /// when the mount serves through `/dev/fuse` alone.
     uring: Option<UringStart<V>>,
+    /// Where fsyncs run, so that they overlap (`fsync_workers`).
+    fsyncs: FsyncWorkers,
 }
 
 impl<V: Vfs> FuseAdapter<V> {
     pub(crate) fn new(ops: Arc<Ops<V>>, uring: Option<UringStart<V>>) -> Self {
-        FuseAdapter { ops, uring }
+        FuseAdapter {
+            ops,
+            uring,
+            fsyncs: FsyncWorkers::start(fsync_workers::WORKERS),
+        }
     }
 }
 
@@ -445,7 +452,9 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        empty(reply, self.ops.fsync(Op::Fsync, ino.0, datasync));
+        let ops = self.ops.clone();
+        self.fsyncs
+            .run(move || empty(reply, ops.fsync(Op::Fsync, ino.0, datasync)));
     }
 
     /// See `Ops::lseek`.
@@ -536,7 +545,9 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        empty(reply, self.ops.fsync(Op::Fsyncdir, ino.0, datasync));
+        let ops = self.ops.clone();
+        self.fsyncs
+            .run(move || empty(reply, ops.fsync(Op::Fsyncdir, ino.0, datasync)));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

@@ -32,6 +32,7 @@ mod atomic_ioctl;
 mod cache_policy;
 mod convert;
 mod counters;
+mod fsync_workers;
 mod ioctl;
 mod kernel_cache;
 mod kernel_mount;

@@ -11,7 +11,8 @@
 //! lsfs's writes and flushes) is finished after the lock is let go and
 //! before the reply: an fsync's flush, which takes milliseconds, holds up
 //! no other request, and fsyncs that arrive while it runs share the next
-//! flush (group commit).
+//! flush (group commit). On `/dev/fuse` the adapter runs fsyncs on worker
+//! threads (`fsync_workers`), so that they do arrive while one runs.
 //! A panic inside the `Vfs` is caught and reported as EIO; it poisons the
 //! mutex, and every later request also gets EIO, because the file system's
 //! state can no longer be trusted.
