@@ -135,3 +135,34 @@ pub(crate) fn mounted_device(path: &Path) -> Option<String> {
         (point == want).then(|| dev.to_string())
     })
 }
+
+/// Raise the readahead of the mount at `path` (device `dev`, "major:minor")
+/// to `kb` KiB, from a thread of its own: the kernel sets it at FUSE_INIT,
+/// from what it offered and the server answered, so it can only be raised
+/// after that, and a stat of the mount point returns once FUSE_INIT is
+/// done. Failing leaves the kernel's value, which works, only slower.
+pub(crate) fn raise_read_ahead(path: &Path, dev: String, kb: u32) {
+    let path = path.to_path_buf();
+    let spawned = std::thread::Builder::new()
+        .name("lsfs-readahead".into())
+        .spawn(move || {
+            if let Err(e) = std::fs::metadata(&path) {
+                tracing::debug!("readahead left as it is: {}: {e}", path.display());
+                return;
+            }
+            let knob = format!("/sys/class/bdi/{dev}/read_ahead_kb");
+            let now = std::fs::read_to_string(&knob)
+                .ok()
+                .and_then(|s| s.trim().parse::<u32>().ok());
+            if now.is_some_and(|n| n >= kb) {
+                return;
+            }
+            match std::fs::write(&knob, kb.to_string()) {
+                Ok(()) => tracing::debug!("readahead of {} set to {kb} KiB", path.display()),
+                Err(e) => tracing::debug!("readahead left as it is: {knob}: {e}"),
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::debug!("readahead left as it is: {e}");
+    }
+}

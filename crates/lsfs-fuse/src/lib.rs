@@ -45,5 +45,5 @@ mod uring;
 
 pub use counters::{Op, RequestCounters};
 pub use kernel_cache::KernelCache;
-pub use mount::{mount_foreground, spawn_mount, MountHandle, MountOptions};
+pub use mount::{mount_foreground, spawn_mount, MountHandle, MountOptions, DEFAULT_READ_AHEAD_KB};
 pub use uring::UringMode;

@@ -361,3 +361,47 @@ fn aborted_connection_is_unmounted() {
     handle.unmount().unwrap();
     assert!(!is_mounted(&mnt));
 }
+
+/// A root mount raises the kernel's readahead for it to
+/// `MountOptions::read_ahead_kb` once FUSE_INIT is done (the kernel would
+/// keep it at 128 KiB), and 0 leaves the kernel's value.
+#[test]
+fn root_mounts_raise_the_readahead() {
+    if !fuse_available() || !nix_is_root() {
+        return;
+    }
+    let read_ahead = |mnt: &Path| -> u32 {
+        let out = Command::new("mountpoint")
+            .arg("-d")
+            .arg(mnt)
+            .output()
+            .unwrap();
+        let dev = String::from_utf8(out.stdout).unwrap();
+        let knob = format!("/sys/class/bdi/{}/read_ahead_kb", dev.trim());
+        fs::read_to_string(knob).unwrap().trim().parse().unwrap()
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let opts = MountOptions::default();
+    let m = spawn_mount(memfs(), &mnt, &opts).unwrap();
+    wait_until("the readahead is raised", || {
+        read_ahead(&mnt) == lsfs_fuse::DEFAULT_READ_AHEAD_KB
+    });
+    m.unmount().unwrap();
+
+    let opts = MountOptions {
+        read_ahead_kb: 0,
+        ..MountOptions::default()
+    };
+    let m = spawn_mount(memfs(), &mnt, &opts).unwrap();
+    fs::metadata(&mnt).unwrap(); // FUSE_INIT is done
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(read_ahead(&mnt) < lsfs_fuse::DEFAULT_READ_AHEAD_KB);
+    m.unmount().unwrap();
+}
+
+fn nix_is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
