@@ -137,32 +137,45 @@ pub(crate) fn mounted_device(path: &Path) -> Option<String> {
 }
 
 /// Raise the readahead of the mount at `path` (device `dev`, "major:minor")
-/// to `kb` KiB, from a thread of its own: the kernel sets it at FUSE_INIT,
-/// from what it offered and the server answered, so it can only be raised
-/// after that, and a stat of the mount point returns once FUSE_INIT is
-/// done. Failing leaves the kernel's value, which works, only slower.
+/// to `kb` KiB. The kernel sets it at FUSE_INIT, from what it offered and
+/// the server answered, so it can only be raised after that; a stat of the
+/// mount point returns once FUSE_INIT is done. That runs on a thread of its
+/// own, waited for (at most 2 s), so that the mount is not busy with it when
+/// the caller goes on (an unmount right after would fail). Failing leaves
+/// the kernel's value, which works, only slower.
 pub(crate) fn raise_read_ahead(path: &Path, dev: String, kb: u32) {
     let path = path.to_path_buf();
+    let (done, wait) = std::sync::mpsc::channel();
     let spawned = std::thread::Builder::new()
         .name("lsfs-readahead".into())
         .spawn(move || {
-            if let Err(e) = std::fs::metadata(&path) {
-                tracing::debug!("readahead left as it is: {}: {e}", path.display());
-                return;
-            }
-            let knob = format!("/sys/class/bdi/{dev}/read_ahead_kb");
-            let now = std::fs::read_to_string(&knob)
-                .ok()
-                .and_then(|s| s.trim().parse::<u32>().ok());
-            if now.is_some_and(|n| n >= kb) {
-                return;
-            }
-            match std::fs::write(&knob, kb.to_string()) {
-                Ok(()) => tracing::debug!("readahead of {} set to {kb} KiB", path.display()),
-                Err(e) => tracing::debug!("readahead left as it is: {knob}: {e}"),
-            }
+            set_read_ahead(&path, &dev, kb);
+            let _ = done.send(());
         });
-    if let Err(e) = spawned {
-        tracing::debug!("readahead left as it is: {e}");
+    match spawned {
+        Ok(_) => {
+            if wait.recv_timeout(Duration::from_secs(2)).is_err() {
+                tracing::debug!("readahead: FUSE_INIT not done within 2 s");
+            }
+        }
+        Err(e) => tracing::debug!("readahead left as it is: {e}"),
+    }
+}
+
+fn set_read_ahead(path: &Path, dev: &str, kb: u32) {
+    if let Err(e) = std::fs::metadata(path) {
+        tracing::debug!("readahead left as it is: {}: {e}", path.display());
+        return;
+    }
+    let knob = format!("/sys/class/bdi/{dev}/read_ahead_kb");
+    let now = std::fs::read_to_string(&knob)
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok());
+    if now.is_some_and(|n| n >= kb) {
+        return;
+    }
+    match std::fs::write(&knob, kb.to_string()) {
+        Ok(()) => tracing::debug!("readahead of {} set to {kb} KiB", path.display()),
+        Err(e) => tracing::debug!("readahead left as it is: {knob}: {e}"),
     }
 }
