@@ -28,7 +28,7 @@ use lsfs_vfs::{DeferredIo, Errno, Vfs};
 
 use crate::ioctl::{AtomicFilesIoctl, F2fsIoctl, F2FS_FEATURE_ATOMIC_WRITE};
 use crate::kernel_cache::KernelCache;
-use crate::ops::call_vfs;
+use crate::ops::{call_vfs, Finish};
 
 /// Where an ioctl's answer goes (the bytes copied back to the caller, or
 /// the errno), from whichever thread has it: the transport that received
@@ -102,7 +102,7 @@ impl<V: Vfs> AtomicIoctls<V> {
         durable: bool,
         f: impl FnOnce(&mut V) -> lsfs_vfs::VfsResult<T>,
     ) -> Result<T, fuser::Errno> {
-        call_vfs(&self.vfs, self.io.as_ref(), durable, f)
+        call_vfs(&self.vfs, self.io.as_ref(), Finish::new(durable, None), f)
     }
 
     /// The kernel writes `ino`'s dirty pages back and forgets its pages

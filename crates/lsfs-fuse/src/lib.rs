@@ -29,6 +29,7 @@
 
 mod adapter;
 mod atomic_ioctl;
+mod background_writes;
 mod cache_policy;
 mod convert;
 mod counters;

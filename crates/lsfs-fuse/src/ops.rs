@@ -26,6 +26,7 @@ use fuser::Errno as FuseErrno;
 use lsfs_vfs::{Attr, Ctx, DeferredIo, DirEntry, SetAttr, StatFs, Vfs, VfsResult};
 
 use crate::atomic_ioctl::{AtomicIoctls, IoctlDone};
+use crate::background_writes::BackgroundWrites;
 use crate::cache_policy::CachePolicy;
 use crate::convert::{errno, xattr_list};
 use crate::counters::{Op, RequestCounters};
@@ -84,6 +85,9 @@ pub(crate) struct Ops<V: Vfs> {
     spinner: Arc<OnceLock<Arc<Spinner>>>,
     /// Answers F2FS's atomic-write ioctls (`atomic_ioctl.rs`).
     atomic: AtomicIoctls<V>,
+    /// Finishes the device work of requests that promise no durability,
+    /// under the writeback cache (`background_writes.rs`).
+    background: Option<BackgroundWrites>,
 }
 
 impl<V: Vfs> Ops<V> {
@@ -97,8 +101,10 @@ impl<V: Vfs> Ops<V> {
         atomic_writes: bool,
     ) -> Self {
         let io = vfs.lock().ok().and_then(|v| v.deferred_io());
+        let background = io.clone().and_then(BackgroundWrites::start);
         Ops {
             atomic: AtomicIoctls::new(vfs.clone(), io.clone(), kernel, atomic_writes),
+            background,
             vfs,
             io,
             writeback_cache: AtomicBool::new(writeback_cache),
@@ -150,14 +156,14 @@ impl<V: Vfs> Ops<V> {
     /// without the lock (a device error then fails the request with EIO);
     /// a poisoned lock or a panic is EIO.
     pub(crate) fn call<T>(&self, f: impl FnOnce(&mut V) -> VfsResult<T>) -> OpResult<T> {
-        call_vfs(&self.vfs, self.io.as_ref(), false, f)
+        call_vfs(&self.vfs, self.io.as_ref(), Finish::Own, f)
     }
 
     /// [`Ops::call`] for a request that promises durability (fsync, sync):
     /// it finishes everything queued so far, also what other requests
     /// queued and are still finishing, which its promise may rest on.
     pub(crate) fn call_durable<T>(&self, f: impl FnOnce(&mut V) -> VfsResult<T>) -> OpResult<T> {
-        call_vfs(&self.vfs, self.io.as_ref(), true, f)
+        call_vfs(&self.vfs, self.io.as_ref(), Finish::Durable, f)
     }
 
     pub(crate) fn lookup(&self, parent: u64, name: &[u8]) -> OpResult<Lookup> {
@@ -269,12 +275,24 @@ impl<V: Vfs> Ops<V> {
         data: &[u8],
         kill_suidgid: bool,
     ) -> OpResult<u32> {
-        self.serve(Op::Write, |v| {
-            if kill_suidgid {
-                privs::drop_now(v, ino)?;
-            }
-            v.write(ino, offset, data)
-        })
+        self.count(Op::Write);
+        // Under the writeback cache the WRITE is the kernel's writeback,
+        // not the application's call: the device writes it queued (a full
+        // segment) go to the background writer, and the reply goes at once
+        // (`background_writes.rs` says why that is safe). Every other
+        // request finishes its own.
+        let later = self.background.as_ref().filter(|_| self.writeback_cache());
+        call_vfs(
+            &self.vfs,
+            self.io.as_ref(),
+            Finish::new(false, later),
+            |v| {
+                if kill_suidgid {
+                    privs::drop_now(v, ino)?;
+                }
+                v.write(ino, offset, data)
+            },
+        )
     }
 
     /// An fsync of a file (`Op::Fsync`) or a directory (`Op::Fsyncdir`):
@@ -512,10 +530,30 @@ fn sized(size: u32, v: Vec<u8>) -> OpResult<Xattr> {
 /// [`Ops::call`] for whoever holds the `Vfs` and its device queue: the
 /// operations, and the threads that answer the atomic-write ioctls
 /// (`atomic_ioctl.rs`).
+/// What a call does with the device work once it lets go of the lock.
+pub(crate) enum Finish<'a> {
+    /// Finish everything queued so far, also others' work (fsync, sync).
+    Durable,
+    /// Finish the work this call queued.
+    Own,
+    /// Hand the work this call queued to the background writer.
+    Later(&'a BackgroundWrites),
+}
+
+impl<'a> Finish<'a> {
+    pub(crate) fn new(durable: bool, later: Option<&'a BackgroundWrites>) -> Self {
+        match (durable, later) {
+            (true, _) => Finish::Durable,
+            (false, Some(b)) => Finish::Later(b),
+            (false, None) => Finish::Own,
+        }
+    }
+}
+
 pub(crate) fn call_vfs<V: Vfs, T>(
     vfs: &Mutex<V>,
     io: Option<&Arc<dyn DeferredIo>>,
-    durable: bool,
+    finish: Finish<'_>,
     f: impl FnOnce(&mut V) -> VfsResult<T>,
 ) -> OpResult<T> {
     let r = catch_unwind(AssertUnwindSafe(|| {
@@ -528,7 +566,13 @@ pub(crate) fn call_vfs<V: Vfs, T>(
         let after = io.map(|io| io.last_ticket());
         drop(guard);
         if let (Some(io), Some(before), Some(after)) = (io, before, after) {
-            if durable || after > before {
+            if let Finish::Later(b) = finish {
+                if after > before {
+                    b.finish_later(after);
+                }
+                return r;
+            }
+            if matches!(finish, Finish::Durable) || after > before {
                 let done = io.finish(after).map_err(errno);
                 // The call's own error says more than the device's.
                 return r.and_then(|v| done.map(|()| v));

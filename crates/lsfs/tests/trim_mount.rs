@@ -66,12 +66,16 @@ fn setup(mode: &str) -> Option<(tempfile::TempDir, PathBuf, Mounted)> {
     Some((tmp, image, m))
 }
 
+/// Hand the kernel's dirty pages to lsfs (syncfs), then make everything
+/// durable (an fsync of the root), so that it is on the host: lsfs answers
+/// the kernel's WRITEs before their device writes are done.
 fn sync(mnt: &Path) {
     let f = fs::File::open(mnt).unwrap();
     let fd = std::os::unix::io::AsRawFd::as_raw_fd(&f);
     // SAFETY: syncfs on a descriptor we own.
     let rc = unsafe { libc::syncfs(fd) };
     assert_eq!(rc, 0, "syncfs: {}", std::io::Error::last_os_error());
+    f.sync_all().unwrap();
 }
 
 fn delete_half(mnt: &Path) {
