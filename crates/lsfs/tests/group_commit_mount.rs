@@ -97,7 +97,9 @@ fn concurrent_fsyncs_share_flushes() {
         let data = fs::read(m.mnt.join(format!("f{t}"))).unwrap();
         let i = FSYNCS_EACH - 1;
         let at = (i % 64) * 4096;
-        assert!(data[at..at + 4096].iter().all(|&b| b == (i % 251) as u8 ^ t as u8));
+        assert!(data[at..at + 4096]
+            .iter()
+            .all(|&b| b == (i % 251) as u8 ^ t as u8));
     }
     m.unmount();
     mounted::fsck_clean(&image, "after concurrent fsyncs");
