@@ -342,6 +342,142 @@ fn a_crash_while_freeing_loses_nothing_and_leaks_nothing() {
     );
 }
 
+fn truncate(fs: &mut Lsfs, ino: u64, size: u64) {
+    let set = lsfs_vfs::SetAttr {
+        size: Some(size),
+        ..Default::default()
+    };
+    fs.setattr(ino, &set).unwrap();
+}
+
+/// Truncating a large file to zero leaves it empty at once and queues its
+/// blocks; the file is usable meanwhile, and what it held never shows
+/// again (a later extension reads zeros).
+#[test]
+fn truncating_a_large_file_to_zero_defers_its_blocks() {
+    let mut fs = checked(mkfs(256 * MIB, del_cfg()));
+    fs.checkpoint().unwrap();
+    let empty = fs.statfs().unwrap().bfree;
+    let ino = big_file(&mut fs, b"big", 16 << 20);
+    fs.checkpoint().unwrap();
+    let live_full = live_blocks(&fs);
+    let file_blocks = 16 * 256;
+
+    truncate(&mut fs, ino, 0);
+    assert_eq!(
+        fs.reclaim_status(),
+        ReclaimStatus {
+            files: 1,
+            blocks: file_blocks
+        }
+    );
+    let a = fs.getattr(ino).unwrap();
+    assert_eq!((a.size, a.blocks), (0, 0), "{a:?}");
+    assert!(fs.read(ino, 0, 4096).unwrap().is_empty());
+    assert_eq!(live_blocks(&fs), live_full, "freed before a step");
+    fsck_agrees(&mut fs, "just truncated");
+
+    // Usable at once; the old blocks never show through.
+    fs.write(ino, 0, &[7u8; 4096]).unwrap();
+    truncate(&mut fs, ino, 8 << 20);
+    let back = fs.read(ino, 0, 8 << 20).unwrap();
+    assert_eq!(back.len(), 8 << 20);
+    assert!(back[..4096].iter().all(|&b| b == 7));
+    assert!(
+        back[4096..].iter().all(|&b| b == 0),
+        "old data after the new end"
+    );
+    fsck_agrees(&mut fs, "written after the truncate");
+
+    tick_until_freed(&mut fs, 20);
+    assert_eq!(fs.reclaim_status(), ReclaimStatus::default());
+    let s = fs.delete_stats();
+    assert_eq!((s.truncated_files, s.reclaimed_files), (1, 1), "{s:?}");
+    assert!(
+        live_blocks(&fs) + file_blocks <= live_full + 1,
+        "{live_full}"
+    );
+    fsck_agrees(&mut fs, "after the reclaim");
+    let free = fs.statfs().unwrap().bfree;
+    assert!(
+        free + SLACK_BLOCKS + 1 >= empty,
+        "free space not back: {free} of {empty} blocks"
+    );
+    // A small file, or a truncate to another size, stays in the foreground.
+    let small = big_file(&mut fs, b"small", 128 << 10);
+    truncate(&mut fs, small, 0);
+    truncate(&mut fs, ino, 4096);
+    assert_eq!(fs.reclaim_status(), ReclaimStatus::default());
+    fs.unmount().unwrap();
+    assert_clean(&fsck_bytes(image(&mut fs)), "the final image");
+}
+
+/// A crash anywhere around a truncate to zero, its fsync and the reclaim:
+/// the image is clean, the file has its old contents or none, and nothing
+/// leaks once the queue is done.
+#[test]
+fn a_crash_around_a_truncate_to_zero_loses_nothing_and_leaks_nothing() {
+    let base = {
+        let mut fs = mkfs(96 * MIB, del_cfg());
+        fs.unmount().unwrap();
+        image(&mut fs)
+    };
+    let live_empty = {
+        let fs = Lsfs::open(Box::new(MemDevice::from_bytes(base.clone())), del_cfg()).unwrap();
+        live_blocks(&fs)
+    };
+    let (dev, log) = CrashDevice::new(MemDevice::from_bytes(base));
+    let mut fs = Lsfs::open(Box::new(dev), del_cfg()).unwrap();
+    let ino = big_file(&mut fs, b"big", 16 << 20);
+    fs.sync().unwrap();
+    let synced = log.len();
+    let old = fs.read(ino, 0, 16 << 20).unwrap();
+    truncate(&mut fs, ino, 0);
+    fs.write(ino, 0, &[9u8; 4096]).unwrap();
+    fs.fsync(ino, false).unwrap();
+    while fs.reclaim_status().files > 0 {
+        fs.reclaim_step(1000).unwrap();
+        fs.checkpoint().unwrap();
+    }
+    drop(fs);
+
+    let (mut checked_images, mut resumed) = (0, 0);
+    for (at, op) in log.ops().iter().enumerate().skip(synced - 1) {
+        if !matches!(op, lsfs_core::device::LoggedOp::Flush) {
+            continue;
+        }
+        let img = log.crash_image(at + 1, 0).bytes();
+        let what = format!("crash after op {}", at + 1);
+        assert_clean(&fsck_bytes(img.clone()), &what);
+        let mut fs = checked(Lsfs::open(Box::new(MemDevice::from_bytes(img)), del_cfg()).unwrap());
+        resumed += (fs.reclaim_status().files > 0) as u32;
+        if let Ok(e) = fs.lookup(ROOT_INO, b"big") {
+            let data = fs.read(e.ino, 0, 16 << 20).unwrap();
+            assert!(
+                data == old || (data.len() == 4096 && data.iter().all(|&b| b == 9)),
+                "{what}: the file holds {} bytes, neither before nor after",
+                data.len()
+            );
+        }
+        fs.reclaim_all().unwrap();
+        fsck_agrees(&mut fs, &what);
+        if fs.lookup(ROOT_INO, b"big").is_ok_and(|e| e.size == 4096) {
+            let live = live_blocks(&fs);
+            assert!(
+                live <= live_empty + 1 + 16 + 16,
+                "{what}: leaked: {live} blocks live, {live_empty} before"
+            );
+        }
+        checked_images += 1;
+    }
+    eprintln!("crash images checked: {checked_images}, a reclaim resumed in {resumed}");
+    assert!(checked_images >= 5, "only {checked_images} crash points");
+    assert!(
+        resumed >= 2,
+        "only {resumed} crash images had a reclaim to resume"
+    );
+}
+
 /// A write short of space frees the queued blocks first instead of ENOSPC.
 #[test]
 fn a_write_short_of_space_frees_queued_blocks_first() {

@@ -29,12 +29,19 @@
 //! background cleaning waits for the queue: a pass would copy blocks about
 //! to die.
 //!
+//! Truncating a large file to zero (an `O_TRUNC` open, `> file`) is
+//! deleted the same way: its blocks and map move to a new inode with no
+//! link, queued as above, and the file is left empty at once
+//! ([`Lsfs::truncate_to_zero_later`]). A truncate to any other size still
+//! frees the tail in the foreground.
+//!
 //! A queued inode is gone for every caller but this module: it answers
 //! ENOENT, as a deleted one does.
 
+use super::inode::{Format, Inode};
 use super::{dir, file, Lsfs};
 use crate::error::{Error, Result};
-use crate::layout::ORPHAN_INO;
+use crate::layout::{MAX_INO, ORPHAN_INO};
 use lsfs_vfs::{Errno, FileKind};
 use std::collections::BTreeMap;
 
@@ -65,6 +72,9 @@ pub struct DeleteStats {
     pub foreground_files: u64,
     /// Files queued for the background (at mount too).
     pub queued_files: u64,
+    /// Large files truncated to zero whose blocks went to the background
+    /// (each queued as a file of its own).
+    pub truncated_files: u64,
     /// Files the background steps finished.
     pub reclaimed_files: u64,
     /// Blocks the background steps freed.
@@ -147,6 +157,55 @@ impl Lsfs {
         self.atomic.drop_file(ino);
         self.deletes.set(ino, i.blocks);
         self.deletes.stats.queued_files += 1;
+        Ok(())
+    }
+
+    /// Whether truncating `i` to zero goes to the background
+    /// ([`Lsfs::truncate_to_zero_later`]): a regular file of
+    /// [`FOREGROUND_DELETE_MAX_BLOCKS`] blocks or more, on a writable mount.
+    pub(super) fn truncates_later(&self, i: &Inode) -> bool {
+        self.view.is_none()
+            && i.kind() == FileKind::File
+            && i.format != Format::InlineData
+            && i.blocks >= FOREGROUND_DELETE_MAX_BLOCKS
+    }
+
+    /// Truncate file `i` to zero in time independent of its size (an
+    /// `O_TRUNC` open or `> file` of a large file): its blocks and its map
+    /// move, as they are, to a new inode with no link, which is queued in
+    /// the orphan directory as a deleted file is; `i` is left empty.
+    ///
+    /// The caller logs the truncate as any other: after a crash before the
+    /// next checkpoint, recovery replays it on the checkpoint's file, which
+    /// still holds the blocks, and frees them there (the new inode was never
+    /// durable); after a checkpoint, the new inode is an orphan like any
+    /// other and the next mount queues it. Blocks are owned by virtual
+    /// block, so moving the map moves nothing on the device.
+    pub(super) fn truncate_to_zero_later(&mut self, i: &mut Inode) -> Result<()> {
+        debug_assert!(self.truncates_later(i));
+        let ino = self
+            .store
+            .take_ino(MAX_INO)
+            .ok_or(Error::Errno(Errno::NOSPC))?;
+        let now = self.store.clock().now();
+        let mut o = Inode::new(ino, libc::S_IFREG | 0o600, i.uid, i.gid, now);
+        o.nlink = 0;
+        o.size = i.size;
+        o.blocks = i.blocks;
+        o.format = i.format;
+        o.map_root = i.map_root;
+        o.area = std::mem::take(&mut i.area);
+        i.size = 0;
+        i.blocks = 0;
+        i.format = Format::InlineData;
+        i.map_root = 0;
+        self.store.inode_created();
+        let blocks = o.blocks;
+        self.put(o);
+        self.add_orphan(ino)?;
+        self.deletes.set(ino, blocks);
+        self.deletes.stats.queued_files += 1;
+        self.deletes.stats.truncated_files += 1;
         Ok(())
     }
 

@@ -855,7 +855,11 @@ impl Vfs for Lsfs {
                 self.reserve(1)?;
             }
             let shrinks = size < i.size;
-            file::truncate(&mut self.store, &mut i, size)?;
+            if size == 0 && self.truncates_later(&i) {
+                self.truncate_to_zero_later(&mut i)?;
+            } else {
+                file::truncate(&mut self.store, &mut i, size)?;
+            }
             i.mtime = now;
             i.ctime = now;
             if shrinks {
