@@ -446,15 +446,16 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
 
     fn fsync(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
         let ops = self.ops.clone();
-        self.fsyncs
-            .run(move || empty(reply, ops.fsync(Op::Fsync, ino.0, datasync)));
+        self.fsyncs.run_for(req.pid(), move || {
+            empty(reply, ops.fsync(Op::Fsync, ino.0, datasync))
+        });
     }
 
     /// See `Ops::lseek`.
@@ -539,15 +540,16 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
 
     fn fsyncdir(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
         let ops = self.ops.clone();
-        self.fsyncs
-            .run(move || empty(reply, ops.fsync(Op::Fsyncdir, ino.0, datasync)));
+        self.fsyncs.run_for(req.pid(), move || {
+            empty(reply, ops.fsync(Op::Fsyncdir, ino.0, datasync))
+        });
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
