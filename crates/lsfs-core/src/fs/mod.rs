@@ -36,6 +36,7 @@ use crate::meta::store::{Store, StoreConfig};
 pub use delete::{DeleteStats, ReclaimProgress, ReclaimStatus};
 pub use delete::{FOREGROUND_DELETE_MAX_BLOCKS, RECLAIM_BLOCKS_PER_STEP};
 use inode::{Format, Inode};
+pub use invariants::CheckpointChecks;
 use lsfs_vfs::*;
 use snapview::{is_virtual, Views, CTL_INO, CTL_NAME};
 use std::collections::{BTreeSet, HashMap};
@@ -102,9 +103,11 @@ pub struct Lsfs {
     /// Namespace and metadata changes since the last checkpoint, for
     /// fsync records.
     pub oplog: oplog::OpLog,
-    /// Run fsck's checks after each checkpoint and panic on a violation
-    /// (`fs/invariants.rs`).
-    pub check_checkpoints: bool,
+    /// Which checkpoints are followed by fsck's checks, which panic on a
+    /// violation (`fs/invariants.rs`).
+    pub check_checkpoints: CheckpointChecks,
+    /// Sampled checks: no check before this (`fs/invariants.rs`).
+    checks_resume_at: Option<std::time::Instant>,
     /// Writes held apart until their file's atomic commit (`atomic.rs`).
     pub atomic: atomic::AtomicWrites,
     /// Deleted files whose blocks are freed in the background (`delete.rs`).
@@ -206,7 +209,8 @@ impl Lsfs {
             read_errors: Default::default(),
             write_amp: Default::default(),
             oplog: Default::default(),
-            check_checkpoints: invariants::on_by_default(),
+            check_checkpoints: invariants::by_default(),
+            checks_resume_at: None,
             atomic: Default::default(),
             deletes: Default::default(),
         }
