@@ -23,7 +23,7 @@ fn del_cfg() -> MountConfig {
 }
 
 fn checked(mut fs: Lsfs) -> Lsfs {
-    fs.check_checkpoints = CheckpointChecks::Every;
+    fs.config.check_checkpoints = CheckpointChecks::Every;
     fs
 }
 

@@ -22,8 +22,9 @@
 //! - `LSFS_CHECK_CHECKPOINTS=1` checks every checkpoint of every mount of
 //!   the process, in any build (release test runs included);
 //! - `LSFS_CHECK_CHECKPOINTS=0` turns them off (the default in release);
-//! - a mount may set [`Lsfs::check_checkpoints`] itself, as the tests below
-//!   do.
+//! - a mount may say itself ([`super::MountConfig::check_checkpoints`]), as
+//!   the tests below do, and the tests of damaged images (which are
+//!   inconsistent before any checkpoint) turn them off.
 
 use super::Lsfs;
 use std::time::Instant;
@@ -50,7 +51,7 @@ pub(super) fn by_default() -> CheckpointChecks {
 impl Lsfs {
     /// Panic if checkpoint `cno` left the file system breaking an invariant.
     pub(super) fn check_after_checkpoint(&mut self, cno: u64) {
-        match self.check_checkpoints {
+        match self.config.check_checkpoints {
             CheckpointChecks::Off => return,
             CheckpointChecks::Sampled
                 if self.checks_resume_at.is_some_and(|t| Instant::now() < t) =>
@@ -91,7 +92,7 @@ mod tests {
             MountConfig::default(),
         )
         .unwrap();
-        fs.check_checkpoints = CheckpointChecks::Every;
+        fs.config.check_checkpoints = CheckpointChecks::Every;
         fs
     }
 
@@ -170,7 +171,7 @@ mod tests {
             let mut config = MountConfig::default();
             config.store.cache_blocks = 64;
             let mut fs = Lsfs::mkfs(Box::new(MemDevice::new(32 << 20)), &opts, config).unwrap();
-            fs.check_checkpoints = checks;
+            fs.config.check_checkpoints = checks;
             busy(&mut fs);
             let c = fs.store.cache();
             let seen = (
@@ -229,7 +230,7 @@ mod tests {
     #[test]
     fn off_means_no_checks() {
         let mut fs = checked_fs();
-        fs.check_checkpoints = CheckpointChecks::Off;
+        fs.config.check_checkpoints = CheckpointChecks::Off;
         let f = fs
             .mknod(ROOT_INO, b"f", libc::S_IFREG | 0o644, 0, &ctx())
             .unwrap();
