@@ -18,7 +18,9 @@
 //!   the checkpoints of the next `d` are not checked, so the checks take
 //!   at most about half of a run's time. Without the bound, a walk of
 //!   every tree per checkpoint made the cleaner and ENOSPC tests six to
-//!   seven times slower (the cleaner suite 4.7 s to 32 s);
+//!   seven times slower (the cleaner suite 4.7 s to 32 s) and
+//!   `tests/big_files.rs` 35 times (0.9 s to 33 s); sampled, they take
+//!   7.7 s and 2.3 s;
 //! - `LSFS_CHECK_CHECKPOINTS=1` checks every checkpoint of every mount of
 //!   the process, in any build (release test runs included);
 //! - `LSFS_CHECK_CHECKPOINTS=0` turns them off (the default in release);
