@@ -6,13 +6,23 @@ mod common;
 use common::*;
 use lsfs_core::codec::crc_with_hole;
 use lsfs_core::device::MemDevice;
-use lsfs_core::fs::Lsfs;
+use lsfs_core::fs::{CheckpointChecks, Lsfs, MountConfig};
 use lsfs_core::inspect;
 use lsfs_core::layout::BLOCK_BYTES;
 use lsfs_vfs::{Vfs, ROOT_INO};
 use rand::{Rng, SeedableRng};
 
 const DEV_BYTES: u64 = 16 * MIB;
+
+/// The mounts here are of damaged images, inconsistent before any
+/// checkpoint: the checks after checkpoints (which presuppose a
+/// consistent mount, `fs/invariants.rs`) would report the damage itself.
+fn cfg() -> MountConfig {
+    MountConfig {
+        check_checkpoints: CheckpointChecks::Off,
+        ..common::cfg()
+    }
+}
 
 /// A small unmounted image with some files, directories and history.
 fn good_image() -> Vec<u8> {

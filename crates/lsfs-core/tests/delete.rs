@@ -7,7 +7,9 @@
 mod common;
 use common::*;
 use lsfs_core::device::{CrashDevice, MemDevice};
-use lsfs_core::fs::{Lsfs, MountConfig, ReclaimStatus, FOREGROUND_DELETE_MAX_BLOCKS};
+use lsfs_core::fs::{
+    CheckpointChecks, Lsfs, MountConfig, ReclaimStatus, FOREGROUND_DELETE_MAX_BLOCKS,
+};
 use lsfs_vfs::{Errno, Vfs, ROOT_INO};
 use std::time::Instant;
 
@@ -21,7 +23,7 @@ fn del_cfg() -> MountConfig {
 }
 
 fn checked(mut fs: Lsfs) -> Lsfs {
-    fs.check_checkpoints = true;
+    fs.config.check_checkpoints = CheckpointChecks::Every;
     fs
 }
 

@@ -29,9 +29,9 @@ use fuser::{
     RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
     ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use lsfs_vfs::{Ctx, FileKind, SetAttr, Vfs};
+use lsfs_vfs::{Ctx, Errno, FileKind, SetAttr, Vfs};
 
-use crate::convert::{file_attr, file_type, system_time_opt, time_set};
+use crate::convert::{errno, file_attr, file_type, system_time_opt, time_set};
 use crate::counters::Op;
 use crate::fsync_workers::{self, FsyncWorkers};
 use crate::ops::{Cached, Lookup, OpResult, Ops, Xattr};
@@ -119,16 +119,17 @@ fn placeholder_attr(ino: u64, kind: FileKind) -> FileAttr {
 }
 
 /// What every fuser reply type can do, which fuser gives each type as an
-/// inherent method of its own: fail with an errno.
+/// inherent method of its own: fail with an errno. The one place where
+/// the `Vfs`'s errno becomes fuser's.
 trait ErrorReply {
-    fn error(self, e: fuser::Errno);
+    fn fail(self, e: Errno);
 }
 
 macro_rules! error_reply {
     ($($t:ty),* $(,)?) => {
         $(impl ErrorReply for $t {
-            fn error(self, e: fuser::Errno) {
-                <$t>::error(self, e)
+            fn fail(self, e: Errno) {
+                <$t>::error(self, errno(e))
             }
         })*
     };
@@ -150,13 +151,14 @@ error_reply!(
     fuser::ReplyLock,
     fuser::ReplyPoll,
     fuser::ReplyLseek,
+    fuser::ReplyIoctl,
 );
 
 /// Answer with `ok` and what the call returned, or with its error.
 fn answer<T, R: ErrorReply>(reply: R, r: OpResult<T>, ok: impl FnOnce(R, T)) {
     match r {
         Ok(v) => ok(reply, v),
-        Err(e) => reply.error(e),
+        Err(e) => reply.fail(e),
     }
 }
 
@@ -371,7 +373,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
     /// file stays alive through the kernel's lookup reference, which it
     /// holds until the last close.
     fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        reply.error(self.ops.refuse(Op::Open));
+        reply.fail(self.ops.refuse(Op::Open));
     }
 
     fn read(
@@ -424,7 +426,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        reply.error(self.ops.refuse(Op::Flush));
+        reply.fail(self.ops.refuse(Op::Flush));
     }
 
     /// The kernel sends no RELEASE once it has learned that OPEN is not
@@ -478,7 +480,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
     /// it drops when the directory changes through it or is invalidated
     /// (`KernelCache`).
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        reply.error(self.ops.refuse(Op::Opendir));
+        reply.fail(self.ops.refuse(Op::Opendir));
     }
 
     fn readdir(
@@ -606,7 +608,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        reply.error(self.ops.refuse(Op::Create));
+        reply.fail(self.ops.refuse(Op::Create));
     }
 
     fn ioctl(
@@ -628,7 +630,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
             in_data,
             Box::new(move |r| match r {
                 Ok(out) => reply.ioctl(0, &out),
-                Err(e) => reply.error(e),
+                Err(e) => reply.fail(e),
             }),
         );
     }
@@ -660,7 +662,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _pid: u32,
         reply: fuser::ReplyLock,
     ) {
-        reply.error(self.ops.refuse(Op::Getlk));
+        reply.fail(self.ops.refuse(Op::Getlk));
     }
 
     fn setlk(
@@ -676,7 +678,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _sleep: bool,
         reply: ReplyEmpty,
     ) {
-        reply.error(self.ops.refuse(Op::Setlk));
+        reply.fail(self.ops.refuse(Op::Setlk));
     }
 
     fn bmap(
@@ -687,7 +689,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _idx: u64,
         reply: fuser::ReplyBmap,
     ) {
-        reply.error(self.ops.refuse(Op::Bmap));
+        reply.fail(self.ops.refuse(Op::Bmap));
     }
 
     fn poll(
@@ -700,7 +702,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _flags: fuser::PollFlags,
         reply: fuser::ReplyPoll,
     ) {
-        reply.error(self.ops.refuse(Op::Poll));
+        reply.fail(self.ops.refuse(Op::Poll));
     }
 
     fn copy_file_range(
@@ -716,6 +718,6 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         _flags: fuser::CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        reply.error(self.ops.refuse(Op::CopyFileRange));
+        reply.fail(self.ops.refuse(Op::CopyFileRange));
     }
 }

@@ -33,7 +33,7 @@ use crate::ops::{call_vfs, Finish};
 /// Where an ioctl's answer goes (the bytes copied back to the caller, or
 /// the errno), from whichever thread has it: the transport that received
 /// the request encodes it.
-pub(crate) type IoctlDone = Box<dyn FnOnce(Result<Vec<u8>, fuser::Errno>) + Send>;
+pub(crate) type IoctlDone = Box<dyn FnOnce(lsfs_vfs::VfsResult<Vec<u8>>) + Send>;
 
 /// How often a watcher looks whether the mount has ended.
 const WATCH_POLL_MS: i32 = 500;
@@ -90,7 +90,7 @@ impl<V: Vfs> AtomicIoctls<V> {
 
     /// Whether the ioctls are served here: the mount allows them and the
     /// `Vfs` has atomic writes.
-    fn served(&self) -> Result<bool, fuser::Errno> {
+    fn served(&self) -> Result<bool, Errno> {
         if !self.enabled {
             return Ok(false);
         }
@@ -101,7 +101,7 @@ impl<V: Vfs> AtomicIoctls<V> {
         &self,
         durable: bool,
         f: impl FnOnce(&mut V) -> lsfs_vfs::VfsResult<T>,
-    ) -> Result<T, fuser::Errno> {
+    ) -> Result<T, Errno> {
         call_vfs(&self.vfs, self.io.as_ref(), Finish::new(durable, None), f)
     }
 
@@ -123,7 +123,7 @@ impl<V: Vfs + 'static> AtomicIoctls<V> {
         match self.served() {
             Ok(true) => {}
             // Not this file system's: as on a file system without the ioctls.
-            Ok(false) => return done(Err(fuser::Errno::ENOTTY)),
+            Ok(false) => return done(Err(Errno::NOTTY)),
             Err(e) => return done(Err(e)),
         }
         if op == F2fsIoctl::GetFeatures {
@@ -140,7 +140,7 @@ impl<V: Vfs + 'static> AtomicIoctls<V> {
         }
     }
 
-    fn run(&self, uid: u32, pid: u32, ino: u64, op: F2fsIoctl) -> Result<(), fuser::Errno> {
+    fn run(&self, uid: u32, pid: u32, ino: u64, op: F2fsIoctl) -> Result<(), Errno> {
         self.write_back_and_forget(ino);
         match op {
             F2fsIoctl::GetFeatures => unreachable!("answered at once"),
@@ -168,7 +168,7 @@ impl<V: Vfs + 'static> AtomicIoctls<V> {
                         self.write_back_and_forget(ino);
                     }
                 }
-                r.map_err(crate::convert::errno)
+                r
             }
             F2fsIoctl::AbortAtomicWrite => {
                 let r = self.call(false, |v| v.atomic_abort(ino));
@@ -191,7 +191,7 @@ impl<V: Vfs + 'static> AtomicIoctls<V> {
     ) {
         match self.served() {
             Ok(true) => {}
-            Ok(false) => return done(Err(fuser::Errno::ENOTTY)),
+            Ok(false) => return done(Err(Errno::NOTTY)),
             Err(e) => return done(Err(e)),
         }
         let me = self.clone();
@@ -203,7 +203,7 @@ impl<V: Vfs + 'static> AtomicIoctls<V> {
         }
     }
 
-    fn run_files(&self, uid: u32, inos: &[u64], op: AtomicFilesIoctl) -> Result<(), fuser::Errno> {
+    fn run_files(&self, uid: u32, inos: &[u64], op: AtomicFilesIoctl) -> Result<(), Errno> {
         for &ino in inos {
             self.write_back_and_forget(ino);
         }
@@ -229,7 +229,7 @@ impl<V: Vfs + 'static> AtomicIoctls<V> {
                 }
             }
         }
-        r.map_err(crate::convert::errno)
+        r
     }
 
     /// `ino`'s pending writes belong to process `tgid`: watch it.

@@ -22,13 +22,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use fuser::Errno as FuseErrno;
-use lsfs_vfs::{Attr, Ctx, DeferredIo, DirEntry, SetAttr, StatFs, Vfs, VfsResult};
+use lsfs_vfs::{Attr, Ctx, DeferredIo, DirEntry, Errno, SetAttr, StatFs, Vfs, VfsResult};
 
 use crate::atomic_ioctl::{AtomicIoctls, IoctlDone};
 use crate::background_writes::BackgroundWrites;
 use crate::cache_policy::CachePolicy;
-use crate::convert::{errno, xattr_list};
+use crate::convert::xattr_list;
 use crate::counters::{Op, RequestCounters};
 use crate::ioctl::{self, Ioctl};
 use crate::kernel_cache::KernelCache;
@@ -41,8 +40,9 @@ const READDIR_BATCH: usize = 128;
 /// that do not fit the reply (a page holds about 25) are forgotten again.
 const READDIRPLUS_BATCH: usize = 32;
 
-/// What a request answers with, or the errno it fails with.
-pub(crate) type OpResult<T> = Result<T, FuseErrno>;
+/// What a request answers with, or the errno it fails with: the `Vfs`'s
+/// own, which each transport encodes where it replies.
+pub(crate) type OpResult<T> = VfsResult<T>;
 
 /// An inode's attributes and how long the kernel may keep them.
 #[derive(Clone, Debug)]
@@ -147,9 +147,9 @@ impl<V: Vfs> Ops<V> {
 
     /// A request lsfs does not serve: ENOSYS, after which the kernel stops
     /// sending most of them.
-    pub(crate) fn refuse(&self, op: Op) -> FuseErrno {
+    pub(crate) fn refuse(&self, op: Op) -> Errno {
         self.count(op);
-        FuseErrno::ENOSYS
+        Errno::NOSYS
     }
 
     /// Run `f` on the locked `Vfs`, then finish the device work it queued
@@ -169,7 +169,7 @@ impl<V: Vfs> Ops<V> {
     pub(crate) fn lookup(&self, parent: u64, name: &[u8]) -> OpResult<Lookup> {
         match self.serve(Op::Lookup, |v| v.lookup(parent, name)) {
             Ok(a) => Ok(Lookup::Found(self.cached(a))),
-            Err(FuseErrno::ENOENT) => Ok(Lookup::Missing {
+            Err(Errno::NOENT) => Ok(Lookup::Missing {
                 ttl: self.policy.ttl(parent),
             }),
             Err(e) => Err(e),
@@ -318,17 +318,17 @@ impl<V: Vfs> Ops<V> {
     pub(crate) fn lseek(&self, ino: u64, offset: i64, whence: i32) -> OpResult<i64> {
         self.count(Op::Lseek);
         if self.writeback_cache() {
-            return Err(FuseErrno::ENOSYS);
+            return Err(Errno::NOSYS);
         }
         let data = match whence {
             libc::SEEK_DATA => true,
             libc::SEEK_HOLE => false,
-            _ => return Err(FuseErrno::EINVAL),
+            _ => return Err(Errno::INVAL),
         };
-        let offset = u64::try_from(offset).map_err(|_| FuseErrno::ENXIO)?;
+        let offset = u64::try_from(offset).map_err(|_| Errno::NXIO)?;
         match self.call(|v| v.seek_data_or_hole(ino, offset, data))? {
             Some(o) => Ok(o as i64),
-            None => Err(FuseErrno::ENXIO),
+            None => Err(Errno::NXIO),
         }
     }
 
@@ -495,21 +495,21 @@ impl<V: Vfs + 'static> Ops<V> {
                 // Root's, as on every file system (CAP_SYS_ADMIN there):
                 // trimming makes the device work for everyone's space.
                 if uid != 0 {
-                    return done(Err(FuseErrno::EPERM));
+                    return done(Err(Errno::PERM));
                 }
                 let Some(range) = ioctl::FstrimRange::decode(in_data) else {
-                    return done(Err(FuseErrno::EINVAL));
+                    return done(Err(Errno::INVAL));
                 };
                 done(
                     self.call(|v| v.trim(range.start, range.len, range.minlen))
                         .map(|bytes| range.reply(bytes).to_vec()),
                 )
             }
-            Ioctl::Unknown => done(Err(FuseErrno::ENOTTY)),
+            Ioctl::Unknown => done(Err(Errno::NOTTY)),
             Ioctl::F2fs(op) => self.atomic.serve(uid, pid, ino, op, done),
             Ioctl::AtomicFiles(op) => match ioctl::atomic_files_arg(in_data) {
                 Ok(inos) => self.atomic.serve_files(uid, inos, op, done),
-                Err(e) => done(Err(errno(e))),
+                Err(e) => done(Err(e)),
             },
         }
     }
@@ -521,7 +521,7 @@ fn sized(size: u32, v: Vec<u8>) -> OpResult<Xattr> {
     if size == 0 {
         Ok(Xattr::Size(v.len() as u32))
     } else if v.len() > size as usize {
-        Err(FuseErrno::ERANGE)
+        Err(Errno::RANGE)
     } else {
         Ok(Xattr::Data(v))
     }
@@ -559,10 +559,10 @@ pub(crate) fn call_vfs<V: Vfs, T>(
     let r = catch_unwind(AssertUnwindSafe(|| {
         let Ok(mut guard) = vfs.lock() else {
             tracing::error!("file system state is poisoned by an earlier panic");
-            return Err(FuseErrno::EIO);
+            return Err(Errno::IO);
         };
         let before = io.map(|io| io.last_ticket());
-        let r = f(&mut guard).map_err(errno);
+        let r = f(&mut guard);
         let after = io.map(|io| io.last_ticket());
         drop(guard);
         if let (Some(io), Some(before), Some(after)) = (io, before, after) {
@@ -573,7 +573,7 @@ pub(crate) fn call_vfs<V: Vfs, T>(
                 return r;
             }
             if matches!(finish, Finish::Durable) || after > before {
-                let done = io.finish(after).map_err(errno);
+                let done = io.finish(after);
                 // The call's own error says more than the device's.
                 return r.and_then(|v| done.map(|()| v));
             }
@@ -582,7 +582,7 @@ pub(crate) fn call_vfs<V: Vfs, T>(
     }));
     r.unwrap_or_else(|_| {
         tracing::error!("file system call panicked; failing every later request with EIO");
-        Err(FuseErrno::EIO)
+        Err(Errno::IO)
     })
 }
 

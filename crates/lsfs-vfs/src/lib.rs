@@ -72,6 +72,8 @@ impl Errno {
     pub const E2BIG: Errno = Errno(libc::E2BIG);
     pub const BADF: Errno = Errno(libc::EBADF);
     pub const LOOP: Errno = Errno(libc::ELOOP);
+    pub const NXIO: Errno = Errno(libc::ENXIO);
+    pub const NOTTY: Errno = Errno(libc::ENOTTY);
 }
 
 impl fmt::Debug for Errno {
@@ -326,7 +328,7 @@ pub trait Vfs: Send {
     /// to tell answers as to an ioctl it does not know (ENOTTY).
     fn trim(&mut self, start: u64, len: u64, minlen: u64) -> VfsResult<u64> {
         let _ = (start, len, minlen);
-        Err(Errno(libc::ENOTTY))
+        Err(Errno::NOTTY)
     }
     /// Whether the file system refuses changes.
     fn read_only(&self) -> bool;
@@ -352,7 +354,7 @@ pub trait Vfs: Send {
     /// none of them. Starting again is no change.
     fn atomic_start(&mut self, ino: Ino) -> VfsResult<()> {
         let _ = ino;
-        Err(Errno(libc::ENOTTY))
+        Err(Errno::NOTTY)
     }
     /// Make every write since [`Vfs::atomic_start`] durable as one unit,
     /// and end the atomic mode; on a file not in it, an fsync. On an error
@@ -360,13 +362,13 @@ pub trait Vfs: Send {
     /// still pending).
     fn atomic_commit(&mut self, ino: Ino) -> VfsResult<()> {
         let _ = ino;
-        Err(Errno(libc::ENOTTY))
+        Err(Errno::NOTTY)
     }
     /// Drop every write since [`Vfs::atomic_start`] without device I/O, and
     /// end the atomic mode; on a file not in it, nothing.
     fn atomic_abort(&mut self, ino: Ino) -> VfsResult<()> {
         let _ = ino;
-        Err(Errno(libc::ENOTTY))
+        Err(Errno::NOTTY)
     }
     /// Whether `ino` has writes held by [`Vfs::atomic_start`].
     fn atomic_pending(&self, ino: Ino) -> bool {
@@ -377,12 +379,12 @@ pub trait Vfs: Send {
     /// all of their writes since their starts are there, or none.
     fn atomic_commit_files(&mut self, inos: &[Ino]) -> VfsResult<()> {
         let _ = inos;
-        Err(Errno(libc::ENOTTY))
+        Err(Errno::NOTTY)
     }
     /// [`Vfs::atomic_abort`] of several files.
     fn atomic_abort_files(&mut self, inos: &[Ino]) -> VfsResult<()> {
         let _ = inos;
-        Err(Errno(libc::ENOTTY))
+        Err(Errno::NOTTY)
     }
 }
 

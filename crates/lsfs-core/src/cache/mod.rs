@@ -60,6 +60,8 @@ pub struct BlockCache {
     dirty: HashSet<CacheKey>,
     pub hits: u64,
     pub misses: u64,
+    /// Reads leave no trace (see [`BlockCache::set_observing`]).
+    observing: bool,
 }
 
 fn identity(k: &CacheKey) -> u64 {
@@ -79,7 +81,20 @@ impl BlockCache {
             dirty: HashSet::default(),
             hits: 0,
             misses: 0,
+            observing: false,
         }
+    }
+
+    /// While on, reads leave the cache as they found it: a hit neither
+    /// counts nor touches the block's recency, a block read from the device
+    /// is not inserted, and no node is marked verified. For checks that
+    /// look at the whole state without changing what the engine does next
+    /// (fs/invariants.rs); nothing may change the cache meanwhile.
+    pub fn set_observing(&mut self, on: bool) {
+        self.observing = on;
+    }
+    pub fn observing(&self) -> bool {
+        self.observing
     }
 
     pub fn capacity_blocks(&self) -> usize {
@@ -96,6 +111,9 @@ impl BlockCache {
     }
 
     pub fn get(&mut self, k: CacheKey) -> Option<&[u8]> {
+        if self.observing {
+            return self.map.get(&k).map(|e| &e.data[..]);
+        }
         match self.map.get(&k) {
             Some(e) => {
                 self.hits += 1;
@@ -127,6 +145,9 @@ impl BlockCache {
     /// Only the check itself may call this: a node read from the device
     /// that fails stays unverified and fails again on every read.
     pub fn mark_verified(&mut self, k: CacheKey) {
+        if self.observing {
+            return;
+        }
         if let Some(e) = self.map.get_mut(&k) {
             e.verified = true;
         }
@@ -134,7 +155,7 @@ impl BlockCache {
 
     /// Keep a clean copy of a block just read, if there is room for it.
     pub fn insert_clean(&mut self, k: CacheKey, data: &[u8], owner: Owner) {
-        if self.map.contains_key(&k) {
+        if self.observing || self.map.contains_key(&k) {
             return;
         }
         if !self.make_room() {
@@ -154,6 +175,7 @@ impl BlockCache {
 
     /// Store `data` as the new dirty contents of `k`.
     pub fn put_dirty(&mut self, k: CacheKey, data: Vec<u8>, owner: Owner) {
+        debug_assert!(!self.observing, "the cache changed while observed");
         if let Some(e) = self.map.get_mut(&k) {
             e.data = data.into_boxed_slice();
             e.dirty = true;
@@ -185,6 +207,7 @@ impl BlockCache {
     }
 
     pub fn mark_clean(&mut self, k: CacheKey) {
+        debug_assert!(!self.observing, "the cache changed while observed");
         if let Some(e) = self.map.get_mut(&k) {
             e.dirty = false;
             self.policy.mark_clean(&k);
@@ -193,6 +216,7 @@ impl BlockCache {
     }
 
     pub fn remove(&mut self, k: CacheKey) {
+        debug_assert!(!self.observing, "the cache changed while observed");
         if self.map.remove(&k).is_some() {
             self.policy.remove(&k);
         }
@@ -201,6 +225,7 @@ impl BlockCache {
 
     /// Move a block to a new key (a temporary address became a physical one).
     pub fn rekey(&mut self, from: CacheKey, to: CacheKey) {
+        debug_assert!(!self.observing, "the cache changed while observed");
         if let Some(e) = self.map.remove(&from) {
             self.policy.remove(&from);
             let was_dirty = self.dirty.remove(&from);
@@ -316,6 +341,39 @@ mod tests {
         assert!(!c.is_verified(pkey(9)), "a re-read block kept the mark");
         c.mark_verified(vkey(5)); // not cached: nothing to mark
         assert!(!c.is_verified(vkey(5)));
+    }
+
+    /// Observed reads leave no trace: a miss is not cached, a hit neither
+    /// counts nor changes which blocks are evicted later, nothing is marked
+    /// verified. Plain reads of the same blocks do change the evictions.
+    #[test]
+    fn observed_reads_leave_no_trace() {
+        let run = |read: Option<bool>| {
+            let mut c = BlockCache::new(64);
+            for i in 0..64 {
+                c.insert_clean(vkey(i), &[i as u8; 8], own());
+            }
+            c.insert_clean(vkey(64), &[0; 8], own());
+            if let Some(observed) = read {
+                c.set_observing(observed);
+                for i in (0..64).step_by(2) {
+                    c.get(vkey(i));
+                }
+                c.get(vkey(1000));
+                c.insert_clean(vkey(1000), &[1; 8], own());
+                c.mark_verified(vkey(2));
+                c.set_observing(false);
+            }
+            for i in 100..132 {
+                c.insert_clean(vkey(i), &[0; 8], own());
+            }
+            c.check();
+            let mut resident: Vec<_> = (0..2000).filter(|&i| c.contains(vkey(i))).collect();
+            resident.sort();
+            (resident, c.hits, c.misses, c.is_verified(vkey(2)))
+        };
+        assert_eq!(run(Some(true)), run(None));
+        assert_ne!(run(Some(false)).0, run(None).0, "reads changed nothing");
     }
 
     #[test]

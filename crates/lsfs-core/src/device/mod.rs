@@ -87,6 +87,16 @@ impl DeviceStats {
         self.discards.fetch_add(1, Ordering::Relaxed);
         self.discard_bytes.fetch_add(bytes, Ordering::Relaxed);
     }
+    /// Take back reads counted since `before`: reads that were not the
+    /// file system's own (fs/invariants.rs). Reads counted meanwhile by
+    /// another thread stay counted.
+    pub fn forget_reads_since(&self, before: &DeviceCounters) {
+        let now = self.snapshot();
+        self.reads
+            .fetch_sub(now.reads - before.reads, Ordering::Relaxed);
+        self.read_bytes
+            .fetch_sub(now.read_bytes - before.read_bytes, Ordering::Relaxed);
+    }
     pub fn snapshot(&self) -> DeviceCounters {
         DeviceCounters {
             reads: self.reads.load(Ordering::Relaxed),

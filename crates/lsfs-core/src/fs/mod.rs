@@ -36,6 +36,7 @@ use crate::meta::store::{Store, StoreConfig};
 pub use delete::{DeleteStats, ReclaimProgress, ReclaimStatus};
 pub use delete::{FOREGROUND_DELETE_MAX_BLOCKS, RECLAIM_BLOCKS_PER_STEP};
 use inode::{Format, Inode};
+pub use invariants::CheckpointChecks;
 use lsfs_vfs::*;
 use snapview::{is_virtual, Views, CTL_INO, CTL_NAME};
 use std::collections::{BTreeSet, HashMap};
@@ -60,6 +61,10 @@ pub struct MountConfig {
     /// Mount this checkpoint read-only instead of the live file system.
     pub checkpoint: Option<u64>,
     pub cleaner: crate::gc::CleanerConfig,
+    /// Which checkpoints are followed by fsck's checks, which panic on a
+    /// violation (`fs/invariants.rs`): by default sampled in debug builds,
+    /// none in release, or as `LSFS_CHECK_CHECKPOINTS` says.
+    pub check_checkpoints: CheckpointChecks,
 }
 
 impl Default for MountConfig {
@@ -69,6 +74,7 @@ impl Default for MountConfig {
             checkpoint_interval_secs: 5,
             checkpoint: None,
             cleaner: Default::default(),
+            check_checkpoints: invariants::by_default(),
         }
     }
 }
@@ -102,9 +108,8 @@ pub struct Lsfs {
     /// Namespace and metadata changes since the last checkpoint, for
     /// fsync records.
     pub oplog: oplog::OpLog,
-    /// Run fsck's checks after each checkpoint and panic on a violation
-    /// (`fs/invariants.rs`).
-    pub check_checkpoints: bool,
+    /// Sampled checks: no check before this (`fs/invariants.rs`).
+    checks_resume_at: Option<std::time::Instant>,
     /// Writes held apart until their file's atomic commit (`atomic.rs`).
     pub atomic: atomic::AtomicWrites,
     /// Deleted files whose blocks are freed in the background (`delete.rs`).
@@ -206,7 +211,7 @@ impl Lsfs {
             read_errors: Default::default(),
             write_amp: Default::default(),
             oplog: Default::default(),
-            check_checkpoints: invariants::on_by_default(),
+            checks_resume_at: None,
             atomic: Default::default(),
             deletes: Default::default(),
         }

@@ -545,7 +545,7 @@ impl Store {
         let root = self.dat_root;
         let v = tree.get(&mut self.dat_nodes(), root, idx)?;
         let a = v.map(|b| decode_u64(&b, "DAT block map")).transpose()?;
-        if let Some(a) = a {
+        if let Some(a) = a.filter(|_| !self.cache.observing()) {
             self.remember_dat_block(idx, a);
         }
         Ok(a)

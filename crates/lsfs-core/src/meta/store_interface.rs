@@ -93,6 +93,20 @@ impl Store {
         &self.io
     }
 
+    /// Run `f` on this store leaving no trace of its reads: the cache holds
+    /// the same blocks with the same replacement state and counters, the
+    /// mirror of the DAT's block map learns nothing, and the device's read
+    /// counters do not count them. For checks that must not change what
+    /// the engine does next (fs/invariants.rs); `f` must only read.
+    pub(crate) fn observe<T>(&mut self, f: impl FnOnce(&mut Store) -> T) -> T {
+        let before = self.dev.stats().snapshot();
+        self.cache.set_observing(true);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(self)));
+        self.cache.set_observing(false);
+        self.dev.stats().forget_reads_since(&before);
+        r.unwrap_or_else(|p| std::panic::resume_unwind(p))
+    }
+
     /// What the device has done so far (reads, writes, flushes, discards).
     pub fn device_counters(&self) -> DeviceCounters {
         self.dev.stats().snapshot()

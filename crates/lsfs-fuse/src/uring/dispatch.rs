@@ -4,7 +4,7 @@
 //! answer into the payload. Opcodes lsfs does not serve answer ENOSYS, as
 //! fuser does.
 
-use lsfs_vfs::{Ctx, SetAttr, TimeSet, Timespec, Vfs};
+use lsfs_vfs::{Ctx, Errno, SetAttr, TimeSet, Timespec, Vfs};
 
 use super::abi::{fattr, op, InHeader, Reader, FSYNC_FDATASYNC, IOCTL_OUT_SZ, WRITE_KILL_SUIDGID};
 use super::reply::{self, Out};
@@ -14,8 +14,8 @@ use crate::ops::{Lookup, OpResult, Ops, Xattr};
 
 /// What became of a request.
 pub enum Answer {
-    /// The reply is in the payload: `len` bytes, or the errno (positive).
-    Now(Result<usize, i32>),
+    /// The reply is in the payload: `len` bytes, or the errno.
+    Now(Result<usize, Errno>),
     /// Answered later through the `IoctlDone` (an atomic-write ioctl that
     /// waits for the kernel to write pages back first).
     Later,
@@ -24,13 +24,9 @@ pub enum Answer {
 }
 
 /// The name at the start of `b` (up to its NUL) and what follows it.
-fn name(b: &[u8]) -> Result<(&[u8], &[u8]), i32> {
-    let end = b.iter().position(|&c| c == 0).ok_or(libc::EINVAL)?;
+fn name(b: &[u8]) -> Result<(&[u8], &[u8]), Errno> {
+    let end = b.iter().position(|&c| c == 0).ok_or(Errno::INVAL)?;
     Ok((&b[..end], &b[end + 1..]))
-}
-
-fn errno(e: fuser::Errno) -> i32 {
-    i32::from(e)
 }
 
 /// Encode `r` with `ok` into `payload`, or its error.
@@ -38,14 +34,14 @@ fn encode<T>(
     payload: &mut [u8],
     r: OpResult<T>,
     ok: impl FnOnce(&mut Out<'_>, T) -> bool,
-) -> Result<usize, i32> {
-    let v = r.map_err(errno)?;
+) -> Result<usize, Errno> {
+    let v = r?;
     let mut out = Out::new(payload);
     if !ok(&mut out, v) {
         // The payload holds max_write bytes, more than any reply the
         // kernel asks for: this is a bug, not a full buffer.
         debug_assert!(false, "a reply did not fit the payload buffer");
-        return Err(libc::EIO);
+        return Err(Errno::IO);
     }
     Ok(out.len())
 }
@@ -132,15 +128,13 @@ pub fn serve<V: Vfs + 'static>(
             let r = ops.mkdir(&ctx(h, umask), ino, &n, mode);
             encode(payload, r, |o, c| o.put(&reply::entry(&c)))
         }),
-        op::UNLINK => name(input).and_then(|(n, _)| ops.unlink(ino, n).map(|()| 0).map_err(errno)),
-        op::RMDIR => name(input).and_then(|(n, _)| ops.rmdir(ino, n).map(|()| 0).map_err(errno)),
+        op::UNLINK => name(input).and_then(|(n, _)| ops.unlink(ino, n).map(|()| 0)),
+        op::RMDIR => name(input).and_then(|(n, _)| ops.rmdir(ino, n).map(|()| 0)),
         op::RENAME | op::RENAME2 => {
             let flags = if h.opcode == op::RENAME2 { a.u32(8) } else { 0 };
             name(input).and_then(|(old, rest)| {
                 let (new, _) = name(rest)?;
-                ops.rename(ino, old, a.u64(0), new, flags)
-                    .map(|()| 0)
-                    .map_err(errno)
+                ops.rename(ino, old, a.u64(0), new, flags).map(|()| 0)
             })
         }
         op::LINK => name(input).map(|(n, _)| n.to_vec()).and_then(|n| {
@@ -155,7 +149,7 @@ pub fn serve<V: Vfs + 'static>(
             let size = a.u32(16) as usize;
             let kill = a.u32(20) & WRITE_KILL_SUIDGID != 0;
             if size > input.len() {
-                Err(libc::EINVAL)
+                Err(Errno::INVAL)
             } else {
                 let r = ops.write(ino, a.u64(8), &input[..size], kill);
                 encode(payload, r, |o, n| o.u32(n) && o.u32(0))
@@ -177,17 +171,15 @@ pub fn serve<V: Vfs + 'static>(
                 Op::Fsyncdir
             };
             let datasync = a.u32(8) & FSYNC_FDATASYNC != 0;
-            ops.fsync(which, ino, datasync).map(|()| 0).map_err(errno)
+            ops.fsync(which, ino, datasync).map(|()| 0)
         }
         op::SETXATTR => {
             // Without FUSE_SETXATTR_EXT (fuser does not ask for it) the
             // struct is the 8-byte compat one: size, flags.
             let (size, flags) = (a.u32(0) as usize, a.u32(4) as i32);
             name(input).and_then(|(n, value)| {
-                let value = value.get(..size).ok_or(libc::EINVAL)?;
-                ops.setxattr(ino, n, value, flags)
-                    .map(|()| 0)
-                    .map_err(errno)
+                let value = value.get(..size).ok_or(Errno::INVAL)?;
+                ops.setxattr(ino, n, value, flags).map(|()| 0)
             })
         }
         op::GETXATTR => name(input).map(|(n, _)| n.to_vec()).and_then(|n| {
@@ -195,17 +187,15 @@ pub fn serve<V: Vfs + 'static>(
             encode(payload, r, xattr)
         }),
         op::LISTXATTR => encode(payload, ops.listxattr(ino, a.u32(0)), xattr),
-        op::REMOVEXATTR => {
-            name(input).and_then(|(n, _)| ops.removexattr(ino, n).map(|()| 0).map_err(errno))
-        }
-        op::ACCESS => ops.access(ino).map(|()| 0).map_err(errno),
+        op::REMOVEXATTR => name(input).and_then(|(n, _)| ops.removexattr(ino, n).map(|()| 0)),
+        op::ACCESS => ops.access(ino).map(|()| 0),
         op::READDIR => {
             let (offset, limit) = (a.u64(8), a.u32(16) as usize);
             let mut out = Out::new(payload);
             let r = ops.readdir(ino, offset, |e| {
                 !reply::dirent(&mut out, limit, e.ino, e.offset, e.kind, &e.name)
             });
-            r.map(|()| out.len()).map_err(errno)
+            r.map(|()| out.len())
         }
         op::READDIRPLUS => {
             let (offset, limit) = (a.u64(8), a.u32(16) as usize);
@@ -213,11 +203,11 @@ pub fn serve<V: Vfs + 'static>(
             let r = ops.readdirplus(ino, offset, |e, c| {
                 !reply::direntplus(&mut out, limit, e.ino, e.offset, e.kind, &e.name, c)
             });
-            r.map(|()| out.len()).map_err(errno)
+            r.map(|()| out.len())
         }
         op::FALLOCATE => {
             let r = ops.fallocate(ino, a.u64(8), a.u64(16), a.u32(24) as i32);
-            r.map(|()| 0).map_err(errno)
+            r.map(|()| 0)
         }
         op::LSEEK => {
             let r = ops.lseek(ino, a.u64(8) as i64, a.u32(16) as i32);
@@ -230,18 +220,18 @@ pub fn serve<V: Vfs + 'static>(
                     ops.ioctl(h.uid, h.pid, ino, cmd, data, later());
                     return Answer::Later;
                 }
-                None => Err(libc::EINVAL),
+                None => Err(Errno::INVAL),
             }
         }
-        op::OPEN => Err(errno(ops.refuse(Op::Open))),
-        op::OPENDIR => Err(errno(ops.refuse(Op::Opendir))),
-        op::FLUSH => Err(errno(ops.refuse(Op::Flush))),
-        op::CREATE => Err(errno(ops.refuse(Op::Create))),
-        op::GETLK => Err(errno(ops.refuse(Op::Getlk))),
-        op::SETLK | op::SETLKW => Err(errno(ops.refuse(Op::Setlk))),
-        op::BMAP => Err(errno(ops.refuse(Op::Bmap))),
-        op::POLL => Err(errno(ops.refuse(Op::Poll))),
-        op::COPY_FILE_RANGE => Err(errno(ops.refuse(Op::CopyFileRange))),
+        op::OPEN => Err(ops.refuse(Op::Open)),
+        op::OPENDIR => Err(ops.refuse(Op::Opendir)),
+        op::FLUSH => Err(ops.refuse(Op::Flush)),
+        op::CREATE => Err(ops.refuse(Op::Create)),
+        op::GETLK => Err(ops.refuse(Op::Getlk)),
+        op::SETLK | op::SETLKW => Err(ops.refuse(Op::Setlk)),
+        op::BMAP => Err(ops.refuse(Op::Bmap)),
+        op::POLL => Err(ops.refuse(Op::Poll)),
+        op::COPY_FILE_RANGE => Err(ops.refuse(Op::CopyFileRange)),
         // STATX, SYNCFS, TMPFILE, …: fuser answers them ENOSYS uncounted,
         // and so does this.
         other => {
@@ -260,7 +250,7 @@ fn xattr(o: &mut Out<'_>, x: Xattr) -> bool {
 }
 
 /// An ioctl's answer (`fuse_ioctl_out`, then the bytes for the caller).
-pub fn ioctl_reply(payload: &mut [u8], r: OpResult<Vec<u8>>) -> Result<usize, i32> {
+pub fn ioctl_reply(payload: &mut [u8], r: OpResult<Vec<u8>>) -> Result<usize, Errno> {
     encode(payload, r, |o, data| {
         o.put(&[0u8; IOCTL_OUT_SZ]) && o.put(&data)
     })
@@ -273,7 +263,7 @@ mod tests {
     #[test]
     fn names_end_at_their_nul() {
         assert_eq!(name(b"a\0bc\0"), Ok((&b"a"[..], &b"bc\0"[..])));
-        assert_eq!(name(b"abc"), Err(libc::EINVAL));
+        assert_eq!(name(b"abc"), Err(Errno::INVAL));
     }
 
     /// setattr_in's fields are read where the kernel puts them.

@@ -33,7 +33,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
-use lsfs_vfs::Vfs;
+use lsfs_vfs::{Errno, Vfs};
 
 use super::abi::{self, InHeader, ReqHeader, CMD_COMMIT_AND_FETCH, CMD_REGISTER};
 use super::dispatch::{self, Answer};
@@ -328,16 +328,16 @@ impl<V: Vfs + 'static> Queue<V> {
                 self.ops.counters().count_ring();
                 Ok(())
             }
-            Answer::Unknown => self.reply(i, h.unique, Err(libc::ENOSYS)),
+            Answer::Unknown => self.reply(i, h.unique, Err(Errno::NOSYS)),
         }
     }
 
     /// Put the reply's header in entry `i` and commit it.
-    fn reply(&mut self, i: usize, unique: u64, r: Result<usize, i32>) -> io::Result<()> {
+    fn reply(&mut self, i: usize, unique: u64, r: Result<usize, Errno>) -> io::Result<()> {
         let e = &mut self.entries[i];
         let (len, error) = match r {
             Ok(n) => (n, 0),
-            Err(errno) => (0, -errno),
+            Err(e) => (0, -e.0),
         };
         assert!(len <= e.payload.len());
         e.header.in_out[..abi::OUT_HEADER_SZ].copy_from_slice(&abi::out_header(
@@ -410,7 +410,7 @@ impl Drop for Later {
     /// rather than holding its entry for ever.
     fn drop(&mut self) {
         if !self.sent {
-            self.send(Err(fuser::Errno::EIO));
+            self.send(Err(Errno::IO));
         }
     }
 }
