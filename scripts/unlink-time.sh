@@ -10,7 +10,9 @@
 # the inode, which `rm` does not wait for but the next request does: the
 # `touch` shows how long the engine was busy. Then, while blocks are freed
 # in the background, it times a `touch` every 50 ms and prints the slowest,
-# and how soon `df` shows most of the space (800 MiB) free again.
+# and how soon `df` shows most of the space (800 MiB) free again. Last,
+# the same for `truncate -s 0` of a 1 GiB file (then a `touch`), which
+# frees in the background too.
 set -euo pipefail
 bin=${1:-target/release/lsfs}
 dir=${2:-$(mktemp -d /tmp/lsfs-unlink.XXXXXX)}
@@ -49,6 +51,17 @@ for i in $(seq 1 200); do
     sleep 0.05
 done
 echo "slowest touch while freeing: $slowest ms; df shows the space free ${freed:-(not within 10 s)} ms after the rm"
+
+dd if=/dev/zero of="$mnt/big2" bs=1M count=1024 conv=fsync status=none
+fusermount3 -u "$mnt"
+sleep 1
+"$bin" mount "$img" "$mnt" --background >/dev/null
+t0=$(now)
+truncate -s 0 "$mnt/big2"
+t1=$(now)
+touch "$mnt/after-truncate"
+t2=$(now)
+echo "truncate -s 0: $(ms "$t0" "$t1") ms; truncate, then touch: $(ms "$t0" "$t2") ms"
 fusermount3 -u "$mnt"
 sleep 1
 "$bin" fsck "$img" | tail -1
