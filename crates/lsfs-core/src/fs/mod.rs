@@ -9,6 +9,7 @@
 
 pub mod atomic;
 pub mod clean;
+pub mod defrag;
 mod delete;
 pub mod dir;
 mod fallocate;
