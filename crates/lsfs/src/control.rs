@@ -177,6 +177,12 @@ pub fn execute(fs: &mut Lsfs, req: &Value) -> Result<Value, String> {
             let bytes = fs.trim_free_space(n("start", 0), n("len", u64::MAX), n("minlen", 0)).map_err(s)?;
             Ok(json!({ "ok": true, "trimmed_bytes": bytes }))
         }
+        "defrag" => {
+            let ino = req.get("ino").and_then(Value::as_u64).ok_or("missing \"ino\" (an inode number)")?;
+            let force = req.get("force").and_then(Value::as_bool).unwrap_or(false);
+            let d = fs.defrag_file(ino, force).map_err(|e| format!("inode {ino}: {e}"))?;
+            Ok(json!({ "ok": true, "defrag": d }))
+        }
         "gc-run" => {
             let n = req.get("segments").and_then(Value::as_u64).unwrap_or(fs.cleaner.config.segments_per_pass as u64);
             let rep = fs.clean(n.clamp(1, 256) as usize, "manual").map_err(s)?;
@@ -201,7 +207,7 @@ pub fn execute(fs: &mut Lsfs, req: &Value) -> Result<Value, String> {
             fs.cleaner.set_threaded_logging(m)?;
             Ok(json!({ "ok": true, "threaded_logging": fs.cleaner.config.threaded_logging }))
         }
-        other => Err(format!("unknown command '{other}' (checkpoint, snapshot, promote, demote, delete, list, stats, trim, gc-status, gc-run, gc-stats, gc-start, gc-stop, gc-policy, gc-threaded)")),
+        other => Err(format!("unknown command '{other}' (checkpoint, snapshot, promote, demote, delete, list, stats, trim, defrag, gc-status, gc-run, gc-stats, gc-start, gc-stop, gc-policy, gc-threaded)")),
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod config;
 mod control;
+mod defrag_cmd;
 mod gc_cmd;
 mod inspect_cmd;
 mod man_pages;
@@ -60,6 +61,9 @@ enum Cmd {
     /// Discard the free space (as fstrim does on the mount): holes punched
     /// in an image file, BLKDISCARD on a block device.
     Trim(TrimArgs),
+    /// Lay fragmented files out again in file order, online (a file, a
+    /// directory tree, or the mount point for everything).
+    Defrag(defrag_cmd::DefragArgs),
     /// Simulators: cleaning policies, caches, FTLs, workloads (see docs/REPRODUCTION.md).
     #[command(subcommand)]
     Sim(lsfs_sim::cli::SimCommand),
@@ -423,6 +427,7 @@ fn main() -> ExitCode {
         Cmd::Stats(a) => stats_cmd(a),
         Cmd::Gc(a) => gc(a),
         Cmd::Trim(a) => trim_cmd(a),
+        Cmd::Defrag(a) => defrag_cmd::run(a),
         Cmd::Sim(c) => lsfs_sim::cli::run(c).map_err(|e| e.to_string()),
         Cmd::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "lsfs", &mut std::io::stdout());
