@@ -7,10 +7,18 @@
 mod common;
 use common::*;
 use lsfs_core::device::{CrashDevice, LoggedOp, MemDevice};
-use lsfs_core::fs::Lsfs;
+use lsfs_core::fs::{Lsfs, MountConfig};
 use lsfs_vfs::{Vfs, ROOT_INO};
 
 const FILE_BLOCKS: u64 = 2048; // 8 MiB
+
+/// The tests' usual settings with a cache of 64 MiB, so that the whole
+/// file is one batch (a batch is at most a quarter of the cache).
+fn big_cache() -> MountConfig {
+    let mut c = cfg();
+    c.store.cache_blocks = 16384;
+    c
+}
 
 /// A file of `FILE_BLOCKS` blocks written in order, then 1,500 of its
 /// blocks rewritten at random, each rewrite between writes to another
@@ -51,7 +59,7 @@ fn read_all(fs: &mut Lsfs, ino: u64) -> Vec<u8> {
 
 #[test]
 fn a_scattered_file_is_laid_out_again_and_reads_the_same() {
-    let mut fs = mkfs(128 * MIB, cfg());
+    let mut fs = mkfs(128 * MIB, big_cache());
     let (ino, data) = scattered_file(&mut fs);
     let snap = fs.snapshot_create().unwrap();
 
@@ -90,7 +98,7 @@ fn a_scattered_file_is_laid_out_again_and_reads_the_same() {
     fs.unmount().unwrap();
     let img = image(&mut fs);
     assert_clean(&fsck_bytes(img.clone()), "after defrag");
-    let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(img)), cfg()).unwrap();
+    let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(img)), big_cache()).unwrap();
     assert!(
         read_all(&mut fs, ino) == data,
         "contents changed after remount"
@@ -100,12 +108,12 @@ fn a_scattered_file_is_laid_out_again_and_reads_the_same() {
 #[test]
 fn a_crash_during_defrag_leaves_a_clean_image_with_the_same_contents() {
     let base = {
-        let mut fs = mkfs(96 * MIB, cfg());
+        let mut fs = mkfs(96 * MIB, big_cache());
         fs.unmount().unwrap();
         image(&mut fs)
     };
     let (dev, log) = CrashDevice::new(MemDevice::from_bytes(base));
-    let mut fs = Lsfs::open(Box::new(dev), cfg()).unwrap();
+    let mut fs = Lsfs::open(Box::new(dev), big_cache()).unwrap();
     let (ino, data) = scattered_file(&mut fs);
     fs.sync().unwrap();
     let before = log.len();
@@ -122,7 +130,7 @@ fn a_crash_during_defrag_leaves_a_clean_image_with_the_same_contents() {
             let img = log.crash_image(at + 1, seed).bytes();
             let what = format!("crash at op {} seed {seed}", at + 1);
             assert_clean(&fsck_bytes(img.clone()), &what);
-            let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(img)), cfg()).unwrap();
+            let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(img)), big_cache()).unwrap();
             assert!(read_all(&mut fs, ino) == data, "{what}: contents changed");
             points += 1;
         }

@@ -24,8 +24,8 @@ use crate::cache::Owner;
 use crate::log::record::BlockKind;
 use lsfs_vfs::{Errno, FileKind, VfsResult};
 
-/// Blocks moved per batch (16 MiB): each batch is one checkpoint, and its
-/// dirty blocks stay well under the cache's dirty half.
+/// Blocks moved per batch at most (16 MiB; a quarter of the cache if that
+/// is less): each batch is one checkpoint.
 pub const DEFRAG_BATCH_BLOCKS: usize = 4096;
 
 /// What [`Lsfs::defrag_file`] did.
@@ -72,7 +72,11 @@ impl Lsfs {
         if mapped.is_empty() || !(force || fragmented) {
             return Ok(rep);
         }
-        for batch in mapped.chunks(DEFRAG_BATCH_BLOCKS) {
+        // A batch is dirty in the cache until its checkpoint: a quarter of
+        // the cache at most, as writes keep to.
+        let cache = self.store.cache().capacity_blocks();
+        let per_batch = (cache / 4).clamp(64, DEFRAG_BATCH_BLOCKS);
+        for batch in mapped.chunks(per_batch) {
             self.reserve(batch.len() as u64)?;
             let now = self.store.now();
             for &(fb, v) in batch {

@@ -181,12 +181,14 @@ impl Lsfs {
     /// durable); after a checkpoint, the new inode is an orphan like any
     /// other and the next mount queues it. Blocks are owned by virtual
     /// block, so moving the map moves nothing on the device.
-    pub(super) fn truncate_to_zero_later(&mut self, i: &mut Inode) -> Result<()> {
+    ///
+    /// Returns false, having changed nothing, when no inode number is left
+    /// for the new inode (the caller truncates in the foreground).
+    pub(super) fn truncate_to_zero_later(&mut self, i: &mut Inode) -> Result<bool> {
         debug_assert!(self.truncates_later(i));
-        let ino = self
-            .store
-            .take_ino(MAX_INO)
-            .ok_or(Error::Errno(Errno::NOSPC))?;
+        let Some(ino) = self.store.take_ino(MAX_INO) else {
+            return Ok(false);
+        };
         let now = self.store.clock().now();
         let mut o = Inode::new(ino, libc::S_IFREG | 0o600, i.uid, i.gid, now);
         o.nlink = 0;
@@ -206,7 +208,7 @@ impl Lsfs {
         self.deletes.set(ino, blocks);
         self.deletes.stats.queued_files += 1;
         self.deletes.stats.truncated_files += 1;
-        Ok(())
+        Ok(true)
     }
 
     /// At mount: every orphan is deleted, now or in the background (nothing

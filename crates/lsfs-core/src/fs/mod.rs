@@ -861,9 +861,9 @@ impl Vfs for Lsfs {
                 self.reserve(1)?;
             }
             let shrinks = size < i.size;
-            if size == 0 && self.truncates_later(&i) {
-                self.truncate_to_zero_later(&mut i)?;
-            } else {
+            let later =
+                size == 0 && self.truncates_later(&i) && self.truncate_to_zero_later(&mut i)?;
+            if !later {
                 file::truncate(&mut self.store, &mut i, size)?;
             }
             i.mtime = now;
