@@ -14,5 +14,5 @@ pub mod cli;
 pub mod ftl;
 pub mod gc;
 pub mod plot;
-mod progress;
+pub mod progress;
 pub mod workload;

@@ -6,7 +6,6 @@
 
 use crate::control;
 use clap::Args;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{json, Value};
 use std::io::IsTerminal;
 use std::os::unix::fs::MetadataExt;
@@ -46,7 +45,8 @@ pub fn run(a: DefragArgs) -> Result<(), String> {
             .dev();
         let mut files = Vec::new();
         collect_files(&path, dev, &mut files)?;
-        let bar = progress(files.len() as u64, !a.json);
+        let visible = !a.json && std::io::stderr().is_terminal();
+        let bar = lsfs_sim::progress::progress_bar(files.len() as u64, "defrag", visible);
         for (f, ino) in files {
             bar.set_message(f.display().to_string());
             let req = json!({ "cmd": "defrag", "ino": ino, "force": a.force });
@@ -134,19 +134,6 @@ fn unescape(s: &str) -> String {
         .replace("\\011", "\t")
         .replace("\\012", "\n")
         .replace("\\134", "\\")
-}
-
-fn progress(total: u64, visible: bool) -> ProgressBar {
-    let bar = ProgressBar::new(total);
-    if !visible || !std::io::stderr().is_terminal() {
-        bar.set_draw_target(ProgressDrawTarget::hidden());
-        return bar;
-    }
-    let style =
-        ProgressStyle::with_template("defrag [{elapsed_precise}] {bar:30} {pos}/{len} {wide_msg}")
-            .expect("valid template");
-    bar.set_style(style);
-    bar
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ mod mounted;
 
 use std::fs;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use mounted::Mounted;
 use serde_json::json;
@@ -56,17 +56,7 @@ fn snapshots_through_the_control_socket_show_at_once() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let image = tmp.path().join("img");
-    let mnt = tmp.path().join("mnt");
-    fs::create_dir(&mnt).unwrap();
-    let st = lsfs()
-        .args(["mkfs", "--size", "256M"])
-        .arg(&image)
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let m = Mounted::new(&image, &mnt, &[]);
+    let (image, m) = mounted::mkfs_and_mount(tmp.path(), "256M", &[]);
     let snapdir = m.mnt.join(".lsfs/snapshot");
 
     // Written, not fsynced. The kernel writes a file back when it is

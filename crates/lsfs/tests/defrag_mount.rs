@@ -9,9 +9,7 @@ mod mounted;
 
 use std::fs::{self, OpenOptions};
 use std::os::unix::fs::FileExt;
-use std::process::{Command, Stdio};
-
-use mounted::Mounted;
+use std::process::Command;
 
 fn lsfs() -> Command {
     Command::new(env!("CARGO_BIN_EXE_lsfs"))
@@ -23,17 +21,7 @@ fn defrag_lays_a_scattered_file_out_again() {
         return;
     }
     let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
-    let image = tmp.path().join("img");
-    let mnt = tmp.path().join("mnt");
-    fs::create_dir(&mnt).unwrap();
-    let st = lsfs()
-        .args(["mkfs", "--size", "256M"])
-        .arg(&image)
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let m = Mounted::new(&image, &mnt, &[]);
+    let (image, m) = mounted::mkfs_and_mount(tmp.path(), "256M", &[]);
     fs::create_dir(m.mnt.join("d")).unwrap();
     let path = m.mnt.join("d/f");
     let blocks = 2048u64;

@@ -11,9 +11,7 @@ mod mounted;
 use std::fs::{self, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
-
-use mounted::Mounted;
+use std::process::Command;
 
 const THREADS: usize = 4;
 const FSYNCS_EACH: usize = 200;
@@ -44,17 +42,7 @@ fn concurrent_fsyncs_share_flushes() {
     // On the host's disk, not a tmpfs: a flush must take long enough for
     // other fsyncs to arrive while it runs, as on any real device.
     let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
-    let image = tmp.path().join("img");
-    let mnt = tmp.path().join("mnt");
-    fs::create_dir(&mnt).unwrap();
-    let st = lsfs()
-        .args(["mkfs", "--size", "256M"])
-        .arg(&image)
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let m = Mounted::new(&image, &mnt, &[]);
+    let (image, m) = mounted::mkfs_and_mount(tmp.path(), "256M", &[]);
     let before = stats(&m.mnt);
 
     std::thread::scope(|s| {

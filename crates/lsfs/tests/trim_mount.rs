@@ -44,20 +44,10 @@ fn setup(mode: &str) -> Option<(tempfile::TempDir, PathBuf, Mounted)> {
         return None;
     }
     let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
-    let image = tmp.path().join("img");
-    let mnt = tmp.path().join("mnt");
     let cfg = tmp.path().join("lsfs.toml");
-    fs::create_dir(&mnt).unwrap();
     fs::write(&cfg, "protection_secs = 0\n").unwrap();
-    let st = lsfs()
-        .args(["mkfs", "--size", "256M"])
-        .arg(&image)
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(st.success());
     let opts = format!("discard={mode},config={}", cfg.display());
-    let m = Mounted::new(&image, &mnt, &["-o", &opts]);
+    let (image, m) = mounted::mkfs_and_mount(tmp.path(), "256M", &["-o", &opts]);
     for i in 0..8u8 {
         let data: Vec<u8> = (0..16 * MIB).map(|j| (j % 251) as u8 ^ i).collect();
         fs::write(m.mnt.join(format!("f{i}")), &data).unwrap();

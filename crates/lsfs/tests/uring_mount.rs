@@ -8,7 +8,7 @@ mod common;
 mod mounted;
 
 use std::fs;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use mounted::Mounted;
 
@@ -26,28 +26,13 @@ fn stats(m: &Mounted) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-/// A new 256 MiB image in `dir`.
-fn fresh_image(dir: &std::path::Path) -> std::path::PathBuf {
-    let image = dir.join("img");
-    let st = lsfs()
-        .arg("mkfs")
-        .arg(&image)
-        .args(["--size", "256M"])
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(st.success(), "mkfs");
-    image
-}
-
 #[test]
 fn uring_on_serves_through_the_ring_and_stats_say_so() {
     if !common::fuse_available() {
         return;
     }
-    let (tmp, mnt) = common::mount_point();
-    let image = fresh_image(tmp.path());
-    let m = Mounted::new(&image, &mnt, &["--uring", "on"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let (image, m) = mounted::mkfs_and_mount(tmp.path(), "256M", &["--uring", "on"]);
     let d = m.mnt.join("d");
     fs::create_dir(&d).unwrap();
     for i in 0..50 {
@@ -78,9 +63,8 @@ fn default_mount_serves_through_dev_fuse() {
     if !common::fuse_available() {
         return;
     }
-    let (tmp, mnt) = common::mount_point();
-    let image = fresh_image(tmp.path());
-    let m = Mounted::new(&image, &mnt, &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let (_image, m) = mounted::mkfs_and_mount(tmp.path(), "256M", &[]);
     fs::write(m.mnt.join("f"), b"x").unwrap();
     let s = stats(&m);
     assert!(s["fuse"]["total"].as_u64().unwrap() > 0);

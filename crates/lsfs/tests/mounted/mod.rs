@@ -28,6 +28,23 @@ pub fn fsck_clean(image: &Path, after: &str) {
     );
 }
 
+/// A fresh image of `size` (mkfs's syntax) under `dir`, mounted with the
+/// extra arguments `args` on `dir/mnt`; the image's path and the mount.
+pub fn mkfs_and_mount(dir: &Path, size: &str, args: &[&str]) -> (PathBuf, Mounted) {
+    let image = dir.join("img");
+    let mnt = dir.join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let st = lsfs()
+        .args(["mkfs", "--size", size])
+        .arg(&image)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success(), "lsfs mkfs: {st}");
+    let m = Mounted::new(&image, &mnt, args);
+    (image, m)
+}
+
 /// `lsfs mount` in the foreground, as a child; dropping it unmounts and
 /// waits for the server to write its last checkpoint and exit, also when
 /// the test fails.
