@@ -832,6 +832,7 @@ impl Store {
         self.dat_reuse.checkpoint_done();
         self.stats.checkpoints_written += 1;
         self.write_superblock(cno, last.0, last.1)?;
+        self.sb_copy_due = Some((cno, last.0, last.1));
         // After the flush that made the checkpoint durable (write_checkpoint),
         // so in the I/O queue's order no discard can reach the device
         // before it (meta/discard.rs argues why this is the moment).
@@ -1165,6 +1166,22 @@ impl Store {
         Ok(())
     }
 
+    /// Right after an ordering flush: write the other superblock copy for
+    /// the newest checkpoint if only one names it yet. The flush ended the
+    /// first copy's epoch (never both in one), and once both name the
+    /// checkpoint, recovery's chain starts there: the segments written
+    /// between the previous checkpoint and it become the cleaner's. With
+    /// one copy moved on per checkpoint, the other named the one before,
+    /// and up to 2/`log_checkpoint_share` of the device waited for
+    /// cleaning. No flush of its own: a checkpoint that ends an fsync keeps
+    /// its one flush.
+    pub(crate) fn write_superblock_copy_due(&mut self) -> Result<()> {
+        if let Some((cno, block, seq)) = self.sb_copy_due.take() {
+            self.write_superblock(cno, block, seq)?;
+        }
+        Ok(())
+    }
+
     /// Write both superblock copies for the newest checkpoint and flush:
     /// used at mkfs, after recovery and at unmount.
     pub fn settle_superblocks(&mut self) -> Result<()> {
@@ -1180,6 +1197,7 @@ impl Store {
         self.write_superblock(cno, block, seq)?;
         self.dev.flush()?;
         self.write_superblock(cno, block, seq)?;
+        self.sb_copy_due = None;
         self.dev.flush()
     }
 
@@ -1444,6 +1462,7 @@ impl Store {
         let cno = self.cur_cno;
         self.write_records(&plan, &[], cno, flags, None, inline)?;
         self.dev.flush()?;
+        self.write_superblock_copy_due()?;
         self.commit_plan(&plan);
         Ok(())
     }
@@ -1531,6 +1550,7 @@ impl Store {
         }
         if written > 0 {
             self.dev.flush()?;
+            self.write_superblock_copy_due()?;
             self.stats.blocks_written_ahead += written as u64;
         }
         Ok(refs)
