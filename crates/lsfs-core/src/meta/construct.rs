@@ -832,6 +832,7 @@ impl Store {
         self.dat_reuse.checkpoint_done();
         self.stats.checkpoints_written += 1;
         self.write_superblock(cno, last.0, last.1)?;
+        self.sb_copy_due = Some((cno, last.0, last.1));
         // After the flush that made the checkpoint durable (write_checkpoint),
         // so in the I/O queue's order no discard can reach the device
         // before it (meta/discard.rs argues why this is the moment).
@@ -1165,6 +1166,22 @@ impl Store {
         Ok(())
     }
 
+    /// Right after an ordering flush: write the other superblock copy for
+    /// the newest checkpoint if only one names it yet. The flush ended the
+    /// first copy's epoch (never both in one), and once both name the
+    /// checkpoint, recovery's chain starts there: the segments written
+    /// between the previous checkpoint and it become the cleaner's. With
+    /// one copy moved on per checkpoint, the other named the one before,
+    /// and up to 2/`log_checkpoint_share` of the device waited for
+    /// cleaning. No flush of its own: a checkpoint that ends an fsync keeps
+    /// its one flush.
+    pub(crate) fn write_superblock_copy_due(&mut self) -> Result<()> {
+        if let Some((cno, block, seq)) = self.sb_copy_due.take() {
+            self.write_superblock(cno, block, seq)?;
+        }
+        Ok(())
+    }
+
     /// Write both superblock copies for the newest checkpoint and flush:
     /// used at mkfs, after recovery and at unmount.
     pub fn settle_superblocks(&mut self) -> Result<()> {
@@ -1180,6 +1197,7 @@ impl Store {
         self.write_superblock(cno, block, seq)?;
         self.dev.flush()?;
         self.write_superblock(cno, block, seq)?;
+        self.sb_copy_due = None;
         self.dev.flush()
     }
 
@@ -1229,7 +1247,8 @@ impl Store {
             .collect();
         blocks.sort_unstable();
         let mut taken = HashSet::new();
-        let (blocks_in_log, extra_items) = self.dsync_to_streams(&blocks, &mut taken, now)?;
+        let (blocks_in_log, extra_items) =
+            self.dsync_to_streams(&blocks, inline.len(), &mut taken, now)?;
         let inline: Vec<u8> = [inline, &extra_items[..]].concat();
         let items: Vec<Item> = blocks_in_log.iter().map(|&v| Item::Virtual(v)).collect();
         let plan = self.plan_log(items.len(), inline.len(), &mut taken)?;
@@ -1267,8 +1286,8 @@ impl Store {
     }
 
     /// Write the data blocks of an fsync (`blocks`: (ino, offset, vblock))
-    /// that belong in a data stream as data-stream records there, so that
-    /// hot and cold data stop sharing segments with each other and with
+    /// that belong in the cold or cleaner stream as data-stream records
+    /// there, so that cold data stops sharing segments with hot data and
     /// metadata (fsync'd data used to go to the log, and the cleaner found
     /// the cold blocks among dead hot ones). The fsync's record in the log
     /// names them (`StreamRecord` items, returned encoded) and the one flush
@@ -1278,6 +1297,7 @@ impl Store {
     fn dsync_to_streams(
         &mut self,
         blocks: &[(u64, u64, u64)],
+        inline_len: usize,
         taken: &mut HashSet<u64>,
         now: u64,
     ) -> Result<(Vec<u64>, Vec<u8>)> {
@@ -1286,17 +1306,52 @@ impl Store {
             return Ok((all(), Vec::new()));
         }
         let mut per = self.dsync_streams_of(blocks);
-        let nrecords: usize = Stream::DATA
-            .iter()
-            .filter(|&&st| !per[st as usize].is_empty())
-            .count()
-            * 2; // a segment boundary may split one
         let item_bytes = crate::log::items::Item::StreamRecord {
             block: 0,
             seq: 0,
             nblocks: 0,
         }
         .encoded_len();
+        // Hot blocks stay in the log's record: it is written anyway, and
+        // its segments hold what dies soon like them (the checkpoints'
+        // metadata and the fsync records' summaries), so a record of their
+        // own bought no separation and cost a header block per fsync (at
+        // fsync every 32 writes, 0.03 blocks per write: device WA 1.62 →
+        // 1.57, docs/CLEANER.md). Cold blocks still go to their stream.
+        // As many as the log's record takes while it stays one record (a
+        // split one carries the items in its last part, and the stream
+        // records it names must come right before the record that names
+        // them, log/chain.rs); the rest, at the end of the log's segment,
+        // go to the hot stream.
+        let nhot = per[Stream::HotUser as usize].len();
+        if nhot > 0 {
+            let others = [Stream::ColdUser, Stream::Cleaner]
+                .iter()
+                .filter(|&&st| !per[st as usize].is_empty())
+                .count();
+            // The hot stream's records too, if some hot blocks are left.
+            let inline = inline_len + (others + 1) * 2 * item_bytes;
+            let nmeta = per[Stream::Meta as usize].len();
+            if inline <= MAX_INLINE_BYTES {
+                // The most that fit: fitting shrinks with the payload.
+                let (mut lo, mut hi) = (0, nhot);
+                while lo < hi {
+                    let mid = (lo + hi).div_ceil(2);
+                    if self.log_takes_one_record(nmeta + mid, inline, taken) {
+                        lo = mid;
+                    } else {
+                        hi = mid - 1;
+                    }
+                }
+                let hot: Vec<u64> = per[Stream::HotUser as usize].drain(..lo).collect();
+                per[Stream::Meta as usize].extend(hot);
+            }
+        }
+        let nrecords: usize = Stream::DATA
+            .iter()
+            .filter(|&&st| !per[st as usize].is_empty())
+            .count()
+            * 2; // a segment boundary may split one
         if nrecords * item_bytes > MAX_INLINE_BYTES / 4 {
             return Ok((all(), Vec::new()));
         }
@@ -1308,6 +1363,15 @@ impl Store {
             }
         }
         Ok((per[Stream::Meta as usize].clone(), refs.finish()))
+    }
+
+    /// Whether a record of the log with `npayload` blocks and `inline`
+    /// bytes of items is written as one record (not split at the end of the
+    /// log's segment, nor by size).
+    fn log_takes_one_record(&self, npayload: usize, inline: usize, taken: &HashSet<u64>) -> bool {
+        let mut t = taken.clone();
+        self.plan_log(npayload, inline, &mut t)
+            .is_ok_and(|p| p.records.len() == 1)
     }
 
     /// The fsync's data blocks (`blocks`: (ino, offset, vblock)) by the
@@ -1398,6 +1462,7 @@ impl Store {
         let cno = self.cur_cno;
         self.write_records(&plan, &[], cno, flags, None, inline)?;
         self.dev.flush()?;
+        self.write_superblock_copy_due()?;
         self.commit_plan(&plan);
         Ok(())
     }
@@ -1485,6 +1550,7 @@ impl Store {
         }
         if written > 0 {
             self.dev.flush()?;
+            self.write_superblock_copy_due()?;
             self.stats.blocks_written_ahead += written as u64;
         }
         Ok(refs)

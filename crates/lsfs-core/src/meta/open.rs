@@ -88,6 +88,7 @@ impl Store {
             geo,
             sb,
             sb_slot_seq: [0, 0],
+            sb_copy_due: None,
             cache: BlockCache::new(config.cache_blocks),
             segs,
             cps: CpTable::default(),

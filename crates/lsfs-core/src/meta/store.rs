@@ -174,6 +174,11 @@ pub struct Store {
     /// `cp_record_seq` of what each superblock slot holds: segments holding
     /// records from the older of the two on are the recovery chain.
     pub(super) sb_slot_seq: [u64; 2],
+    /// The checkpoint (cno, record block, sequence) whose superblock only
+    /// one copy names yet: the next ordering flush outside a checkpoint
+    /// (a cleaner pass's) writes the other copy after it
+    /// ([`Store::write_superblock_copy_due`]).
+    pub(super) sb_copy_due: Option<(u64, u64, u64)>,
     pub(super) cache: BlockCache,
     pub(super) segs: SegTable,
     pub(super) cps: CpTable,
