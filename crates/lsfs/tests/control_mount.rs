@@ -13,14 +13,9 @@ mod mounted;
 
 use std::fs;
 use std::path::Path;
-use std::process::Command;
 
-use mounted::Mounted;
+use mounted::{lsfs, Mounted};
 use serde_json::json;
-
-fn lsfs() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_lsfs"))
-}
 
 /// One request on the mount's control socket, spoken directly: a `lsfs`
 /// child process would inherit the test's open files for a moment, and its

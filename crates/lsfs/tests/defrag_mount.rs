@@ -7,13 +7,10 @@
 mod common;
 mod mounted;
 
+use mounted::lsfs;
+
 use std::fs::{self, OpenOptions};
 use std::os::unix::fs::FileExt;
-use std::process::Command;
-
-fn lsfs() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_lsfs"))
-}
 
 #[test]
 fn defrag_lays_a_scattered_file_out_again() {

@@ -10,25 +10,9 @@ mod mounted;
 
 use std::fs::{self, OpenOptions};
 use std::os::unix::fs::FileExt;
-use std::path::Path;
-use std::process::Command;
 
 const THREADS: usize = 4;
 const FSYNCS_EACH: usize = 200;
-
-fn lsfs() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_lsfs"))
-}
-
-/// `lsfs stats --json --mount MNT`, parsed.
-fn stats(mnt: &Path) -> serde_json::Value {
-    let out = lsfs()
-        .args(["stats", "--json", "--mount"])
-        .arg(mnt)
-        .output()
-        .unwrap();
-    serde_json::from_slice(&out.stdout).unwrap()
-}
 
 fn counter(s: &serde_json::Value, group: &str, name: &str) -> u64 {
     s[group][name].as_u64().unwrap_or(0)
@@ -43,7 +27,7 @@ fn concurrent_fsyncs_share_flushes() {
     // other fsyncs to arrive while it runs, as on any real device.
     let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
     let (image, m) = mounted::mkfs_and_mount(tmp.path(), "256M", &[]);
-    let before = stats(&m.mnt);
+    let before = mounted::lsfs_json("stats", &m.mnt);
 
     std::thread::scope(|s| {
         for t in 0..THREADS {
@@ -65,7 +49,7 @@ fn concurrent_fsyncs_share_flushes() {
         }
     });
 
-    let after = stats(&m.mnt);
+    let after = mounted::lsfs_json("stats", &m.mnt);
     let d = |group: &str, name: &str| counter(&after, group, name) - counter(&before, group, name);
     let fsyncs = d("io", "fsync_flushes");
     let shared = d("io", "fsync_flushes_shared");

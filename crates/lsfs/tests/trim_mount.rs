@@ -12,23 +12,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use mounted::Mounted;
+use mounted::{lsfs, lsfs_json, Mounted};
 
 const MIB: u64 = 1 << 20;
-
-fn lsfs() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_lsfs"))
-}
-
-/// `lsfs CMD --json --mount MNT`, parsed.
-fn lsfs_json(cmd: &str, mnt: &Path) -> serde_json::Value {
-    let out = lsfs()
-        .args([cmd, "--json", "--mount"])
-        .arg(mnt)
-        .output()
-        .unwrap();
-    serde_json::from_slice(&out.stdout).unwrap()
-}
 
 /// What the image takes on the host (`du`).
 fn du(image: &Path) -> u64 {

@@ -8,23 +8,6 @@ mod common;
 mod mounted;
 
 use std::fs;
-use std::process::Command;
-
-use mounted::Mounted;
-
-fn lsfs() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_lsfs"))
-}
-
-fn stats(m: &Mounted) -> serde_json::Value {
-    let out = lsfs()
-        .args(["stats", "--json", "--mount"])
-        .arg(&m.mnt)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    serde_json::from_slice(&out.stdout).unwrap()
-}
 
 #[test]
 fn uring_on_serves_through_the_ring_and_stats_say_so() {
@@ -45,7 +28,7 @@ fn uring_on_serves_through_the_ring_and_stats_say_so() {
         );
     }
     assert_eq!(fs::read_dir(&d).unwrap().count(), 50);
-    let s = stats(&m);
+    let s = mounted::lsfs_json("stats", &m.mnt);
     let (total, ring) = (
         s["fuse"]["total"].as_u64().unwrap(),
         s["fuse"]["through_io_uring"].as_u64().unwrap(),
@@ -66,7 +49,7 @@ fn default_mount_serves_through_dev_fuse() {
     let tmp = tempfile::tempdir().unwrap();
     let (_image, m) = mounted::mkfs_and_mount(tmp.path(), "256M", &[]);
     fs::write(m.mnt.join("f"), b"x").unwrap();
-    let s = stats(&m);
+    let s = mounted::lsfs_json("stats", &m.mnt);
     assert!(s["fuse"]["total"].as_u64().unwrap() > 0);
     assert_eq!(s["fuse"]["through_io_uring"].as_u64(), Some(0), "{s}");
     m.unmount();

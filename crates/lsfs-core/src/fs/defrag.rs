@@ -80,6 +80,8 @@ impl Lsfs {
             self.reserve(batch.len() as u64)?;
             let now = self.store.now();
             for &(fb, v) in batch {
+                // Read now, not with the runs above: `reserve` may have
+                // cleaned, moving blocks of this very file.
                 let e = self.store.dat_get(v)?;
                 if e.pblock == 0 {
                     // Not placed yet: the next checkpoint writes it in

@@ -1,7 +1,9 @@
 //! `lsfs mount` in the foreground as a child process, for the tests that
 //! need the real binary's mount (its control socket, its `-o` options).
 //! Included with `#[path]` by each test, beside the FUSE tests' `common`
-//! (crates/lsfs-fuse/tests/common), which gives `is_mounted`.
+//! (crates/lsfs-fuse/tests/common), which gives `is_mounted`. Each test
+//! uses a part of it.
+#![allow(dead_code)]
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -10,8 +12,24 @@ use std::time::{Duration, Instant};
 
 use crate::common::is_mounted;
 
-fn lsfs() -> Command {
+/// The `lsfs` binary under test.
+pub fn lsfs() -> Command {
     Command::new(env!("CARGO_BIN_EXE_lsfs"))
+}
+
+/// `lsfs CMD --json --mount MNT` (stats, trim, …), which must succeed, parsed.
+pub fn lsfs_json(cmd: &str, mnt: &Path) -> serde_json::Value {
+    let out = lsfs()
+        .args([cmd, "--json", "--mount"])
+        .arg(mnt)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "lsfs {cmd}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// `lsfs fsck IMAGE` passes; `after` says after what, for the message.
