@@ -405,7 +405,8 @@ fn truncating_a_large_file_to_zero_defers_its_blocks() {
         free + SLACK_BLOCKS + 1 >= empty,
         "free space not back: {free} of {empty} blocks"
     );
-    // A small file, or a truncate to another size, stays in the foreground.
+    // A small file, or a truncate that frees a few blocks, stays in the
+    // foreground.
     let small = big_file(&mut fs, b"small", 128 << 10);
     truncate(&mut fs, small, 0);
     truncate(&mut fs, ino, 4096);
@@ -419,6 +420,17 @@ fn truncating_a_large_file_to_zero_defers_its_blocks() {
 /// leaks once the queue is done.
 #[test]
 fn a_crash_around_a_truncate_to_zero_loses_nothing_and_leaks_nothing() {
+    crash_around_a_truncate(0);
+}
+
+/// The same for a truncate inside the file, off a block boundary: the
+/// tail's map is cut and handed over, the head stays.
+#[test]
+fn a_crash_around_a_truncate_to_a_smaller_size_loses_nothing_and_leaks_nothing() {
+    crash_around_a_truncate((5 << 20) + 1234);
+}
+
+fn crash_around_a_truncate(size: usize) {
     let base = {
         let mut fs = mkfs(96 * MIB, del_cfg());
         fs.unmount().unwrap();
@@ -434,11 +446,20 @@ fn a_crash_around_a_truncate_to_zero_loses_nothing_and_leaks_nothing() {
     fs.sync().unwrap();
     let synced = log.len();
     let old = fs.read(ino, 0, 16 << 20).unwrap();
-    truncate(&mut fs, ino, 0);
+    truncate(&mut fs, ino, size as u64);
+    assert_eq!(
+        fs.reclaim_status().files,
+        1,
+        "the truncate went to the background"
+    );
     fs.write(ino, 0, &[9u8; 4096]).unwrap();
     fs.fsync(ino, false).unwrap();
+    let mut after = vec![9u8; 4096];
+    if size > 4096 {
+        after.extend_from_slice(&old[4096..size]);
+    }
     while fs.reclaim_status().files > 0 {
-        fs.reclaim_step(1000).unwrap();
+        fs.reclaim_step(500).unwrap();
         fs.checkpoint().unwrap();
     }
     drop(fs);
@@ -456,17 +477,21 @@ fn a_crash_around_a_truncate_to_zero_loses_nothing_and_leaks_nothing() {
         if let Ok(e) = fs.lookup(ROOT_INO, b"big") {
             let data = fs.read(e.ino, 0, 16 << 20).unwrap();
             assert!(
-                data == old || (data.len() == 4096 && data.iter().all(|&b| b == 9)),
+                data == old || data == after,
                 "{what}: the file holds {} bytes, neither before nor after",
                 data.len()
             );
         }
         fs.reclaim_all().unwrap();
         fsck_agrees(&mut fs, &what);
-        if fs.lookup(ROOT_INO, b"big").is_ok_and(|e| e.size == 4096) {
+        if fs
+            .lookup(ROOT_INO, b"big")
+            .is_ok_and(|e| e.size == after.len() as u64)
+        {
             let live = live_blocks(&fs);
+            let kept = after.len().div_ceil(4096) as u64;
             assert!(
-                live <= live_empty + 1 + 16 + 16,
+                live <= live_empty + kept + 16 + 16,
                 "{what}: leaked: {live} blocks live, {live_empty} before"
             );
         }
@@ -478,6 +503,66 @@ fn a_crash_around_a_truncate_to_zero_loses_nothing_and_leaks_nothing() {
         resumed >= 2,
         "only {resumed} crash images had a reclaim to resume"
     );
+}
+
+/// Truncating a large, scattered file (a B-tree map of many extents) to a
+/// size inside it, off a block boundary: the file keeps exactly its head,
+/// the rest of the new last block reads zeros, and the tail's blocks are
+/// queued, then freed by the steps.
+#[test]
+fn truncating_a_large_file_to_a_smaller_size_defers_its_tail() {
+    let mut fs = checked(mkfs(256 * MIB, del_cfg()));
+    let ino = big_file(&mut fs, b"big", 16 << 20);
+    for k in 0..3000u64 {
+        let b = (k * 7919) % 4096;
+        fs.write(ino, b * 4096, &pattern(b + 1, 4096)).unwrap();
+    }
+    fs.checkpoint().unwrap();
+    let old = fs.read(ino, 0, 16 << 20).unwrap();
+    let live_full = live_blocks(&fs);
+    let size = (5 << 20) + 1234;
+    let kept = (size as u64).div_ceil(4096);
+
+    truncate(&mut fs, ino, size as u64);
+    assert_eq!(
+        fs.reclaim_status(),
+        ReclaimStatus {
+            files: 1,
+            blocks: 4096 - kept
+        }
+    );
+    assert_eq!(fs.getattr(ino).unwrap().size, size as u64);
+    assert_eq!(fs.read(ino, 0, 16 << 20).unwrap(), old[..size]);
+    // Only the map nodes on the cut's path were copied on write.
+    assert!(
+        live_blocks(&fs) + 16 >= live_full,
+        "freed before a step: {} of {live_full} blocks live",
+        live_blocks(&fs)
+    );
+    fsck_agrees(&mut fs, "just truncated");
+
+    truncate(&mut fs, ino, 8 << 20);
+    let back = fs.read(ino, 0, 8 << 20).unwrap();
+    assert_eq!(back[..size], old[..size]);
+    assert!(
+        back[size..].iter().all(|&b| b == 0),
+        "old data past the new end"
+    );
+    fsck_agrees(&mut fs, "extended after the truncate");
+
+    tick_until_freed(&mut fs, 20);
+    assert_eq!(fs.reclaim_status(), ReclaimStatus::default());
+    assert!(
+        live_blocks(&fs) + (4096 - kept) <= live_full + 1,
+        "{live_full}"
+    );
+    fsck_agrees(&mut fs, "after the reclaim");
+    // A tail of a few blocks is cut in the foreground.
+    truncate(&mut fs, ino, (size - 40 * 4096) as u64);
+    assert_eq!(fs.reclaim_status(), ReclaimStatus::default());
+    assert_eq!(fs.read(ino, 0, 16 << 20).unwrap(), old[..size - 40 * 4096]);
+    fs.unmount().unwrap();
+    assert_clean(&fsck_bytes(image(&mut fs)), "the final image");
 }
 
 /// A write short of space frees the queued blocks first instead of ENOSPC.

@@ -19,6 +19,8 @@
 //! leave the modification half done, which callers treat as fatal (the mount
 //! goes read-only) exactly like any other device error.
 
+mod split;
+
 use std::collections::HashSet;
 
 use crate::btree::node::{NodeRef, Value};

@@ -632,3 +632,83 @@ proptest! {
         prop_assert_eq!(contents(&h.t, &mut h.s, h.root), h.model.clone());
     }
 }
+
+/// Every node reachable from `root`.
+fn reachable(t: &BTree, s: &mut MemStore, root: u64) -> HashSet<u64> {
+    let mut all = HashSet::new();
+    t.visit(s, root, &mut |v| {
+        all.insert(v.ptr);
+        Ok(())
+    })
+    .unwrap();
+    all
+}
+
+/// Split `h`'s tree at `key` and check both halves: valid, holding exactly
+/// the model's items below and from `key`, sharing no node, leaking none;
+/// then that both go on taking inserts and removals.
+fn split_and_check(h: &mut Harness, key: u64, seed: u8) {
+    let mut right = h.t.split_off(&mut h.s, &mut h.root, key).unwrap();
+    let right_model = h.model.split_off(&key);
+    for (root, model) in [(h.root, &h.model), (right, &right_model)] {
+        h.t.check(&mut h.s, root).unwrap();
+        assert_eq!(&contents(&h.t, &mut h.s, root), model, "split at {key}");
+        assert_eq!(root == 0, model.is_empty(), "split at {key}: empty side");
+    }
+    let (l, r) = (
+        reachable(&h.t, &mut h.s, h.root),
+        reachable(&h.t, &mut h.s, right),
+    );
+    assert!(l.is_disjoint(&r), "split at {key}: a node in both trees");
+    assert_eq!(&l | &r, h.s.live(), "split at {key}: nodes leaked or lost");
+    h.verify_snapshots();
+    // Both halves are ordinary trees afterwards.
+    for k in [key.wrapping_sub(1), key, key.wrapping_add(7)] {
+        if right_model.contains_key(&k) {
+            continue;
+        }
+        h.t.insert(&mut h.s, &mut right, k, &value(k, seed, 9))
+            .unwrap();
+        h.t.remove(&mut h.s, &mut right, k).unwrap();
+        h.t.check(&mut h.s, right).unwrap();
+    }
+    assert_eq!(contents(&h.t, &mut h.s, right), right_model);
+    let r = reachable(&h.t, &mut h.s, right);
+    assert_eq!(&l | &r, h.s.live(), "after changes to the right half");
+}
+
+#[test]
+fn split_off_at_the_edges() {
+    for key in [0, 1, 199, 200, 201, 399, 400, u64::MAX] {
+        let mut h = Harness::new(128);
+        for k in (0..400).step_by(2) {
+            h.insert(k, value(k, 1, 5));
+        }
+        h.checkpoint();
+        split_and_check(&mut h, key, 2);
+    }
+    let mut h = Harness::new(128);
+    assert_eq!(h.t.split_off(&mut h.s, &mut h.root, 5).unwrap(), 0);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    #[test]
+    fn split_off_matches_btreemap(
+        block_bytes in prop_oneof![Just(128usize), Just(256), Just(4096)],
+        keys in proptest::collection::vec(key(), 0..700),
+        checkpoint_at in proptest::option::of(0usize..700),
+        at in prop_oneof![key(), Just(300u64)],
+        seed in any::<u8>(),
+    ) {
+        let mut h = Harness::new(block_bytes);
+        for (n, k) in keys.iter().enumerate() {
+            if checkpoint_at == Some(n) {
+                h.checkpoint();
+            }
+            h.insert(*k, value(*k, seed, (*k % 23) as usize));
+        }
+        split_and_check(&mut h, at, seed);
+    }
+}

@@ -29,17 +29,18 @@
 //! background cleaning waits for the queue: a pass would copy blocks about
 //! to die.
 //!
-//! Truncating a large file to zero (an `O_TRUNC` open, `> file`) is
-//! deleted the same way: its blocks and map move to a new inode with no
-//! link, queued as above, and the file is left empty at once
-//! ([`Lsfs::truncate_to_zero_later`]). A truncate to any other size still
-//! frees the tail in the foreground.
+//! Truncating a large file (an `O_TRUNC` open, `> file`, `truncate -s`)
+//! is deleted the same way: the blocks past the new end and their part of
+//! the map move to a new inode with no link, queued as above, and the file
+//! is left at its new size at once ([`Lsfs::truncate_later`]). Only a
+//! tail of fewer than [`FOREGROUND_DELETE_MAX_BLOCKS`] blocks is freed in
+//! the foreground.
 //!
 //! A queued inode is gone for every caller but this module: it answers
 //! ENOENT, as a deleted one does.
 
 use super::inode::{Format, Inode};
-use super::{dir, file, Lsfs};
+use super::{dir, file, tail, Lsfs};
 use crate::error::{Error, Result};
 use crate::layout::{MAX_INO, ORPHAN_INO};
 use lsfs_vfs::{Errno, FileKind};
@@ -160,20 +161,25 @@ impl Lsfs {
         Ok(())
     }
 
-    /// Whether truncating `i` to zero goes to the background
-    /// ([`Lsfs::truncate_to_zero_later`]): a regular file of
+    /// Whether truncating `i` to `size` may go to the background
+    /// ([`Lsfs::truncate_later`]): a shrinking regular file with a map, of
     /// [`FOREGROUND_DELETE_MAX_BLOCKS`] blocks or more, on a writable mount.
-    pub(super) fn truncates_later(&self, i: &Inode) -> bool {
+    pub(super) fn truncates_later(&self, i: &Inode, size: u64) -> bool {
         self.view.is_none()
             && i.kind() == FileKind::File
             && i.format != Format::InlineData
+            && size < i.size
             && i.blocks >= FOREGROUND_DELETE_MAX_BLOCKS
     }
 
-    /// Truncate file `i` to zero in time independent of its size (an
-    /// `O_TRUNC` open or `> file` of a large file): its blocks and its map
-    /// move, as they are, to a new inode with no link, which is queued in
-    /// the orphan directory as a deleted file is; `i` is left empty.
+    /// Truncate file `i` to `size` in time independent of what it frees
+    /// (an `O_TRUNC` open, `> file`, `truncate -s`): the blocks past the
+    /// new end, with their part of the map, move as they are to a new
+    /// inode with no link, which is queued in the orphan directory as a
+    /// deleted file is ([`super::tail::move_tail`]: the map is cut along
+    /// one path; the tail's map items are read once to count its blocks,
+    /// and no DAT entry changes). The caller then truncates `i` as usual,
+    /// which only zeroes the rest of the new last block.
     ///
     /// The caller logs the truncate as any other: after a crash before the
     /// next checkpoint, recovery replays it on the checkpoint's file, which
@@ -182,10 +188,15 @@ impl Lsfs {
     /// other and the next mount queues it. Blocks are owned by virtual
     /// block, so moving the map moves nothing on the device.
     ///
-    /// Returns false, having changed nothing, when no inode number is left
-    /// for the new inode (the caller truncates in the foreground).
-    pub(super) fn truncate_to_zero_later(&mut self, i: &mut Inode) -> Result<bool> {
-        debug_assert!(self.truncates_later(i));
+    /// Returns false, having changed nothing, when the tail holds fewer
+    /// than [`FOREGROUND_DELETE_MAX_BLOCKS`] blocks or no inode number is
+    /// left for the new inode (the caller truncates in the foreground).
+    pub(super) fn truncate_later(&mut self, i: &mut Inode, size: u64) -> Result<bool> {
+        debug_assert!(self.truncates_later(i, size));
+        let at = size.div_ceil(file::BLOCK);
+        if size > 0 && tail::blocks_from(&mut self.store, i, at)? < FOREGROUND_DELETE_MAX_BLOCKS {
+            return Ok(false);
+        }
         let Some(ino) = self.store.take_ino(MAX_INO) else {
             return Ok(false);
         };
@@ -193,14 +204,17 @@ impl Lsfs {
         let mut o = Inode::new(ino, libc::S_IFREG | 0o600, i.uid, i.gid, now);
         o.nlink = 0;
         o.size = i.size;
-        o.blocks = i.blocks;
-        o.format = i.format;
-        o.map_root = i.map_root;
-        o.area = std::mem::take(&mut i.area);
-        i.size = 0;
-        i.blocks = 0;
-        i.format = Format::InlineData;
-        i.map_root = 0;
+        if size == 0 {
+            // The whole map goes: no need to cut it.
+            o.blocks = std::mem::take(&mut i.blocks);
+            o.format = i.format;
+            o.map_root = std::mem::take(&mut i.map_root);
+            o.area = std::mem::take(&mut i.area);
+            i.size = 0;
+            i.format = Format::InlineData;
+        } else {
+            tail::move_tail(&mut self.store, i, at, &mut o)?;
+        }
         self.store.inode_created();
         let blocks = o.blocks;
         self.put(o);

@@ -70,7 +70,7 @@ pub(crate) fn decode_ext(k: u64, v: &[u8]) -> Result<Extent> {
 /// (0x10ff_ffff_0000_0009, found by the `image` fuzz target) was taken for
 /// blocks of the checkpoint being built, rewritten in place, and their DAT
 /// entries made a DAT block no checkpoint could place (a panic).
-fn decode_ext_in(s: &Store, k: u64, v: &[u8]) -> Result<Extent> {
+pub(crate) fn decode_ext_in(s: &Store, k: u64, v: &[u8]) -> Result<Extent> {
     let e = decode_ext(k, v)?;
     if e.vstart + e.len > s.roots().next_vblock {
         return Err(Error::corrupt(format!(
@@ -81,7 +81,7 @@ fn decode_ext_in(s: &Store, k: u64, v: &[u8]) -> Result<Extent> {
     Ok(e)
 }
 
-fn encode_ext(e: &Extent) -> Vec<u8> {
+pub(crate) fn encode_ext(e: &Extent) -> Vec<u8> {
     let mut v = e.vstart.to_le_bytes().to_vec();
     v.extend_from_slice(&(e.len as u32).to_le_bytes());
     v

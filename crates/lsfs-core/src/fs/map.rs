@@ -163,3 +163,30 @@ pub fn destroy_tree(s: &mut Store, root: u64, owner_ino: u64) -> Result<()> {
     }
     Ok(())
 }
+
+/// Moves the items of `from`'s map with keys `>= key` into `to`'s map,
+/// which must be empty: a B-tree is cut along one path
+/// ([`crate::btree::BTree::split_off`]), an inline map in two. The nodes
+/// keep the owner they were written for; as for a map handed whole to
+/// another inode, nothing reads the owner of a map node to find it.
+pub fn split_off(s: &mut Store, from: &mut Inode, key: u64, to: &mut Inode) -> Result<()> {
+    debug_assert!(to.format == Format::InlineData && to.map_root == 0);
+    match from.format {
+        Format::BTree => {
+            let tree = s.tree();
+            let right =
+                tree.split_off(&mut VNodes { s, ino: from.ino }, &mut from.map_root, key)?;
+            to.format = Format::BTree;
+            to.map_root = right;
+        }
+        Format::InlineMap => {
+            let mut items = decode_inline(&from.area)?;
+            let right = items.split_off(items.partition_point(|(k, _)| *k < key));
+            from.area = encode_inline(&items).expect("a smaller map fits");
+            to.format = Format::InlineMap;
+            to.area = encode_inline(&right).expect("a smaller map fits");
+        }
+        Format::InlineData => {}
+    }
+    Ok(())
+}

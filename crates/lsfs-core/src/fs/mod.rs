@@ -23,6 +23,7 @@ mod namespace;
 pub mod oplog;
 mod replay;
 pub mod snapview;
+mod tail;
 mod trim;
 pub mod write_amp;
 pub mod xattr;
@@ -861,11 +862,12 @@ impl Vfs for Lsfs {
                 self.reserve(1)?;
             }
             let shrinks = size < i.size;
-            let later =
-                size == 0 && self.truncates_later(&i) && self.truncate_to_zero_later(&mut i)?;
-            if !later {
-                file::truncate(&mut self.store, &mut i, size)?;
+            if self.truncates_later(&i, size) {
+                self.truncate_later(&mut i, size)?;
             }
+            // What is left past `size` after a background truncate is at
+            // most the rest of the new last block, to zero.
+            file::truncate(&mut self.store, &mut i, size)?;
             i.mtime = now;
             i.ctime = now;
             if shrinks {
