@@ -10,47 +10,12 @@ use lsfs_core::device::{CrashDevice, LoggedOp, MemDevice};
 use lsfs_core::fs::{Lsfs, MountConfig};
 use lsfs_vfs::{Vfs, ROOT_INO};
 
-const FILE_BLOCKS: u64 = 2048; // 8 MiB
-
 /// The tests' usual settings with a cache of 64 MiB, so that the whole
 /// file is one batch (a batch is at most a quarter of the cache).
 fn big_cache() -> MountConfig {
     let mut c = cfg();
     c.store.cache_blocks = 16384;
     c
-}
-
-/// A file of `FILE_BLOCKS` blocks written in order, then 1,500 of its
-/// blocks rewritten at random, each rewrite between writes to another
-/// file and with checkpoints now and then, so that its blocks end up
-/// scattered. Returns its inode and contents.
-fn scattered_file(fs: &mut Lsfs) -> (u64, Vec<u8>) {
-    let f = fs
-        .mknod(ROOT_INO, b"f", libc::S_IFREG | 0o644, 0, &ctx())
-        .unwrap();
-    let g = fs
-        .mknod(ROOT_INO, b"g", libc::S_IFREG | 0o644, 0, &ctx())
-        .unwrap();
-    let mut data = pattern(1, (FILE_BLOCKS * 4096) as usize);
-    fs.write(f.ino, 0, &data).unwrap();
-    fs.checkpoint().unwrap();
-    let mut x: u64 = 12345;
-    for n in 0..1500u64 {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        let b = (x >> 33) % FILE_BLOCKS;
-        let block = pattern(1000 + n, 4096);
-        let at = (b * 4096) as usize;
-        data[at..at + 4096].copy_from_slice(&block);
-        fs.write(f.ino, b * 4096, &block).unwrap();
-        fs.write(g.ino, n * 4096, &pattern(5000 + n, 4096)).unwrap();
-        if n % 100 == 99 {
-            fs.checkpoint().unwrap();
-        }
-    }
-    fs.checkpoint().unwrap();
-    (f.ino, data)
 }
 
 fn read_all(fs: &mut Lsfs, ino: u64) -> Vec<u8> {

@@ -243,6 +243,8 @@ pub fn stats(fs: &Lsfs) -> Value {
         // (counted in live_blocks until then, so not free in statfs).
         "deletes": { "reclaiming_files": fs.reclaim_status().files, "reclaiming_blocks": fs.reclaim_status().blocks,
                      "since_mount": fs.delete_stats() },
+        // Files laid out again when idle (fs/compaction.rs).
+        "compaction": fs.compaction_stats(),
         "read_only_reason": st.failure(),
         "memory": memory(fs),
     })

@@ -169,6 +169,25 @@ pub fn stats_text(s: &Value) -> String {
         ],
     ));
 
+    let cm = &s["compaction"];
+    if !cm.is_null() {
+        sections.push((
+            "compaction when idle",
+            vec![
+                row("files read in order", u(&cm["candidates"]).to_string()),
+                row(
+                    "batches laid out again",
+                    format!(
+                        "{} ({}), {} left as they were",
+                        u(&cm["batches_moved"]),
+                        blocks(u(&cm["blocks_moved"])),
+                        u(&cm["batches_left"])
+                    ),
+                ),
+            ],
+        ));
+    }
+
     let dl = &s["deletes"];
     if !dl.is_null() {
         let m = &dl["since_mount"];

@@ -764,6 +764,15 @@ impl Lsfs {
                 cfg.segments_per_pass as usize,
                 if idle { "idle" } else { "interval" },
             )?;
+        } else if idle
+            && !battery
+            && cfg.compact_when_idle
+            && free >= self.high_water_segments()
+            && clock.secs_since(self.compaction_last_read()) >= cfg.idle_secs
+        {
+            // Nothing to clean: lay out a file that is read in order
+            // (fs/compaction.rs), a batch per tick.
+            self.compact_step()?;
         }
         Ok(())
     }

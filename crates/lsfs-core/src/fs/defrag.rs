@@ -72,43 +72,55 @@ impl Lsfs {
         if mapped.is_empty() || !(force || fragmented) {
             return Ok(rep);
         }
-        // A batch is dirty in the cache until its checkpoint: a quarter of
-        // the cache at most, as writes keep to.
-        let cache = self.store.cache().capacity_blocks();
-        let per_batch = (cache / 4).clamp(64, DEFRAG_BATCH_BLOCKS);
-        for batch in mapped.chunks(per_batch) {
-            self.reserve(batch.len() as u64)?;
-            let now = self.store.now();
-            for &(fb, v) in batch {
-                // Read now, not with the runs above: `reserve` may have
-                // cleaned, moving blocks of this very file.
-                let e = self.store.dat_get(v)?;
-                if e.pblock == 0 {
-                    // Not placed yet: the next checkpoint writes it in
-                    // order anyway.
-                    continue;
-                }
-                let Some(seg) = self.store.geo().segment_of(e.pblock) else {
-                    continue;
-                };
-                let owner = Owner {
-                    ino,
-                    offset: fb,
-                    kind: BlockKind::Data,
-                };
-                self.store.vmove(v, e, owner, e.pblock)?;
-                self.store.kill_live(seg, false, now)?;
-                rep.moved += 1;
-            }
-            self.checkpoint_for("defrag")?;
+        for batch in mapped.chunks(self.defrag_batch_blocks()) {
+            rep.moved += self.move_in_file_order(ino, batch)?;
         }
         rep.runs_after = self.physical_runs(&mapped)?;
         Ok(rep)
     }
 
+    /// Blocks moved per batch: a batch is dirty in the cache until its
+    /// checkpoint, so a quarter of the cache at most, as writes keep to.
+    pub(super) fn defrag_batch_blocks(&self) -> usize {
+        let cache = self.store.cache().capacity_blocks();
+        (cache / 4).clamp(64, DEFRAG_BATCH_BLOCKS)
+    }
+
+    /// Move `batch` (file block, virtual block of file `ino`, in file
+    /// order, read under this lock hold) to new places in that order, then
+    /// checkpoint. Returns the blocks moved.
+    pub(super) fn move_in_file_order(&mut self, ino: u64, batch: &[(u64, u64)]) -> VfsResult<u64> {
+        self.reserve(batch.len() as u64)?;
+        let now = self.store.now();
+        let mut moved = 0;
+        for &(fb, v) in batch {
+            // Read now, not with the caller's runs: `reserve` may have
+            // cleaned, moving blocks of this very file.
+            let e = self.store.dat_get(v)?;
+            if e.pblock == 0 {
+                // Not placed yet: the next checkpoint writes it in
+                // order anyway.
+                continue;
+            }
+            let Some(seg) = self.store.geo().segment_of(e.pblock) else {
+                continue;
+            };
+            let owner = Owner {
+                ino,
+                offset: fb,
+                kind: BlockKind::Data,
+            };
+            self.store.vmove(v, e, owner, e.pblock)?;
+            self.store.kill_live(seg, false, now)?;
+            moved += 1;
+        }
+        self.checkpoint_for("defrag")?;
+        Ok(moved)
+    }
+
     /// How many runs of consecutive physical blocks `mapped` (file block,
     /// virtual block, in file order) is laid out in.
-    fn physical_runs(&mut self, mapped: &[(u64, u64)]) -> VfsResult<u64> {
+    pub(super) fn physical_runs(&mut self, mapped: &[(u64, u64)]) -> VfsResult<u64> {
         let mut runs = 0;
         let mut prev: Option<(u64, u64)> = None;
         for &(fb, v) in mapped {

@@ -799,6 +799,31 @@ pub fn mapped_blocks(s: &mut Store, ino: &Inode) -> Result<Vec<(u64, u64)>> {
     Ok(out)
 }
 
+/// Up to about `max` (file block, virtual block) pairs of `ino` from file
+/// block `from` on, in file order: whole extents, the first cut at `from`;
+/// it stops after the extent that reaches `max`.
+pub fn mapped_blocks_from(
+    s: &mut Store,
+    ino: &Inode,
+    from: u64,
+    max: usize,
+) -> Result<Vec<(u64, u64)>> {
+    let mut out = Vec::new();
+    if let Some(e) = extent_at(s, ino, from)?.filter(|e| e.file_block < from) {
+        out.extend((from..e.file_block + e.len).map(|b| (b, e.vstart + b - e.file_block)));
+    }
+    let mut key = from;
+    while out.len() < max {
+        let Some((k, v)) = map::get_ceil(s, ino, key)? else {
+            break;
+        };
+        let e = decode_ext_in(s, k, &v)?;
+        out.extend((0..e.len).map(|i| (e.file_block + i, e.vstart + i)));
+        key = k + 1;
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,6 +9,7 @@
 
 pub mod atomic;
 pub mod clean;
+pub mod compaction;
 pub mod defrag;
 mod delete;
 pub mod dir;
@@ -116,6 +117,8 @@ pub struct Lsfs {
     pub atomic: atomic::AtomicWrites,
     /// Deleted files whose blocks are freed in the background (`delete.rs`).
     deletes: delete::Deletes,
+    /// Files read in order, to lay out again when idle (`compaction.rs`).
+    compaction: compaction::Compaction,
 }
 
 fn check_name(name: &[u8]) -> VfsResult<()> {
@@ -216,6 +219,7 @@ impl Lsfs {
             checks_resume_at: None,
             atomic: Default::default(),
             deletes: Default::default(),
+            compaction: Default::default(),
         }
     }
 
@@ -547,6 +551,7 @@ impl Lsfs {
 
     /// Free an inode and everything it holds.
     fn destroy_inode(&mut self, ino: u64) -> Result<()> {
+        self.compaction.forget(ino);
         let mut i = self.load_any(ino)?.inode.clone();
         if i.kind() == FileKind::Dir {
             map::destroy_tree(
@@ -862,6 +867,7 @@ impl Vfs for Lsfs {
                 self.reserve(1)?;
             }
             let shrinks = size < i.size;
+            self.compaction.note_change(ino);
             if self.truncates_later(&i, size) {
                 self.truncate_later(&mut i, size)?;
             }
@@ -1094,7 +1100,11 @@ impl Vfs for Lsfs {
         if self.atomic.contains(ino) {
             return self.atomic_read(ino, offset, size as u64);
         }
-        file::read(&mut self.store, &i, offset, size as u64).map_err(Errno::from)
+        let data = file::read(&mut self.store, &i, offset, size as u64).map_err(Errno::from)?;
+        let now = self.store.clock().mono();
+        self.compaction
+            .note_read(ino, offset, data.len() as u64, now);
+        Ok(data)
     }
 
     fn seek_data_or_hole(&mut self, ino: Ino, offset: u64, data: bool) -> VfsResult<Option<u64>> {
@@ -1132,6 +1142,7 @@ impl Vfs for Lsfs {
             return Ok(data.len() as u32);
         }
         self.reserve(data.len() as u64 / file::BLOCK + 2)?;
+        self.compaction.note_change(ino);
         if offset
             .checked_add(data.len() as u64)
             .is_none_or(|end| end > file::MAX_FILE_BYTES)

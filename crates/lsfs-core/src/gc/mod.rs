@@ -136,6 +136,11 @@ pub struct CleanerConfig {
     /// adaptive cut the write cost by 11–20 % from 77 % to 86 % live, but
     /// more than doubled it at 88 %.
     pub threaded_logging: ThreadedLogging,
+    /// Compaction (Janda) when idle: files read in order are laid out
+    /// again in file order, a batch per tick, while nothing else wants the
+    /// device and free space is above `max_free_percent` (fs/compaction.rs;
+    /// default true).
+    pub compact_when_idle: bool,
     /// R: what a block written into a hole costs, in sequential block
     /// writes (1..=1000; default 10.6, measured with fio on this project's
     /// disk: docs/bench/threaded-logging/measure-r.sh). Plugging pays for
@@ -165,6 +170,7 @@ impl Default for CleanerConfig {
             power: PowerMode::Auto,
             max_copy_blocks_per_sec: 25_600,
             threaded_logging: ThreadedLogging::Off,
+            compact_when_idle: true,
             random_write_cost: lsfs_policy::gc::RANDOM_WRITE_COST,
         }
     }

@@ -6,7 +6,7 @@ use lsfs_core::device::{BlockDevice, MemDevice};
 use lsfs_core::fs::{Lsfs, MountConfig};
 use lsfs_core::fsck::{fsck, FsckReport};
 use lsfs_core::meta::open::MkfsOptions;
-use lsfs_vfs::Ctx;
+use lsfs_vfs::{Ctx, Vfs, ROOT_INO};
 
 pub const MIB: u64 = 1 << 20;
 
@@ -173,4 +173,40 @@ pub fn make_files(fs: &mut Lsfs, n: usize, contents: impl Fn(usize) -> Vec<u8>) 
             a.ino
         })
         .collect()
+}
+
+/// Blocks of [`scattered_file`]'s file (8 MiB).
+pub const FILE_BLOCKS: u64 = 2048;
+
+/// A file "f" of [`FILE_BLOCKS`] blocks written in order, then 1,500 of its
+/// blocks rewritten at random, each rewrite between writes to another
+/// file and with checkpoints now and then, so that its blocks end up
+/// scattered. Returns its inode and contents.
+pub fn scattered_file(fs: &mut Lsfs) -> (u64, Vec<u8>) {
+    let f = fs
+        .mknod(ROOT_INO, b"f", libc::S_IFREG | 0o644, 0, &ctx())
+        .unwrap();
+    let g = fs
+        .mknod(ROOT_INO, b"g", libc::S_IFREG | 0o644, 0, &ctx())
+        .unwrap();
+    let mut data = pattern(1, (FILE_BLOCKS * 4096) as usize);
+    fs.write(f.ino, 0, &data).unwrap();
+    fs.checkpoint().unwrap();
+    let mut x: u64 = 12345;
+    for n in 0..1500u64 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let b = (x >> 33) % FILE_BLOCKS;
+        let block = pattern(1000 + n, 4096);
+        let at = (b * 4096) as usize;
+        data[at..at + 4096].copy_from_slice(&block);
+        fs.write(f.ino, b * 4096, &block).unwrap();
+        fs.write(g.ino, n * 4096, &pattern(5000 + n, 4096)).unwrap();
+        if n % 100 == 99 {
+            fs.checkpoint().unwrap();
+        }
+    }
+    fs.checkpoint().unwrap();
+    (f.ino, data)
 }
