@@ -739,6 +739,9 @@ impl BlockDevice for QueuedDevice {
     fn stats(&self) -> &DeviceStats {
         self.0.dev.stats()
     }
+    fn release(&self) -> Result<()> {
+        self.0.dev.release()
+    }
 }
 
 #[cfg(test)]

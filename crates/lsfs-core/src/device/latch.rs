@@ -68,4 +68,7 @@ impl BlockDevice for ReadErrorLatch {
     fn stats(&self) -> &DeviceStats {
         self.inner.stats()
     }
+    fn release(&self) -> Result<()> {
+        self.inner.release()
+    }
 }

@@ -57,6 +57,12 @@ pub trait BlockDevice: Send + Sync {
     fn discard(&self, offset: u64, len: u64) -> Result<u64>;
     /// Counters of this device's traffic.
     fn stats(&self) -> &DeviceStats;
+    /// The file system is done with the device (it unmounted, after its
+    /// last flush): give back what the device holds for it, such as an
+    /// object store's lease. Most devices hold nothing.
+    fn release(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Device traffic counters; `flushes` is what the one-flush-per-fsync promise is measured by.

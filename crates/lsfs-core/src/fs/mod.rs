@@ -496,7 +496,7 @@ impl Lsfs {
             self.store.discard_batch()?;
             self.store.settle_superblocks()?;
         }
-        Ok(())
+        self.store.release_device()
     }
 
     /// Queue device writes and flushes from now on instead of doing them

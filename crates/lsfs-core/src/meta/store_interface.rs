@@ -182,6 +182,12 @@ impl Store {
     // ---- inode numbers and the inode count ----
 
     /// Hand out the next inode number, unless it would reach `limit`.
+    /// The file system unmounted: the device gives back what it holds
+    /// for it (an object store's lease, `BlockDevice::release`).
+    pub fn release_device(&mut self) -> Result<()> {
+        self.dev.release()
+    }
+
     pub fn take_ino(&mut self, limit: u64) -> Option<u64> {
         let ino = self.next_ino;
         if ino >= limit {
