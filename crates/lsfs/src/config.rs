@@ -28,6 +28,9 @@ pub struct FileConfig {
     /// (when the kernel and privileges allow, else /dev/fuse) or "on"
     /// (else the mount fails). `--uring` and `-o uring=…` override it.
     pub uring: Option<UringSetting>,
+    /// An object store's objects kept in memory, in bytes (default 64 MiB;
+    /// 8 MiB..=64 GiB; docs/OBJECT_STORE.md). Image files ignore it.
+    pub object_cache_bytes: Option<u64>,
     /// The cleaner (see lsfs_core::gc::CleanerConfig for every key, default and range).
     #[serde(default)]
     pub cleaner: lsfs_core::gc::CleanerConfig,
@@ -71,6 +74,18 @@ impl FileConfig {
         toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
     }
 
+    /// The bound on an object store's objects kept in memory, validated.
+    pub fn object_cache_bytes(&self) -> Result<u64, String> {
+        check(
+            "object_cache_bytes",
+            self.object_cache_bytes
+                .unwrap_or(lsfs_object::device::DEFAULT_CACHE_BYTES),
+            8 << 20,
+            64 << 30,
+            "bytes",
+        )
+    }
+
     /// The mount configuration, validating every value.
     pub fn mount_config(
         &self,
@@ -79,6 +94,7 @@ impl FileConfig {
         checkpoint: Option<u64>,
     ) -> Result<MountConfig, String> {
         let mut c = MountConfig::default();
+        self.object_cache_bytes()?;
         let cache = check(
             "cache size",
             cache_override

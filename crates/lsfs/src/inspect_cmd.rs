@@ -1,17 +1,17 @@
 //! `lsfs fsck` and `lsfs inspect`: offline tools that open the image directly.
 
-use lsfs_core::device::FileDevice;
+use lsfs_core::device::BlockDevice;
 use lsfs_core::inspect;
 use std::path::Path;
 
-fn open(image: &Path) -> Result<FileDevice, String> {
-    FileDevice::open(image, false).map_err(|e| e.to_string())
+fn open(image: &Path) -> Result<Box<dyn BlockDevice>, String> {
+    crate::device_target::open(image, false)
 }
 
 /// Check an image; exit status as e2fsck: 0 clean, 4 errors left, 8 could not check.
 pub fn fsck(image: &Path, json: bool) -> Result<u8, String> {
     let dev = open(image)?;
-    let report = match lsfs_core::fsck::fsck(Box::new(dev)) {
+    let report = match lsfs_core::fsck::fsck(dev) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("lsfs fsck: {}: {e}", image.display());
@@ -71,7 +71,7 @@ pub fn inspect(image: &Path, what: What, json: bool) -> Result<(), String> {
     let out = |v: serde_json::Value| println!("{v}");
     match what {
         What::Superblock => {
-            let copies = inspect::superblock(&mut dev).map_err(e)?;
+            let copies = inspect::superblock(dev.as_mut()).map_err(e)?;
             if json {
                 out(serde_json::to_value(&copies).unwrap());
                 return Ok(());
@@ -89,7 +89,7 @@ pub fn inspect(image: &Path, what: What, json: bool) -> Result<(), String> {
             }
         }
         What::Segments { all } => {
-            let segs = inspect::segments(Box::new(dev)).map_err(e)?;
+            let segs = inspect::segments(dev).map_err(e)?;
             if json {
                 out(serde_json::to_value(&segs).unwrap());
                 return Ok(());
@@ -106,7 +106,7 @@ pub fn inspect(image: &Path, what: What, json: bool) -> Result<(), String> {
             }
         }
         What::Checkpoints => {
-            let cps = inspect::checkpoints(Box::new(dev)).map_err(e)?;
+            let cps = inspect::checkpoints(dev).map_err(e)?;
             if json {
                 out(serde_json::to_value(&cps).unwrap());
                 return Ok(());
@@ -127,7 +127,7 @@ pub fn inspect(image: &Path, what: What, json: bool) -> Result<(), String> {
             }
         }
         What::DumpSegment(n) => {
-            let d = inspect::dump_segment(&mut dev, n).map_err(e)?;
+            let d = inspect::dump_segment(dev.as_mut(), n).map_err(e)?;
             if json {
                 out(serde_json::to_value(&d).unwrap());
                 return Ok(());

@@ -4,6 +4,7 @@
 mod config;
 mod control;
 mod defrag_cmd;
+mod device_target;
 mod gc_cmd;
 mod inspect_cmd;
 mod man_pages;
@@ -41,7 +42,7 @@ struct Cli {
 enum Cmd {
     /// Make an image (if there is none) and mount it in the foreground; Ctrl-C unmounts.
     Run(RunArgs),
-    /// Make a new file system on an image file or block device.
+    /// Make a new file system on an image file, a block device or an object store.
     Mkfs(MkfsArgs),
     /// Mount a file system (foreground unless --background).
     ///
@@ -132,7 +133,8 @@ enum GcAction {
 
 #[derive(Args)]
 struct FsckArgs {
-    /// The unmounted image file or block device.
+    /// The unmounted image file or block device, or an object store URL
+    /// (s3://BUCKET/PREFIX, file:///DIR).
     image: PathBuf,
     /// Print machine-readable JSON instead of text.
     #[arg(long)]
@@ -152,12 +154,12 @@ struct InspectArgs {
 enum InspectWhat {
     /// Both superblock copies.
     Superblock {
-        /// The unmounted image file or block device.
+        /// The unmounted image file or block device, or an object store URL.
         image: PathBuf,
     },
     /// The segment usage table (like NILFS's lssu).
     Segments {
-        /// The unmounted image file or block device.
+        /// The unmounted image file or block device, or an object store URL.
         image: PathBuf,
         /// Include free segments.
         #[arg(long)]
@@ -165,12 +167,12 @@ enum InspectWhat {
     },
     /// The checkpoints and snapshots (like lscp).
     Checkpoints {
-        /// The unmounted image file or block device.
+        /// The unmounted image file or block device, or an object store URL.
         image: PathBuf,
     },
     /// The log records of one segment with their summaries (like dumpseg).
     DumpSegment {
-        /// The unmounted image file or block device.
+        /// The unmounted image file or block device, or an object store URL.
         image: PathBuf,
         /// Segment number (0 .. segments − 1).
         segno: u64,
@@ -192,7 +194,8 @@ struct RunArgs {
 
 #[derive(Args)]
 struct MkfsArgs {
-    /// Image file or block device.
+    /// Image file or block device, or an object store URL
+    /// (s3://BUCKET/PREFIX, file:///DIR; needs --size).
     image: PathBuf,
     /// Create (or resize) the image file to this size.
     #[arg(long, value_parser = size::parse_size)]
@@ -213,7 +216,8 @@ struct MkfsArgs {
 
 #[derive(Args)]
 struct MountArgs {
-    /// The image file or block device.
+    /// The image file or block device, or an object store URL
+    /// (s3://BUCKET/PREFIX, file:///DIR): one read-write mount at a time.
     image: PathBuf,
     /// An existing directory to mount it on.
     mountpoint: PathBuf,
@@ -277,7 +281,7 @@ struct Target {
     /// A mounted file system (its mount point).
     #[arg(long, global = true, conflicts_with = "image")]
     mount: Option<PathBuf>,
-    /// An unmounted image.
+    /// An unmounted image, or an object store URL (s3://BUCKET/PREFIX, file:///DIR).
     #[arg(long, global = true)]
     image: Option<PathBuf>,
     /// Print machine-readable JSON instead of text.
@@ -518,26 +522,37 @@ fn make_image(
     size: Option<u64>,
     segment_size: u64,
     label: &str,
+    force: bool,
 ) -> Result<(), String> {
     if segment_size % 4096 != 0 {
         return Err(format!(
             "--segment-size {segment_size}: must be a multiple of 4096 bytes"
         ));
     }
-    if let Some(size) = size {
-        FileDevice::create_image(image, size).map_err(err)?;
+    match (device_target::object_url(image), size) {
+        (Some(url), Some(size)) => device_target::create_object(url, size, segment_size, force)?,
+        (Some(url), None) => {
+            return Err(format!(
+                "{url}: give --size to lay out a file system in an object store"
+            ))
+        }
+        (None, Some(size)) => FileDevice::create_image(image, size).map_err(err)?,
+        (None, None) => {}
     }
-    let dev = FileDevice::open(image, true).map_err(err)?;
+    let dev = device_target::open(image, true)?;
     let opts = MkfsOptions {
         segment_blocks: (segment_size / 4096) as u32,
         label: label.to_string(),
     };
-    let mut fs = Lsfs::mkfs(Box::new(dev), &opts, MountConfig::default()).map_err(err)?;
+    let mut fs = Lsfs::mkfs(dev, &opts, MountConfig::default()).map_err(err)?;
     fs.unmount().map_err(err)?;
     Ok(())
 }
 
 fn looks_like_lsfs(image: &Path) -> bool {
+    if let Some(url) = device_target::object_url(image) {
+        return device_target::object_holds_lsfs(url).unwrap_or(false);
+    }
     let mut b = [0u8; 8];
     std::fs::File::open(image)
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
@@ -552,15 +567,14 @@ fn mkfs(a: MkfsArgs) -> Result<(), String> {
             a.image.display()
         ));
     }
-    if a.size.is_none() && !a.image.exists() {
+    if a.size.is_none() && !a.image.exists() && device_target::object_url(&a.image).is_none() {
         return Err(format!(
             "{} does not exist: give --size to create it",
             a.image.display()
         ));
     }
-    make_image(&a.image, a.size, a.segment_size, &a.label)?;
-    let dev = FileDevice::open(&a.image, false).map_err(err)?;
-    let size = lsfs_core::device::BlockDevice::size_bytes(&dev);
+    make_image(&a.image, a.size, a.segment_size, &a.label, a.force)?;
+    let size = device_target::open(&a.image, false)?.size_bytes();
     if a.json {
         println!(
             "{}",
@@ -586,7 +600,7 @@ fn run(a: RunArgs) -> Result<(), String> {
         );
         let segment_bytes = lsfs_core::layout::DEFAULT_SEGMENT_BLOCKS as u64
             * lsfs_core::layout::BLOCK_BYTES as u64;
-        make_image(&a.image, Some(a.size), segment_bytes, "lsfs")?;
+        make_image(&a.image, Some(a.size), segment_bytes, "lsfs", false)?;
     }
     std::fs::create_dir_all(&a.mountpoint)
         .map_err(|e| format!("cannot create {}: {e}", a.mountpoint.display()))?;
@@ -665,9 +679,13 @@ fn mount(a: MountArgs) -> Result<(), String> {
     if let Some(d) = o.discard {
         cfg.store.discard = d;
     }
-    let dev = FileDevice::open(&a.image, !cfg.store.read_only).map_err(err)?;
-    let mut fs = Lsfs::open(Box::new(dev), cfg)
-        .map_err(|e| format!("cannot mount {}: {e}", a.image.display()))?;
+    let dev = device_target::open_cached(
+        &a.image,
+        !cfg.store.read_only,
+        file_cfg.object_cache_bytes()?,
+    )?;
+    let mut fs =
+        Lsfs::open(dev, cfg).map_err(|e| format!("cannot mount {}: {e}", a.image.display()))?;
     fs.cleaner.set_power_source(Box::new(power::SysfsPower));
     if fs.replayed_records > 0 {
         tracing::info!(
@@ -873,8 +891,8 @@ fn control_request(t: &Target, req: serde_json::Value) -> Result<serde_json::Val
     match (&t.mount, &t.image) {
         (Some(m), _) => control::request(m, &req),
         (None, Some(img)) => {
-            let dev = FileDevice::open(img, true).map_err(err)?;
-            let mut fs = Lsfs::open(Box::new(dev), MountConfig::default()).map_err(err)?;
+            let dev = device_target::open(img, true)?;
+            let mut fs = Lsfs::open(dev, MountConfig::default()).map_err(err)?;
             fs.cleaner.set_power_source(Box::new(power::SysfsPower));
             let r = control::execute(&mut fs, &req);
             fs.unmount().map_err(err)?;

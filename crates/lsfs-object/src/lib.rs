@@ -1,0 +1,17 @@
+//! An lsfs device on an object store (S3 or anything that speaks its API,
+//! a local directory, or memory for tests). The log maps onto objects as
+//! it is: a segment is written in order and never changed until the
+//! cleaner frees it, which is the life of an object. Each segment is one
+//! object, each superblock copy another (`layout.rs`); the device keeps
+//! the objects it touches in memory, uploads the changed ones whole at
+//! every flush, and deletes a segment's object when the segment is
+//! discarded (`device.rs`). A lease object lets one read-write mount in at
+//! a time (`lease.rs`). See docs/OBJECT_STORE.md.
+
+pub mod device;
+pub mod layout;
+pub mod lease;
+pub mod target;
+
+pub use device::{ObjectDevice, ObjectStats};
+pub use target::{is_object_url, Target};

@@ -1,0 +1,200 @@
+//! The object-store device under the engine: a file system made, written,
+//! unmounted and mounted again from the store alone reads back the same
+//! and passes fsck; a flush makes exactly what came before it durable; a
+//! freed segment's object is deleted; one writer at a time.
+
+use lsfs_core::device::BlockDevice;
+use lsfs_core::fs::{Lsfs, MountConfig};
+use lsfs_core::meta::open::MkfsOptions;
+use lsfs_object::layout::Geometry;
+use lsfs_object::{ObjectDevice, Target};
+use lsfs_vfs::{Ctx, Vfs, ROOT_INO};
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::ObjectStore;
+use std::sync::Arc;
+
+const SEG_BLOCKS: u64 = 64;
+
+fn target() -> Target {
+    Target::on(Arc::new(InMemory::new()), "fs/one")
+}
+
+/// 24 MiB: 95 segments of 256 KiB.
+fn geo() -> Geometry {
+    Geometry {
+        device_bytes: 24 << 20,
+        segment_blocks: SEG_BLOCKS,
+    }
+}
+
+fn open(t: &Target, writable: bool) -> ObjectDevice {
+    ObjectDevice::open(t, writable, 8 << 20).unwrap()
+}
+
+fn ctx() -> Ctx {
+    Ctx {
+        uid: 0,
+        gid: 0,
+        pid: 1,
+        umask: 0,
+    }
+}
+
+fn data(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn objects(t: &Target) -> Vec<String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let seg = t.path("seg");
+    let list = rt
+        .block_on(t.store.list_with_delimiter(Some(&seg)))
+        .unwrap();
+    let mut v: Vec<String> = list
+        .objects
+        .iter()
+        .map(|o| o.location.to_string())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_file_system_lives_in_the_store_alone() {
+    let t = target();
+    ObjectDevice::create(&t, geo(), false).unwrap();
+    let opts = MkfsOptions {
+        segment_blocks: SEG_BLOCKS as u32,
+        label: "objects".into(),
+    };
+    let mut fs = Lsfs::mkfs(Box::new(open(&t, true)), &opts, MountConfig::default()).unwrap();
+    let mut files = Vec::new();
+    for n in 0..20u8 {
+        let a = fs
+            .mknod(
+                ROOT_INO,
+                format!("f{n}").as_bytes(),
+                libc::S_IFREG | 0o644,
+                0,
+                &ctx(),
+            )
+            .unwrap();
+        let d = data(n, 50_000 * (n as usize % 5 + 1));
+        fs.write(a.ino, 0, &d).unwrap();
+        files.push((format!("f{n}"), d));
+    }
+    fs.unmount().unwrap();
+    drop(fs);
+    assert!(
+        objects(&t).len() > 3,
+        "segments are objects: {:?}",
+        objects(&t)
+    );
+
+    let report = lsfs_core::fsck::fsck(Box::new(open(&t, false))).unwrap();
+    assert!(report.errors.is_empty(), "fsck: {:?}", report.errors);
+    let mut fs = Lsfs::open(Box::new(open(&t, true)), MountConfig::default()).unwrap();
+    for (name, d) in &files {
+        let e = fs.lookup(ROOT_INO, name.as_bytes()).unwrap();
+        assert_eq!(&fs.read(e.ino, 0, d.len() as u32).unwrap(), d, "{name}");
+    }
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn a_flush_makes_exactly_what_came_before_it_durable() {
+    let t = target();
+    ObjectDevice::create(&t, geo(), false).unwrap();
+    let dev = open(&t, true);
+    let a = vec![0xaa; 8192];
+    let b = vec![0xbb; 4096];
+    dev.write_at(4096, &a).unwrap();
+    dev.write_at(1 << 20, &a).unwrap();
+    dev.flush().unwrap();
+    dev.write_at(4096, &b).unwrap();
+    // A crash: the process goes, with what it had not flushed.
+    drop(dev);
+    let dev = open(&t, false);
+    let mut got = vec![0; 8192];
+    dev.read_at(4096, &mut got).unwrap();
+    assert_eq!(got, a, "the flushed write, not the later one");
+    dev.read_at(1 << 20, &mut got).unwrap();
+    assert_eq!(got, a);
+    // Never written: zeros, and no object fetched for it.
+    dev.read_at(20 << 20, &mut got).unwrap();
+    assert!(got.iter().all(|&x| x == 0));
+    assert_eq!(
+        dev.object_counters().puts,
+        0,
+        "a read-only device writes nothing"
+    );
+}
+
+#[test]
+fn a_discarded_segment_is_deleted_and_partial_discards_are_not_taken() {
+    let t = target();
+    ObjectDevice::create(&t, geo(), false).unwrap();
+    let dev = open(&t, true);
+    let seg_bytes = SEG_BLOCKS * 4096;
+    // Segment 2 starts at block 1 + 2·64.
+    let at = (1 + 2 * SEG_BLOCKS) * 4096;
+    dev.write_at(at, &vec![7; 4096]).unwrap();
+    dev.flush().unwrap();
+    assert_eq!(objects(&t), vec!["fs/one/seg/2".to_string()]);
+    assert_eq!(dev.discard(at, seg_bytes - 4096).unwrap(), 0);
+    assert_eq!(dev.discard(at, seg_bytes).unwrap(), seg_bytes);
+    assert!(objects(&t).is_empty());
+    let mut got = vec![1; 4096];
+    dev.read_at(at, &mut got).unwrap();
+    assert!(got.iter().all(|&x| x == 0));
+}
+
+#[test]
+fn one_writer_at_a_time_and_readers_besides() {
+    let t = target();
+    ObjectDevice::create(&t, geo(), false).unwrap();
+    let w = open(&t, true);
+    let err = ObjectDevice::open(&t, true, 8 << 20).err().unwrap();
+    assert!(err.contains("mounted read-write elsewhere"), "{err}");
+    assert!(err.contains("fs/one/lease"), "names the object: {err}");
+    let _r = open(&t, false);
+    drop(w);
+    let _w2 = open(&t, true);
+}
+
+#[test]
+fn what_is_not_a_device_is_refused_clearly() {
+    let t = target();
+    let err = ObjectDevice::open(&t, false, 8 << 20).err().unwrap();
+    assert!(err.contains("no lsfs file system there"), "{err}");
+    ObjectDevice::create(&t, geo(), false).unwrap();
+    let err = ObjectDevice::create(&t, geo(), false).unwrap_err();
+    assert!(err.contains("already holds"), "{err}");
+    // A geometry file that is not ours.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(t.store.put(
+        &Path::from("fs/one/geometry.json"),
+        b"{\"x\":1}".to_vec().into(),
+    ))
+    .unwrap();
+    let err = ObjectDevice::open(&t, false, 8 << 20).err().unwrap();
+    assert!(err.contains("damaged or not lsfs's"), "{err}");
+    // A segment object of the wrong size is damage, not data.
+    ObjectDevice::create(&t, geo(), true).unwrap();
+    rt.block_on(
+        t.store
+            .put(&Path::from("fs/one/seg/0"), vec![1u8; 100].into()),
+    )
+    .unwrap();
+    let dev = open(&t, false);
+    let mut b = vec![0; 4096];
+    let err = dev.read_at(4096, &mut b).unwrap_err().to_string();
+    assert!(err.contains("holds 100 bytes"), "{err}");
+}
