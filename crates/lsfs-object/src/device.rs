@@ -431,6 +431,18 @@ impl BlockDevice for ObjectDevice {
         &self.stats
     }
 
+    /// Requests to the store and their bytes (`lsfs stats`, `lsfs gc stats`).
+    fn extra_counters(&self) -> Vec<(&'static str, u64)> {
+        let c = self.object_counters();
+        vec![
+            ("gets", c.gets),
+            ("get_bytes", c.get_bytes),
+            ("puts", c.puts),
+            ("put_bytes", c.put_bytes),
+            ("deletes", c.deletes),
+        ]
+    }
+
     /// Give the lease back: the file system unmounted.
     fn release(&self) -> Result<()> {
         if self.leased.swap(false, Ordering::Relaxed) {

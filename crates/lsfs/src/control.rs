@@ -191,7 +191,8 @@ pub fn execute(fs: &mut Lsfs, req: &Value) -> Result<Value, String> {
         "gc-stats" => {
             fs.refresh_cleaner_stats();
             Ok(json!({ "ok": true, "write_amplification": fs.write_amplification(), "stats": fs.cleaner.stats, "histogram": fs.store.utilization_histogram(),
-                       "census": fs.store.segment_census(), "threaded_logging": fs.cleaner.config.threaded_logging }))
+                       "census": fs.store.segment_census(), "threaded_logging": fs.cleaner.config.threaded_logging,
+                       "object_store": object_store_counters(fs) }))
         }
         "gc-start" | "gc-stop" => {
             fs.cleaner.enabled = req["cmd"] == "gc-start";
@@ -223,6 +224,19 @@ pub fn gc_status(fs: &Lsfs) -> Value {
     })
 }
 
+/// An object store's requests and bytes since mount (null on other devices).
+fn object_store_counters(fs: &Lsfs) -> Value {
+    let c = fs.store.device_extra_counters();
+    if c.is_empty() {
+        return Value::Null;
+    }
+    Value::Object(
+        c.into_iter()
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect(),
+    )
+}
+
 /// What `lsfs stats` shows.
 pub fn stats(fs: &Lsfs) -> Value {
     let st = &fs.store;
@@ -230,6 +244,7 @@ pub fn stats(fs: &Lsfs) -> Value {
         "write_amplification": fs.write_amplification(),
         "device": st.device_counters(),
         "io": st.io().counters(),
+        "object_store": object_store_counters(fs),
         "discard": st.discard_stats(),
         "store": st.stats(),
         "cache": { "capacity_blocks": st.cache().capacity_blocks(), "resident_blocks": st.cache().len(),

@@ -75,7 +75,7 @@ pub fn stats(mnt: &Path, json_out: bool) -> Result<Value, String> {
         println!(
             "{}",
             json!({ "write_amplification": v["write_amplification"], "stats": v["stats"], "histogram": v["histogram"],
-                    "census": v["census"] })
+                    "census": v["census"], "object_store": v["object_store"] })
         );
     } else {
         println!("{}", write_amplification_line(&v["write_amplification"]));
@@ -107,6 +107,13 @@ pub fn stats(mnt: &Path, json_out: bool) -> Result<Value, String> {
             s["holes_ready"],
             s["measured_clean_cost"].as_f64().unwrap_or(0.0)
         );
+        let o = &v["object_store"];
+        if !o.is_null() {
+            println!(
+                "object store: {} GETs ({} bytes), {} PUTs ({} bytes), {} DELETEs",
+                o["gets"], o["get_bytes"], o["puts"], o["put_bytes"], o["deletes"]
+            );
+        }
         if let Some(m) = s["by_stream"].as_object() {
             for (stream, t) in m {
                 let blocks = t["blocks"].as_f64().unwrap_or(0.0).max(1.0);

@@ -742,6 +742,9 @@ impl BlockDevice for QueuedDevice {
     fn release(&self) -> Result<()> {
         self.0.dev.release()
     }
+    fn extra_counters(&self) -> Vec<(&'static str, u64)> {
+        self.0.dev.extra_counters()
+    }
 }
 
 #[cfg(test)]

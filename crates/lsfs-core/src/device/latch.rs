@@ -71,4 +71,7 @@ impl BlockDevice for ReadErrorLatch {
     fn release(&self) -> Result<()> {
         self.inner.release()
     }
+    fn extra_counters(&self) -> Vec<(&'static str, u64)> {
+        self.inner.extra_counters()
+    }
 }

@@ -63,6 +63,11 @@ pub trait BlockDevice: Send + Sync {
     fn release(&self) -> Result<()> {
         Ok(())
     }
+    /// Counters particular to this kind of device, by name (an object
+    /// store's requests and their bytes); none for most.
+    fn extra_counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }
 
 /// Device traffic counters; `flushes` is what the one-flush-per-fsync promise is measured by.

@@ -112,6 +112,11 @@ impl Store {
         self.dev.stats().snapshot()
     }
 
+    /// The device's own counters, by name (`BlockDevice::extra_counters`).
+    pub fn device_extra_counters(&self) -> Vec<(&'static str, u64)> {
+        self.dev.extra_counters()
+    }
+
     /// The write streams and their counters.
     pub fn streams(&self) -> &Streams {
         &self.streams
