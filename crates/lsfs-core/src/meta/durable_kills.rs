@@ -35,13 +35,18 @@ pub struct DurableKills {
     npending: usize,
     /// Killed by writes an fsync record made durable.
     durable: HashSet<u64>,
+    /// A block shared by a clone lost a user since the latest checkpoint:
+    /// nothing more is listed until the next one. The kill that ends such a
+    /// block is durable only if every earlier user's kill is too, which one
+    /// list per inode cannot tell, so none counts as durable (safe, above).
+    stopped: bool,
 }
 
 impl DurableKills {
     /// Inode `ino` killed blocks `vs`, which the latest checkpoint sees.
     pub fn killed(&mut self, ino: u64, vs: impl IntoIterator<Item = u64>) {
         let mut vs = vs.into_iter().peekable();
-        if vs.peek().is_none() {
+        if self.stopped || vs.peek().is_none() {
             return;
         }
         let list = self.pending.entry(ino).or_default();
@@ -52,6 +57,11 @@ impl DurableKills {
             list.push(v);
             self.npending += 1;
         }
+    }
+
+    /// A shared block lost a user: stop listing until the next checkpoint.
+    pub fn stop(&mut self) {
+        self.stopped = true;
     }
 
     /// An fsync record covering `inos` is durable.
@@ -90,6 +100,14 @@ impl Store {
     pub fn note_kills(&mut self, ino: u64, vs: &[u64]) {
         if !self.sb.move_records() {
             return;
+        }
+        if self.sb.clones()
+            && vs
+                .iter()
+                .any(|&v| self.dat_get(v).map_or(true, |e| e.refs > 0))
+        {
+            // One user of a shared block lets go (fs/clone.rs): see `stop`.
+            self.kills.stop();
         }
         // `Store::is_fresh`, on the fields, beside the borrow of `kills`.
         let (floor, fresh) = (self.fresh_floor, &self.dat_reuse.fresh);
@@ -131,6 +149,14 @@ mod tests {
         assert_eq!(k.len(), 3);
         k.checkpoint_done();
         assert!(!k.is_durable(1) && k.is_empty());
+        k.stop();
+        k.killed(10, [1]);
+        k.synced(&[10]);
+        assert!(!k.is_durable(1), "nothing is listed once stopped");
+        k.checkpoint_done();
+        k.killed(10, [1]);
+        k.synced(&[10]);
+        assert!(k.is_durable(1), "a checkpoint starts listing again");
     }
 
     #[test]

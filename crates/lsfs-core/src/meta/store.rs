@@ -639,6 +639,17 @@ impl Store {
                 &format!("DAT entry of virtual block {v}"),
             )?;
         }
+        if e.refs != 0 && !(self.sb.clones() && e.is_current()) {
+            return Err(Error::corrupt(format!(
+                "DAT entry of virtual block {v} counts {} extra users, but {}",
+                e.refs,
+                if e.is_current() {
+                    "the image has no clones (feature CLONES)"
+                } else {
+                    "it is not live"
+                }
+            )));
+        }
         Ok(e)
     }
 
@@ -1062,6 +1073,20 @@ impl Store {
                     self.fail(&err);
                     return Err(err);
                 }
+                if e.refs > 0 {
+                    // Shared by a clone: one user less, the block lives on
+                    // (its count, its cached copy, its place: the other
+                    // users still read it).
+                    self.kills.stop();
+                    changes.push((
+                        slot,
+                        DatEntry {
+                            refs: e.refs - 1,
+                            ..e
+                        },
+                    ));
+                    continue;
+                }
                 self.deaths_since_checkpoint += 1;
                 self.blocks_used = self.blocks_used.saturating_sub(1);
                 if self.is_fresh(v) {
@@ -1102,6 +1127,46 @@ impl Store {
             self.dat_update(idx, &changes)?;
         }
         Ok(())
+    }
+
+    /// One more user for each of `vs` (a clone maps them again, fs/clone.rs):
+    /// their DAT entries count it, a DAT block at a time. Nothing changes
+    /// if any is not live, fresh (written in place until the next
+    /// checkpoint: the clone checkpoints first) or already at
+    /// `MAX_REFS` users (EMLINK).
+    pub fn vshare_many(&mut self, vs: &[u64]) -> Result<()> {
+        debug_assert!(self.sb.clones(), "sharing on an image without CLONES");
+        let mut sorted = vs.to_vec();
+        sorted.sort_unstable();
+        let mut changes = Vec::with_capacity(sorted.len());
+        for &v in &sorted {
+            let e = self.dat_get(v)?;
+            if !e.is_current() || self.is_fresh(v) {
+                return Err(Error::corrupt(format!(
+                    "virtual block {v} to be shared is not a live block of a checkpoint: {e:?}"
+                )));
+            }
+            if e.refs == crate::meta::dat_entry::MAX_REFS {
+                return Err(Error::Errno(lsfs_vfs::Errno::MLINK));
+            }
+            changes.push((
+                v,
+                DatEntry {
+                    refs: e.refs + 1,
+                    ..e
+                },
+            ));
+        }
+        self.with_dat_cause("clone", |s| {
+            for run in changes.chunk_by(|a, b| a.0 / DAT_PER_BLOCK == b.0 / DAT_PER_BLOCK) {
+                let slots: Vec<(usize, DatEntry)> = run
+                    .iter()
+                    .map(|(v, e)| ((v % DAT_PER_BLOCK) as usize, *e))
+                    .collect();
+                s.dat_update(run[0].0 / DAT_PER_BLOCK, &slots)?;
+            }
+            Ok(())
+        })
     }
 
     /// Make `v` writable: itself if fresh, else a fresh copy (and `v` dies).
@@ -1581,10 +1646,11 @@ mod tests {
         let mut s = Store::small_for_test();
         let v = s.valloc().unwrap();
         let e = DatEntry {
-            pblock: 0x8125_2525_2500_0000,
+            pblock: 0x2525_2500_0000,
             start: 1,
             end: CNO_MAX,
             prev_start: 0,
+            refs: 0,
         };
         s.dat_set(v, e).unwrap();
         let err = s.dat_get(v).unwrap_err().to_string();
