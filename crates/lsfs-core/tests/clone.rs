@@ -330,3 +330,57 @@ fn copy_file_range_shares_whole_blocks_and_copies_the_edges() {
     assert_eq!(read_all(&mut fs, c), want);
     fsck_clean(&mut fs, "after copies");
 }
+
+/// A file that maps the same blocks twice (cloned within itself), and a
+/// clone made twice over the same range: each later write, truncate or
+/// delete takes the right number of users off, in one call or several.
+#[test]
+fn blocks_mapped_twice_by_one_file_lose_both_users() {
+    let mut fs = mkfs(64 * MIB, clone_cfg());
+    fs.checkpoint().unwrap();
+    let empty = fs.statfs().unwrap().bfree;
+    let (a, data) = source(&mut fs);
+    let b = file(&mut fs, b"b");
+    let half = BLOCKS / 2 * 4096;
+    // Blocks 0..512 again at 1024..1536 (past the partial last block).
+    let end = (BLOCKS + 1) * 4096;
+    assert_eq!(fs.clone_range(a, 0, a, end, half), Ok(half));
+    // Twice onto the same range of b: the second replaces the first.
+    fs.clone_range(a, 0, b, 0, half).unwrap();
+    fs.clone_range(a, 0, b, 0, half).unwrap();
+    fsck_clean(&mut fs, "cloned within a file and twice");
+    // One write over both copies of a few blocks: several extents of one
+    // call name the same blocks.
+    fs.checkpoint().unwrap();
+    let mut wa = data.clone();
+    wa.resize(end as usize, 0);
+    wa.extend_from_slice(&data[..half as usize]);
+    let big = pattern(77, (end + 4096) as usize);
+    write_both(&mut fs, a, &mut wa, 0, &big);
+    assert_eq!(read_all(&mut fs, a), wa);
+    assert_eq!(read_all(&mut fs, b), data[..half as usize].to_vec());
+    fsck_clean(&mut fs, "after writing over both copies");
+    // Both copies within one write's piece: one call kills each twice.
+    let c = file(&mut fs, b"c");
+    fs.write(c, 0, &pattern(8, 32 * 4096)).unwrap();
+    fs.clone_range(c, 0, c, 16 * 4096, 8 * 4096).unwrap();
+    fs.write(c, 0, &pattern(9, 32 * 4096)).unwrap();
+    assert_eq!(read_all(&mut fs, c), pattern(9, 32 * 4096));
+    fsck_clean(&mut fs, "after one write over both copies");
+    fs.clone_range(b, 0, b, half, half).unwrap();
+    fs.setattr(
+        b,
+        &lsfs_vfs::SetAttr {
+            size: Some(0),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    fs.unlink(ROOT_INO, b"a").unwrap();
+    fs.forget(a, 1);
+    fs.reclaim_all().unwrap();
+    fsck_clean(&mut fs, "all gone");
+    fs.checkpoint().unwrap();
+    let back = fs.statfs().unwrap().bfree;
+    assert!(back + 256 >= empty, "space not freed: {back}, {empty}");
+}

@@ -1059,6 +1059,13 @@ impl Store {
             while i < sorted.len() && sorted[i] / DAT_PER_BLOCK == idx {
                 let v = sorted[i];
                 i += 1;
+                // A file mapping one block twice (cloned within itself)
+                // lets go of both at once: one change for all of them.
+                let mut users = 1;
+                while i < sorted.len() && sorted[i] == v {
+                    users += 1;
+                    i += 1;
+                }
                 let slot = (v % DAT_PER_BLOCK) as usize;
                 let e = self
                     .dat_entry(&block, v)
@@ -1073,18 +1080,9 @@ impl Store {
                     self.fail(&err);
                     return Err(err);
                 }
-                if e.refs > 0 {
-                    // Shared by a clone: one user less, the block lives on
-                    // (its count, its cached copy, its place: the other
-                    // users still read it).
-                    self.kills.stop();
-                    changes.push((
-                        slot,
-                        DatEntry {
-                            refs: e.refs - 1,
-                            ..e
-                        },
-                    ));
+                let (e, lives) = self.drop_users(v, e, users)?;
+                if lives {
+                    changes.push((slot, e));
                     continue;
                 }
                 self.deaths_since_checkpoint += 1;
@@ -1167,6 +1165,31 @@ impl Store {
             }
             Ok(())
         })
+    }
+
+    /// Take `users` users off block `v` (entry `e`, live): the entry with
+    /// the users left and `true` while a clone's sharing keeps it alive
+    /// (its place, count and cached copy stay: the others still read it),
+    /// else the entry with no extra users and `false`, the block dies.
+    fn drop_users(&mut self, v: u64, e: DatEntry, users: u64) -> Result<(DatEntry, bool)> {
+        let refs = u64::from(e.refs);
+        if refs > 0 {
+            // See `DurableKills::stop`.
+            self.kills.stop();
+        }
+        if users <= refs {
+            let left = (refs - users) as u16;
+            return Ok((DatEntry { refs: left, ..e }, true));
+        }
+        if users > refs + 1 {
+            let err = Error::corrupt(format!(
+                "virtual block {v} loses {users} users at once, but its DAT entry counts {}",
+                refs + 1
+            ));
+            self.fail(&err);
+            return Err(err);
+        }
+        Ok((DatEntry { refs: 0, ..e }, false))
     }
 
     /// Make `v` writable: itself if fresh, else a fresh copy (and `v` dies).
