@@ -36,7 +36,7 @@ pub struct DurableKills {
     /// Killed by writes an fsync record made durable.
     durable: HashSet<u64>,
     /// A block shared by a clone lost a user since the latest checkpoint:
-    /// nothing more is listed until the next one. The kill that ends such a
+    /// nothing is listed until the next one. The kill that ends such a
     /// block is durable only if every earlier user's kill is too, which one
     /// list per inode cannot tell, so none counts as durable (safe, above).
     stopped: bool,
@@ -59,9 +59,14 @@ impl DurableKills {
         }
     }
 
-    /// A shared block lost a user: stop listing until the next checkpoint.
+    /// A shared block lost a user: forget every kill listed, this one's
+    /// too (listed a moment before it turned out to leave the block alive),
+    /// and list none until the next checkpoint.
     pub fn stop(&mut self) {
-        self.stopped = true;
+        *self = DurableKills {
+            stopped: true,
+            ..DurableKills::default()
+        };
     }
 
     /// An fsync record covering `inos` is durable.
@@ -100,14 +105,6 @@ impl Store {
     pub fn note_kills(&mut self, ino: u64, vs: &[u64]) {
         if !self.sb.move_records() {
             return;
-        }
-        if self.sb.clones()
-            && vs
-                .iter()
-                .any(|&v| self.dat_get(v).map_or(true, |e| e.refs > 0))
-        {
-            // One user of a shared block lets go (fs/clone.rs): see `stop`.
-            self.kills.stop();
         }
         // `Store::is_fresh`, on the fields, beside the borrow of `kills`.
         let (floor, fresh) = (self.fresh_floor, &self.dat_reuse.fresh);
@@ -149,7 +146,10 @@ mod tests {
         assert_eq!(k.len(), 3);
         k.checkpoint_done();
         assert!(!k.is_durable(1) && k.is_empty());
+        k.killed(10, [1]);
+        k.synced(&[10]);
         k.stop();
+        assert!(!k.is_durable(1) && k.is_empty(), "stopping forgets all");
         k.killed(10, [1]);
         k.synced(&[10]);
         assert!(!k.is_durable(1), "nothing is listed once stopped");
