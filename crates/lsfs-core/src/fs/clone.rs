@@ -137,7 +137,15 @@ impl Lsfs {
                 return Ok(done);
             }
         }
-        let cloned = self.clone_range(src, src_off + done, dst, dst_off + done, whole * bs)?;
+        let cloned = match self.clone_range(src, src_off + done, dst, dst_off + done, whole * bs) {
+            Err(Errno::MLINK) => {
+                // Blocks with 65,536 users already: their bytes are copied
+                // instead (over what the clone shared before it stopped).
+                let n = by_bytes(self, src, src_off + done, dst, dst_off + done, len - done)?;
+                return Ok(done + n);
+            }
+            r => r?,
+        };
         done += cloned;
         if cloned < whole * bs || done == len {
             return Ok(done);

@@ -1659,6 +1659,54 @@ mod tests {
         assert!(s.writable().is_err(), "writes must stop");
     }
 
+    /// A shared block counts its users in its DAT entry: sharing stops at
+    /// the limit with EMLINK and changes nothing; each kill takes a user
+    /// off, and only the last one ends the block.
+    #[test]
+    fn shared_blocks_count_users_to_the_limit_and_die_with_the_last() {
+        let mut s = Store::small_for_test();
+        s.enable_clones();
+        let owner = Owner {
+            ino: 16,
+            offset: 0,
+            kind: BlockKind::Data,
+        };
+        let v = s.vnew(vec![7; 4096], owner).unwrap();
+        assert!(s.vshare_many(&[v]).is_err(), "a fresh block is not shared");
+        s.checkpoint().unwrap();
+        let e = s.dat_get(v).unwrap();
+        let max = crate::meta::dat_entry::MAX_REFS;
+        s.dat_set(v, DatEntry { refs: max - 1, ..e }).unwrap();
+        s.vshare_many(&[v]).unwrap();
+        assert_eq!(s.dat_get(v).unwrap().refs, max);
+        let err = s.vshare_many(&[v]).unwrap_err();
+        assert!(matches!(err, Error::Errno(lsfs_vfs::Errno::MLINK)), "{err}");
+        assert_eq!(s.dat_get(v).unwrap().refs, max, "unchanged");
+        s.vkill_many(&[v, v]).unwrap();
+        assert_eq!(s.dat_get(v).unwrap().refs, max - 2);
+        let e = s.dat_get(v).unwrap();
+        s.dat_set(v, DatEntry { refs: 1, ..e }).unwrap();
+        s.vkill(v).unwrap();
+        assert!(s.dat_get(v).unwrap().is_current(), "one user left");
+        s.vkill(v).unwrap();
+        assert!(!s.dat_get(v).unwrap().is_current(), "the last one ends it");
+    }
+
+    /// Users counted on an image without the CLONES feature are damage
+    /// (the high bytes of the physical block's word, as a patch left them).
+    #[test]
+    fn users_counted_without_clones_are_corrupt() {
+        let mut s = Store::small_for_test();
+        let v = s.valloc().unwrap();
+        let e = DatEntry {
+            refs: 0x8125,
+            ..DatEntry::fresh(1)
+        };
+        s.dat_set(v, e).unwrap();
+        let err = s.dat_get(v).unwrap_err().to_string();
+        assert!(err.contains("no clones"), "{err}");
+    }
+
     /// Found by the `image` fuzz target (a patch to the high bytes of a DAT
     /// entry's physical block, checksums resealed, then a truncation on a
     /// read-write mount): freeing the block took its segment with
