@@ -18,8 +18,8 @@
 //!
 //! Durability: a clone ends with a checkpoint, so it is durable and whole
 //! when it returns, and no fsync record (which roll-forward replays) ever
-//! holds part of one. It is bounded (`max_blocks`) so that the DAT blocks
-//! it dirties fit the cache; a longer request is done in part, as
+//! holds part of one. It is bounded (`clone_max_blocks`) so that the DAT
+//! blocks it dirties fit the cache; a longer request is done in part, as
 //! copy_file_range(2) allows.
 
 use super::{file, Lsfs};
