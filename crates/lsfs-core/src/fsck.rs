@@ -71,6 +71,9 @@ pub struct FsckStats {
     pub orphan_blocks: u64,
     pub dat_entries: u64,
     pub current_blocks: u64,
+    /// Current blocks that clones share (more than one file block maps
+    /// them), each counted once, as in `current_blocks`.
+    pub shared_blocks: u64,
     pub dead_blocks: u64,
     pub dat_tree_blocks: u64,
     pub segments_used: u64,
@@ -983,7 +986,7 @@ impl Checker {
                     "virtual block {v} (first as {w}) is used {n} times, but its DAT entry counts {} users",
                     1 + e.refs as u64
                 )),
-                Some(_) => {}
+                Some(&(_, n)) => self.stats.shared_blocks += u64::from(n > 1),
             }
         }
     }

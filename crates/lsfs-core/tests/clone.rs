@@ -79,6 +79,13 @@ fn a_clone_shares_blocks_and_writes_to_either_side_stay_apart() {
     assert!(used < 64, "the clone took {used} blocks of free space");
     assert!(live_blocks(&fs) < live + 64, "shared blocks counted twice");
     assert_eq!(fs.getattr(b).unwrap().size, BYTES);
+    let r = fsck_bytes(image(&mut fs));
+    assert_clean(&r, "after the clone");
+    assert_eq!(
+        r.stats.shared_blocks,
+        BLOCKS + 1,
+        "fsck's count of shared blocks"
+    );
 
     let (mut wa, mut wb) = (data.clone(), data.clone());
     // Twice in one checkpoint: the second rewrite is in place, of the
