@@ -1067,19 +1067,7 @@ impl Store {
                     i += 1;
                 }
                 let slot = (v % DAT_PER_BLOCK) as usize;
-                let e = self
-                    .dat_entry(&block, v)
-                    .inspect_err(|err| self.fail(err))?;
-                if !e.is_current() {
-                    // A tree on a damaged image names a block the DAT does
-                    // not hold live. Stop writes: blocks of this call before
-                    // it are already killed, and must not reach the disk.
-                    let err = Error::corrupt(format!(
-                        "virtual block {v} is in use but its DAT entry is not live: {e:?}"
-                    ));
-                    self.fail(&err);
-                    return Err(err);
-                }
+                let e = self.live_entry(&block, v)?;
                 let (e, lives) = self.drop_users(v, e, users)?;
                 if lives {
                     changes.push((slot, e));
@@ -1165,6 +1153,23 @@ impl Store {
             }
             Ok(())
         })
+    }
+
+    /// The entry of `v`, a block the caller's file uses, in its DAT block
+    /// `block`: it must be live.
+    fn live_entry(&mut self, block: &[u8], v: u64) -> Result<DatEntry> {
+        let e = self.dat_entry(block, v).inspect_err(|err| self.fail(err))?;
+        if !e.is_current() {
+            // A tree on a damaged image names a block the DAT does not hold
+            // live. Stop writes: blocks of the kill before it are already
+            // killed, and must not reach the disk.
+            let err = Error::corrupt(format!(
+                "virtual block {v} is in use but its DAT entry is not live: {e:?}"
+            ));
+            self.fail(&err);
+            return Err(err);
+        }
+        Ok(e)
     }
 
     /// Take `users` users off block `v` (entry `e`, live): the entry with
