@@ -166,8 +166,8 @@ impl Lsfs {
             _ => return Err(Errno::INVAL),
         }
         if self.atomic.contains(ino) {
-            // Its pending writes are not in its map (F2FS refuses changes
-            // beside an atomic write with EBUSY as well).
+            // Its pending writes are not in its map: sharing it now would
+            // share what the commit is about to replace.
             return Err(Errno::BUSY);
         }
         Ok(i)
