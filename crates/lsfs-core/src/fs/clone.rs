@@ -42,11 +42,11 @@ impl Lsfs {
     /// block is zeros past its end); `len` 0 means to the source's end.
     /// The destination grows to cover the range. Returns the bytes cloned:
     /// 0 from at or past the source's end, fewer than asked past
-    /// `CLONE_MAX_BLOCKS`. Errors as XFS gives them: EISDIR for a
+    /// `CLONE_MAX_BLOCKS`. Errors: as XFS gives them, EISDIR for a
     /// directory, EINVAL for another kind, unaligned offsets or overlapping
-    /// ranges of one file, EFBIG past the largest file, EBUSY while either
-    /// file has atomic writes pending (fs/atomic.rs), EMLINK if a block
-    /// already has 65,536 users.
+    /// ranges of one file, EFBIG past the largest file; and EBUSY while
+    /// either file has atomic writes pending (fs/atomic.rs), EMLINK if a
+    /// block already has 65,536 users, EXDEV for a snapshot's file.
     pub fn clone_range(
         &mut self,
         src: u64,
