@@ -6,6 +6,8 @@
 # FSX_OPLOG=FILE logs every operation with its number to FILE (fsx -v), so a
 # long run that is stopped still says how many operations passed
 # (`tail -1 FILE`); the log takes about 60 bytes per operation.
+# FSX_CONF=NAME takes scripts/NAME instead of fsx.toml (fsx-clone.toml:
+# whole-block operations, copies that share blocks).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -45,7 +47,7 @@ fi
 # fsx leaves FILE.fsxgood/.fsxlog next to its artifacts dir on failure; keep
 # them out of the file system under test.
 artifacts=$(mktemp -d /tmp/fsx-artifacts.XXXXXX)
-echo "fsx.sh: $ops ops on $file, seed $seed, artifacts in $artifacts"
+echo "fsx.sh: $ops ops on $file, seed $seed, ${FSX_CONF:-fsx.toml}, artifacts in $artifacts"
 verbose=()
 if [[ -n ${FSX_OPLOG:-} ]]; then
     verbose=(-v)
@@ -53,7 +55,8 @@ if [[ -n ${FSX_OPLOG:-} ]]; then
 else
     exec 3>&2
 fi
-if fsx -f "$here/fsx.toml" -S "$seed" -N "$ops" -P "$artifacts" "${verbose[@]}" "$file" 2>&3; then
+conf=$here/${FSX_CONF:-fsx.toml}
+if fsx -f "$conf" -S "$seed" -N "$ops" -P "$artifacts" "${verbose[@]}" "$file" 2>&3; then
     rm -rf "$artifacts"
     rm -f "$file"
     echo "fsx.sh: passed"

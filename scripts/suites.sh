@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # External suites against a real lsfs mount: pjdfstest (POSIX semantics),
-# fsx (data integrity, FSX_OPS operations, default 100000), then unmount and
-# fsck. Usage: scripts/suites.sh PATH_TO_LSFS_BINARY
+# fsx (data integrity, FSX_OPS operations, default 100000), fsx again on
+# whole blocks with copies that share them (FSX_CLONE_OPS, default 10000),
+# then unmount and fsck. Usage: scripts/suites.sh PATH_TO_LSFS_BINARY
 # LSFS_MOUNT_OPTS=OPTS mounts with `-o OPTS` (e.g. no_writeback_cache).
 # The mount is always unmounted and the image removed, even on failure.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 lsfs=$(realpath "${1:?usage: suites.sh PATH_TO_LSFS}")
 ops=${FSX_OPS:-100000}
+clone_ops=${FSX_CLONE_OPS:-10000}
 
 # shellcheck source=lib/lsfs-mount.sh
 source "$here/lib/lsfs-mount.sh"
@@ -25,6 +27,8 @@ echo "== pjdfstest"
 "$here/pjdfstest.sh" "$mnt"
 echo "== fsx ($ops operations)"
 "$here/fsx.sh" "$mnt/fsx.file" "$ops"
+echo "== fsx on shared blocks ($clone_ops operations)"
+FSX_CONF=fsx-clone.toml "$here/fsx.sh" "$mnt/fsx.clone" "$clone_ops"
 
 fusermount3 -u "$mnt"
 wait_lsfs_exit "$img" 10 || true
@@ -32,4 +36,4 @@ if "$lsfs" fsck --help >/dev/null 2>&1; then
     echo "== fsck"
     "$lsfs" fsck "$img"
 fi
-echo "suites: 2 passed, 0 failed"
+echo "suites: 3 passed, 0 failed"

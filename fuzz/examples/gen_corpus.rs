@@ -208,6 +208,7 @@ fn main() {
                 start: v,
                 end: u64::MAX,
                 prev_start: 0,
+                refs: 0,
             };
             (v * 7, e)
         })

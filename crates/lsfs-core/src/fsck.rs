@@ -71,6 +71,9 @@ pub struct FsckStats {
     pub orphan_blocks: u64,
     pub dat_entries: u64,
     pub current_blocks: u64,
+    /// Current blocks that clones share (more than one file block maps
+    /// them), each counted once, as in `current_blocks`.
+    pub shared_blocks: u64,
     pub dead_blocks: u64,
     pub dat_tree_blocks: u64,
     pub segments_used: u64,
@@ -575,6 +578,17 @@ impl Checker {
                 e.start, e.end
             ));
         }
+        if e.refs != 0 && !(s.clones_enabled() && e.end == CNO_MAX) {
+            self.err(format!(
+                "DAT entry of virtual block {v} counts {} extra users, but {}",
+                e.refs,
+                if e.end == CNO_MAX {
+                    "the image has no clones (feature CLONES)"
+                } else {
+                    "it is dead"
+                }
+            ));
+        }
         if e.pblock == 0 && !(fresh && e.end == CNO_MAX) {
             self.err(format!(
                 "DAT entry of virtual block {v} ([{}, {})) has no physical block",
@@ -933,16 +947,23 @@ impl Checker {
         }
     }
 
-    /// Each reached virtual block is current, and reached once; each
-    /// current DAT entry is reached.
+    /// Each reached virtual block is current, and reached once, or, for file
+    /// data that clones share, as many times as its DAT entry counts users;
+    /// each current DAT entry is reached.
     fn check_reachability(&mut self, dat: &Dat, reached: &[(u64, Where)]) {
-        let mut by_v: HashMap<u64, Where> = HashMap::with_capacity(reached.len());
+        // First use, and how many.
+        let mut by_v: HashMap<u64, (Where, u64)> = HashMap::with_capacity(reached.len());
         for &(v, w) in reached {
-            if let Some(prev) = by_v.insert(v, w) {
-                self.err(format!(
-                    "virtual block {v} is used twice: as {prev} and as {w}"
-                ));
+            if let Some((prev, n)) = by_v.get_mut(&v) {
+                *n += 1;
+                if !matches!((*prev, w), (Where::Data(..), Where::Data(..))) {
+                    self.err(format!(
+                        "virtual block {v} is used twice: as {prev} and as {w}"
+                    ));
+                }
+                continue;
             }
+            by_v.insert(v, (w, 1));
             match dat.entries.get(&v) {
                 None => self.err(format!("{w} is virtual block {v}, which has no DAT entry")),
                 Some(e) if e.end != CNO_MAX => self.err(format!(
@@ -953,11 +974,19 @@ impl Checker {
             }
         }
         for (&v, e) in &dat.entries {
-            if e.end == CNO_MAX && !by_v.contains_key(&v) {
-                self.err(format!(
+            if e.end != CNO_MAX {
+                continue;
+            }
+            match by_v.get(&v) {
+                None => self.err(format!(
                     "virtual block {v} (physical {}, from checkpoint {}) is current in the DAT but nothing uses it (leak)",
                     e.pblock, e.start
-                ));
+                )),
+                Some(&(w, n)) if n != 1 + e.refs as u64 => self.err(format!(
+                    "virtual block {v} (first as {w}) is used {n} times, but its DAT entry counts {} users",
+                    1 + e.refs as u64
+                )),
+                Some(&(_, n)) => self.stats.shared_blocks += u64::from(n > 1),
             }
         }
     }

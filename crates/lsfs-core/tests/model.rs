@@ -61,6 +61,16 @@ enum Op {
     Fallocate(Path, u64, u64, i32),
     /// List a directory a few entries at a time, resuming from cookies.
     ReaddirPaged(Path, usize),
+    /// copy_file_range of `len` bytes from `from` at `off_in` to `to` at
+    /// `off_out`, going on after short counts (lsfs shares whole blocks
+    /// when the offsets sit alike in their blocks, the model copies).
+    CopyRange {
+        from: Path,
+        to: Path,
+        off_in: u64,
+        off_out: u64,
+        len: u64,
+    },
     /// Open a file and keep it open (unlinking it then makes an orphan).
     Open(Path),
     /// Read through, then release, an open handle.
@@ -165,6 +175,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (path(), 0u32..0o7777).prop_map(|(p, m)| Op::Chmod(p, m)),
         4 => (path(), offset(), prop_oneof![3 => 0u64..12_000, 1 => 0u64..300_000], falloc_mode()).prop_map(|(p, o, l, m)| Op::Fallocate(p, o, l, m)),
         2 => (prop::collection::vec(0u8..4, 0..=2), 1usize..4).prop_map(|(p, n)| Op::ReaddirPaged(p, n)),
+        3 => (path(), path(), copy_offsets(), prop_oneof![1 => 1u64..20_000, 2 => 262_144u64..2_000_000])
+            .prop_map(|(from, to, (off_in, off_out), len)| Op::CopyRange { from, to, off_in, off_out, len }),
         2 => path().prop_map(Op::Open),
         2 => (0usize..4).prop_map(Op::ReadHandle),
         2 => (0usize..4).prop_map(Op::Release),
@@ -197,6 +209,15 @@ fn op() -> impl Strategy<Value = Op> {
                 mode,
                 fsync,
             }),
+    ]
+}
+
+/// Offsets for `CopyRange`: mostly at the same place in their blocks (the
+/// whole blocks between are shared), sometimes anywhere.
+fn copy_offsets() -> impl Strategy<Value = (u64, u64)> {
+    prop_oneof![
+        3 => (0u64..64, 0u64..600, 0u64..4096).prop_map(|(a, b, r)| (a * 4096 + r, b * 4096 + r)),
+        1 => (0u64..300_000, 0u64..300_000),
     ]
 }
 
@@ -351,6 +372,26 @@ fn apply(fs: &mut dyn Vfs, op: &Op) -> VfsResult<String> {
             let mut back = fs.read(ino, off.saturating_sub(10), 20_000)?;
             back.extend(fs.read(ino, (off + len).saturating_sub(10_000), 20_000)?);
             Ok(format!("{} {:x}", attr_summary(&a), hash(&back)))
+        }
+        Op::CopyRange {
+            from,
+            to,
+            off_in,
+            off_out,
+            len,
+        } => {
+            let (a, b) = (resolve(fs, from)?, resolve(fs, to)?);
+            let mut done = 0;
+            while done < *len {
+                let n = fs.copy_file_range(a, off_in + done, b, off_out + done, len - done)?;
+                if n == 0 {
+                    break;
+                }
+                done += n;
+            }
+            let at = fs.getattr(b)?;
+            let back = fs.read(b, off_out.saturating_sub(10), (done + 20) as u32)?;
+            Ok(format!("{done} {} {:x}", attr_summary(&at), hash(&back)))
         }
         Op::ReaddirPaged(p, n) => {
             let d = if p.is_empty() {
@@ -799,6 +840,9 @@ fn run(ops: &[Op], expire: bool) {
                 let got = apply(&mut fs, op);
                 let want = apply(&mut model, op);
                 assert!(got == want, "{what}: lsfs {got:?} model {want:?}");
+                if matches!(op, Op::CopyRange { .. }) && fs.store.clones_enabled() {
+                    SHARED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
                 if step % 8 == 7 {
                     compare_dumps(&what, &dump(&mut fs), &dump(&mut model));
                 }
@@ -818,6 +862,9 @@ fn run(ops: &[Op], expire: bool) {
 
 /// Blocks `Reclaim` steps freed over all cases.
 static RECLAIMED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// CopyRange steps on an image where some copy shared blocks.
+static SHARED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Blocks the cleaner copied over all cases (the test checks it did work).
 static COPIED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -872,6 +919,56 @@ fn cleaner_moves_blocks_under_the_model() {
     assert!(
         COPIED.load(std::sync::atomic::Ordering::Relaxed) > before,
         "the cleaner copied nothing"
+    );
+}
+
+/// Files that share blocks (copy_file_range of whole blocks), written,
+/// truncated, punched, snapshotted, cleaned, deleted in the background,
+/// remounted and cut by crashes, stay what the model (which copies) says.
+#[test]
+fn shared_blocks_under_the_model() {
+    let copy = |from: u8, to: u8, off_in: u64, off_out: u64, len: u64| Op::CopyRange {
+        from: vec![from],
+        to: vec![to],
+        off_in,
+        off_out,
+        len,
+    };
+    let write = |p: u8, off: u64, seed: u64| Op::Write {
+        path: vec![p],
+        off,
+        len: 9000,
+        seed,
+    };
+    let ops = vec![
+        Op::BigFile(vec![0], 2_000_000, 1),
+        Op::Checkpoint,
+        Op::Create(vec![1]),
+        copy(0, 1, 100, 4196, 1_500_000),
+        write(0, 300_000, 2),
+        write(1, 300_000, 3),
+        Op::Snapshot,
+        copy(1, 2, 0, 8192, 2_000_000),
+        Op::Truncate(vec![1], 700_000),
+        Op::Fallocate(vec![2], 50_000, 400_000, 0x01 | 0x02),
+        Op::FsyncPeek(vec![2]),
+        Op::Unlink(vec![0]),
+        Op::Reclaim(3000),
+        Op::Clean(true),
+        Op::Remount,
+        copy(2, 2, 0, 3 << 20, 1 << 20),
+        write(2, (3 << 20) + 5000, 4),
+        Op::SyncCrash,
+        Op::Clean(false),
+        Op::Unlink(vec![2]),
+        Op::Reclaim(3000),
+        Op::Remount,
+    ];
+    let before = SHARED.load(std::sync::atomic::Ordering::Relaxed);
+    run(&ops, true);
+    assert!(
+        SHARED.load(std::sync::atomic::Ordering::Relaxed) > before,
+        "no copy shared blocks"
     );
 }
 

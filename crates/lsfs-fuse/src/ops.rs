@@ -460,6 +460,28 @@ impl<V: Vfs> Ops<V> {
         self.serve(Op::Fallocate, |v| v.fallocate(ino, offset, length, mode))
     }
 
+    /// copy_file_range(2): the engine shares whole blocks and copies the
+    /// rest (`Vfs::copy_file_range`); the count may be short, and the
+    /// caller (the kernel, then the application) goes on. The kernel wrote
+    /// both ranges' dirty pages back before sending this, and drops the
+    /// destination's cached pages over the range after the reply
+    /// (`fuse_copy_file_range`), so no stale page is left. The reply's
+    /// count is 32 bits: a request asks for less than 4 GiB.
+    pub(crate) fn copy_file_range(
+        &self,
+        ino_in: u64,
+        off_in: u64,
+        ino_out: u64,
+        off_out: u64,
+        len: u64,
+    ) -> OpResult<u32> {
+        let len = len.min(u64::from(u32::MAX) & !4095);
+        self.serve(Op::CopyFileRange, |v| {
+            v.copy_file_range(ino_in, off_in, ino_out, off_out, len)
+        })
+        .map(|n| n as u32)
+    }
+
     /// Make everything durable (the mount ends).
     pub(crate) fn sync(&self) -> OpResult<()> {
         self.call_durable(|v| v.sync())

@@ -320,6 +320,25 @@ pub trait Vfs: Send {
     fn seek_data_or_hole(&mut self, ino: Ino, offset: u64, data: bool) -> VfsResult<Option<u64>> {
         Ok(seek_in_all_data(self.getattr(ino)?.size, offset, data))
     }
+    /// copy_file_range(2): copy up to `len` bytes of regular file
+    /// `ino_in` from `off_in` to `ino_out` at `off_out`, growing it as
+    /// needed; the bytes copied, 0 from at or past the source's end, and
+    /// possibly fewer than asked (the caller goes on from there). A
+    /// directory is EISDIR, another kind EINVAL, overlapping ranges of one
+    /// file EINVAL. By default the bytes are read and written
+    /// ([`copy_range_by_bytes`]); a file system that can share blocks
+    /// shares them.
+    fn copy_file_range(
+        &mut self,
+        ino_in: Ino,
+        off_in: u64,
+        ino_out: Ino,
+        off_out: u64,
+        len: u64,
+    ) -> VfsResult<u64> {
+        let len = copy_range_checks(self, ino_in, off_in, ino_out, off_out, len)?;
+        copy_range_by_bytes(self, ino_in, off_in, ino_out, off_out, len)
+    }
     /// Make everything durable.
     fn sync(&mut self) -> VfsResult<()>;
     /// FITRIM (`fstrim`): tell the device to drop the free space lying in
@@ -403,6 +422,65 @@ pub trait DeferredIo: Send + Sync {
     /// thread running it. `Err(EIO)` if the device failed before it was
     /// done (the file system is read-only from then on).
     fn finish(&self, ticket: u64) -> VfsResult<()>;
+}
+
+/// Most bytes [`copy_range_by_bytes`] copies in one call (8 MiB).
+pub const COPY_BY_BYTES_MAX: u64 = 8 << 20;
+
+/// copy_file_range(2)'s checks, as Linux makes them
+/// (`generic_copy_file_checks`): both regular files (a directory is
+/// EISDIR, another kind EINVAL), the range clipped to the source's end,
+/// the destination's end within the largest file (EFBIG), and ranges of
+/// one file apart (EINVAL). Returns the length to copy.
+pub fn copy_range_checks<V: Vfs + ?Sized>(
+    fs: &mut V,
+    ino_in: Ino,
+    off_in: u64,
+    ino_out: Ino,
+    off_out: u64,
+    len: u64,
+) -> VfsResult<u64> {
+    let (a, b) = (fs.getattr(ino_in)?, fs.getattr(ino_out)?);
+    for at in [&a, &b] {
+        match at.kind {
+            FileKind::File => {}
+            FileKind::Dir => return Err(Errno::ISDIR),
+            _ => return Err(Errno::INVAL),
+        }
+    }
+    let len = if off_in >= a.size {
+        0
+    } else {
+        len.min(a.size - off_in)
+    };
+    if off_out.checked_add(len).is_none() || off_in.checked_add(len).is_none() {
+        return Err(Errno::FBIG);
+    }
+    if ino_in == ino_out && len > 0 && off_in < off_out + len && off_out < off_in + len {
+        return Err(Errno::INVAL);
+    }
+    Ok(len)
+}
+
+/// Copy `len` bytes (already checked, [`copy_range_checks`]) by reading
+/// and writing, at most [`COPY_BY_BYTES_MAX`] of them: the bytes copied.
+pub fn copy_range_by_bytes<V: Vfs + ?Sized>(
+    fs: &mut V,
+    ino_in: Ino,
+    off_in: u64,
+    ino_out: Ino,
+    off_out: u64,
+    len: u64,
+) -> VfsResult<u64> {
+    let len = len.min(COPY_BY_BYTES_MAX);
+    if len == 0 {
+        return Ok(0);
+    }
+    let data = fs.read(ino_in, off_in, len as u32)?;
+    if data.is_empty() {
+        return Ok(0);
+    }
+    Ok(fs.write(ino_out, off_out, &data)? as u64)
 }
 
 /// SEEK_DATA (`data`) or SEEK_HOLE from `offset` in a file of `size` bytes

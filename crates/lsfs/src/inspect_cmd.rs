@@ -41,8 +41,14 @@ pub fn fsck(image: &Path, json: bool) -> Result<u8, String> {
         } else {
             String::new()
         };
+        // Only on images with clones: the line stays as it was elsewhere.
+        let shared = if s.shared_blocks > 0 {
+            format!(" ({} shared by clones)", s.shared_blocks)
+        } else {
+            String::new()
+        };
         println!(
-            "{}: {} — checkpoint {}, {} inodes ({} dirs, {} files){orphans}, {} live blocks, {} checkpoints ({} snapshots), {} fsync records rolled forward",
+            "{}: {} — checkpoint {}, {} inodes ({} dirs, {} files){orphans}, {} live blocks{shared}, {} checkpoints ({} snapshots), {} fsync records rolled forward",
             image.display(),
             if report.is_clean() { "clean" } else { "ERRORS" },
             s.cno,

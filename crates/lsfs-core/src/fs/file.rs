@@ -750,6 +750,70 @@ fn unmap(s: &mut Store, ino: &mut Inode, from: u64, to: u64) -> Result<()> {
     Ok(())
 }
 
+/// Make file blocks `[db, db + n)` of `dst` map the virtual blocks that
+/// blocks `[sb, sb + n)` of `src` map now, sharing them (each gains a user
+/// in its DAT entry, `Store::vshare_many`), and holes where `src` has
+/// holes; what `dst` mapped there loses a user. Only map entries and DAT
+/// entries change: no data is read or written. The caller has written a
+/// checkpoint first, so no block of either file is fresh (rewritten in
+/// place), and `src` is a mapped file (not inline data). `dst` may be
+/// `src` itself with ranges apart; the source's extents are read before
+/// anything changes. The size is the caller's.
+pub fn clone_blocks(
+    s: &mut Store,
+    src: &Inode,
+    sb: u64,
+    dst: &mut Inode,
+    db: u64,
+    n: u64,
+) -> Result<()> {
+    debug_assert!(src.format != Format::InlineData);
+    if n == 0 {
+        return Ok(());
+    }
+    uninline(s, dst)?;
+    // (offset in the range, first virtual block or 0 for a hole, length),
+    // in pieces of at most DROP_BATCH_BLOCKS so that each list is bounded.
+    let mut pieces = Vec::new();
+    let mut at = 0;
+    for e in extents_over(s, src, sb, n)? {
+        let (lo, hi) = (sb.max(e.file_block), (sb + n).min(e.file_block + e.len));
+        if lo - sb > at {
+            pieces.push((at, 0, lo - sb - at));
+        }
+        pieces.push((lo - sb, e.vstart + (lo - e.file_block), hi - lo));
+        at = hi - sb;
+    }
+    if at < n {
+        pieces.push((at, 0, n - at));
+    }
+    for (off, v0, len) in pieces {
+        let mut i = 0;
+        while i < len {
+            let m = (len - i).min(DROP_BATCH_BLOCKS);
+            let b = db + off + i;
+            if v0 == 0 {
+                if !extents_over(s, dst, b, m)?.is_empty() {
+                    unmap(s, dst, b, b + m)?;
+                }
+            } else {
+                let vs: Vec<u64> = (v0 + i..v0 + i + m).collect();
+                // Counted first: a block `dst` already maps there (cloned
+                // twice) loses its user below and must not end meanwhile.
+                s.vshare_many(&vs)?;
+                let overlapping = extents_over(s, dst, b, m)?;
+                let replaced =
+                    remap_run(s, dst, b, m, v0 + i, &overlapping).inspect_err(|err| s.fail(err))?;
+                dst.blocks += m - replaced.len() as u64;
+                s.note_kills(dst.ino, &replaced);
+                s.vkill_many(&replaced).inspect_err(|err| s.fail(err))?;
+            }
+            i += m;
+        }
+    }
+    Ok(())
+}
+
 /// lseek(2)'s SEEK_DATA (`data`) or SEEK_HOLE from byte `off`: the first
 /// byte at or after `off` in data, or in a hole. Blocks no extent maps are
 /// holes (also those fallocate reserved or punched: they read as zeros); the end of the

@@ -9,6 +9,7 @@
 
 pub mod atomic;
 pub mod clean;
+pub mod clone;
 pub mod compaction;
 pub mod defrag;
 mod delete;
@@ -1340,6 +1341,17 @@ impl Vfs for Lsfs {
         self.mutable()?;
         let how = FallocMode::parse(mode, length)?;
         self.fallocate_file(ino, offset, length, how)
+    }
+
+    fn copy_file_range(
+        &mut self,
+        ino_in: Ino,
+        off_in: u64,
+        ino_out: Ino,
+        off_out: u64,
+        len: u64,
+    ) -> VfsResult<u64> {
+        self.copy_range(ino_in, off_in, ino_out, off_out, len)
     }
 
     fn sync(&mut self) -> VfsResult<()> {

@@ -25,9 +25,16 @@ pub const FEATURE_INCOMPAT_INLINE_ITEMS: u32 = 1;
 /// since, so it must refuse the image. Set at mkfs, and by a read-write
 /// mount of an older image before it writes anything.
 pub const FEATURE_INCOMPAT_MOVE_RECORDS: u32 = 2;
+/// Incompatible feature: DAT entries may count extra users of a block in
+/// the high 16 bits of their first word (clones share blocks, docs/FORMAT.md
+/// §6). A build that does not know it would read those bits as part of the
+/// physical block, and end a shared block when its first user lets go, so
+/// it must refuse the image. Set by the first clone, before it changes
+/// anything (a checkpoint and both superblocks carry it first).
+pub const FEATURE_INCOMPAT_CLONES: u32 = 4;
 /// Incompatible feature bits this build understands.
 pub const FEATURES_INCOMPAT_KNOWN: u32 =
-    FEATURE_INCOMPAT_INLINE_ITEMS | FEATURE_INCOMPAT_MOVE_RECORDS;
+    FEATURE_INCOMPAT_INLINE_ITEMS | FEATURE_INCOMPAT_MOVE_RECORDS | FEATURE_INCOMPAT_CLONES;
 /// Read-only-compatible feature bits this build understands (none yet).
 pub const FEATURES_RO_COMPAT_KNOWN: u32 = 0;
 const CRC_AT: usize = BLOCK_BYTES - 4;
@@ -94,6 +101,11 @@ impl Superblock {
     /// victims before the next checkpoint.
     pub fn move_records(&self) -> bool {
         self.features_incompat & FEATURE_INCOMPAT_MOVE_RECORDS != 0
+    }
+
+    /// Whether DAT entries may count extra users (clones).
+    pub fn clones(&self) -> bool {
+        self.features_incompat & FEATURE_INCOMPAT_CLONES != 0
     }
 
     pub fn geometry(&self) -> Geometry {
@@ -304,12 +316,21 @@ mod tests {
             .unwrap()
             .inline_items());
         let future = Superblock {
-            features_incompat: FEATURE_INCOMPAT_INLINE_ITEMS | 4,
-            ..s
+            features_incompat: FEATURE_INCOMPAT_INLINE_ITEMS | 8,
+            ..s.clone()
         };
         let e = Superblock::decode(&future.encode(), "block 0", bytes)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("unknown incompatible feature flags 0x4"), "{e}");
+        assert!(e.contains("unknown incompatible feature flags 0x8"), "{e}");
+        // mkfs leaves CLONES to the first clone; an image with it opens.
+        assert!(!s.clones());
+        let cloned = Superblock {
+            features_incompat: s.features_incompat | FEATURE_INCOMPAT_CLONES,
+            ..s
+        };
+        assert!(Superblock::decode(&cloned.encode(), "t", bytes)
+            .unwrap()
+            .clones());
     }
 }

@@ -8,6 +8,13 @@ pub const DAT_ENTRY_BYTES: usize = 32;
 pub const DAT_PER_BLOCK: u64 = (BLOCK_BYTES / DAT_ENTRY_BYTES) as u64;
 /// `end` of a block the current file system still uses.
 pub const CNO_MAX: u64 = u64::MAX;
+/// The physical block takes the low 48 bits of the entry's first word; the
+/// high 16 hold [`DatEntry::refs`] (docs/FORMAT.md §6). A device of 2^48
+/// blocks is 1 EiB, far past any geometry `layout.rs` accepts.
+const PBLOCK_BITS: u32 = 48;
+const PBLOCK_MASK: u64 = (1 << PBLOCK_BITS) - 1;
+/// Most extra users one virtual block can have.
+pub const MAX_REFS: u16 = u16::MAX;
 
 /// A virtual block is visible in checkpoints `start <= c < end`. An all-zero
 /// entry is unused.
@@ -22,6 +29,12 @@ pub struct DatEntry {
     /// block's temperature when the cleaner moves it (meta/stream.rs).
     /// Images written before it have 0 here, and older binaries ignore it.
     pub prev_start: u64,
+    /// Users of the block in the current file system besides the first:
+    /// file blocks that clones made share it (fs/clone.rs). 0 for a block
+    /// only one file maps, which is every block of an image without the
+    /// CLONES feature. The block dies only when it drops to 0 and its last
+    /// user lets go.
+    pub refs: u16,
 }
 
 impl DatEntry {
@@ -32,6 +45,7 @@ impl DatEntry {
             start: cno,
             end: CNO_MAX,
             prev_start: 0,
+            refs: 0,
         }
     }
     /// Whether slot `slot` of DAT block `block` is unused (all zero), without
@@ -49,17 +63,20 @@ impl DatEntry {
     }
     pub fn read(block: &[u8], slot: usize) -> Result<DatEntry> {
         let mut r = Reader::at(block, slot * DAT_ENTRY_BYTES, "DAT entry");
+        let first = r.u64()?;
         let e = DatEntry {
-            pblock: r.u64()?,
+            pblock: first & PBLOCK_MASK,
             start: r.u64()?,
             end: r.u64()?,
             prev_start: r.u64()?,
+            refs: (first >> PBLOCK_BITS) as u16,
         };
         Ok(e)
     }
     pub fn write(&self, block: &mut [u8], slot: usize) {
         let mut w = Writer::with_capacity(DAT_ENTRY_BYTES);
-        w.u64(self.pblock)
+        debug_assert!(self.pblock <= PBLOCK_MASK, "physical block {}", self.pblock);
+        w.u64(self.pblock | (self.refs as u64) << PBLOCK_BITS)
             .u64(self.start)
             .u64(self.end)
             .u64(self.prev_start);

@@ -35,13 +35,18 @@ pub struct DurableKills {
     npending: usize,
     /// Killed by writes an fsync record made durable.
     durable: HashSet<u64>,
+    /// A block shared by a clone lost a user since the latest checkpoint:
+    /// nothing is listed until the next one. The kill that ends such a
+    /// block is durable only if every earlier user's kill is too, which one
+    /// list per inode cannot tell, so none counts as durable (safe, above).
+    stopped: bool,
 }
 
 impl DurableKills {
     /// Inode `ino` killed blocks `vs`, which the latest checkpoint sees.
     pub fn killed(&mut self, ino: u64, vs: impl IntoIterator<Item = u64>) {
         let mut vs = vs.into_iter().peekable();
-        if vs.peek().is_none() {
+        if self.stopped || vs.peek().is_none() {
             return;
         }
         let list = self.pending.entry(ino).or_default();
@@ -52,6 +57,16 @@ impl DurableKills {
             list.push(v);
             self.npending += 1;
         }
+    }
+
+    /// A shared block lost a user: forget every kill listed, this one's
+    /// too (listed a moment before it turned out to leave the block alive),
+    /// and list none until the next checkpoint.
+    pub fn stop(&mut self) {
+        *self = DurableKills {
+            stopped: true,
+            ..DurableKills::default()
+        };
     }
 
     /// An fsync record covering `inos` is durable.
@@ -131,6 +146,17 @@ mod tests {
         assert_eq!(k.len(), 3);
         k.checkpoint_done();
         assert!(!k.is_durable(1) && k.is_empty());
+        k.killed(10, [1]);
+        k.synced(&[10]);
+        k.stop();
+        assert!(!k.is_durable(1) && k.is_empty(), "stopping forgets all");
+        k.killed(10, [1]);
+        k.synced(&[10]);
+        assert!(!k.is_durable(1), "nothing is listed once stopped");
+        k.checkpoint_done();
+        k.killed(10, [1]);
+        k.synced(&[10]);
+        assert!(k.is_durable(1), "a checkpoint starts listing again");
     }
 
     #[test]

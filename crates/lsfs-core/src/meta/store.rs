@@ -639,6 +639,17 @@ impl Store {
                 &format!("DAT entry of virtual block {v}"),
             )?;
         }
+        if e.refs != 0 && !(self.sb.clones() && e.is_current()) {
+            return Err(Error::corrupt(format!(
+                "DAT entry of virtual block {v} counts {} extra users, but {}",
+                e.refs,
+                if e.is_current() {
+                    "the image has no clones (feature CLONES)"
+                } else {
+                    "it is not live"
+                }
+            )));
+        }
         Ok(e)
     }
 
@@ -1048,19 +1059,19 @@ impl Store {
             while i < sorted.len() && sorted[i] / DAT_PER_BLOCK == idx {
                 let v = sorted[i];
                 i += 1;
+                // A file mapping one block twice (cloned within itself)
+                // lets go of both at once: one change for all of them.
+                let mut users = 1;
+                while i < sorted.len() && sorted[i] == v {
+                    users += 1;
+                    i += 1;
+                }
                 let slot = (v % DAT_PER_BLOCK) as usize;
-                let e = self
-                    .dat_entry(&block, v)
-                    .inspect_err(|err| self.fail(err))?;
-                if !e.is_current() {
-                    // A tree on a damaged image names a block the DAT does
-                    // not hold live. Stop writes: blocks of this call before
-                    // it are already killed, and must not reach the disk.
-                    let err = Error::corrupt(format!(
-                        "virtual block {v} is in use but its DAT entry is not live: {e:?}"
-                    ));
-                    self.fail(&err);
-                    return Err(err);
+                let e = self.live_entry(&block, v)?;
+                let (e, lives) = self.drop_users(v, e, users)?;
+                if lives {
+                    changes.push((slot, e));
+                    continue;
                 }
                 self.deaths_since_checkpoint += 1;
                 self.blocks_used = self.blocks_used.saturating_sub(1);
@@ -1102,6 +1113,88 @@ impl Store {
             self.dat_update(idx, &changes)?;
         }
         Ok(())
+    }
+
+    /// One more user for each of `vs` (a clone maps them again, fs/clone.rs):
+    /// their DAT entries count it, a DAT block at a time. Nothing changes
+    /// if any is not live, fresh (written in place until the next
+    /// checkpoint: the clone checkpoints first) or already at
+    /// `MAX_REFS` users (EMLINK).
+    pub fn vshare_many(&mut self, vs: &[u64]) -> Result<()> {
+        debug_assert!(self.sb.clones(), "sharing on an image without CLONES");
+        let mut sorted = vs.to_vec();
+        sorted.sort_unstable();
+        let mut changes = Vec::with_capacity(sorted.len());
+        for &v in &sorted {
+            let e = self.dat_get(v)?;
+            if !e.is_current() || self.is_fresh(v) {
+                return Err(Error::corrupt(format!(
+                    "virtual block {v} to be shared is not a live block of a checkpoint: {e:?}"
+                )));
+            }
+            if e.refs == crate::meta::dat_entry::MAX_REFS {
+                return Err(Error::Errno(lsfs_vfs::Errno::MLINK));
+            }
+            changes.push((
+                v,
+                DatEntry {
+                    refs: e.refs + 1,
+                    ..e
+                },
+            ));
+        }
+        self.with_dat_cause("clone", |s| {
+            for run in changes.chunk_by(|a, b| a.0 / DAT_PER_BLOCK == b.0 / DAT_PER_BLOCK) {
+                let slots: Vec<(usize, DatEntry)> = run
+                    .iter()
+                    .map(|(v, e)| ((v % DAT_PER_BLOCK) as usize, *e))
+                    .collect();
+                s.dat_update(run[0].0 / DAT_PER_BLOCK, &slots)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// The entry of `v`, a block the caller's file uses, in its DAT block
+    /// `block`: it must be live.
+    fn live_entry(&mut self, block: &[u8], v: u64) -> Result<DatEntry> {
+        let e = self.dat_entry(block, v).inspect_err(|err| self.fail(err))?;
+        if !e.is_current() {
+            // A tree on a damaged image names a block the DAT does not hold
+            // live. Stop writes: blocks of the kill before it are already
+            // killed, and must not reach the disk.
+            let err = Error::corrupt(format!(
+                "virtual block {v} is in use but its DAT entry is not live: {e:?}"
+            ));
+            self.fail(&err);
+            return Err(err);
+        }
+        Ok(e)
+    }
+
+    /// Take `users` users off block `v` (entry `e`, live): the entry with
+    /// the users left and `true` while a clone's sharing keeps it alive
+    /// (its place, count and cached copy stay: the others still read it),
+    /// else the entry with no extra users and `false`, the block dies.
+    fn drop_users(&mut self, v: u64, e: DatEntry, users: u64) -> Result<(DatEntry, bool)> {
+        let refs = u64::from(e.refs);
+        if refs > 0 {
+            // See `DurableKills::stop`.
+            self.kills.stop();
+        }
+        if users <= refs {
+            let left = (refs - users) as u16;
+            return Ok((DatEntry { refs: left, ..e }, true));
+        }
+        if users > refs + 1 {
+            let err = Error::corrupt(format!(
+                "virtual block {v} loses {users} users at once, but its DAT entry counts {}",
+                refs + 1
+            ));
+            self.fail(&err);
+            return Err(err);
+        }
+        Ok((DatEntry { refs: 0, ..e }, false))
     }
 
     /// Make `v` writable: itself if fresh, else a fresh copy (and `v` dies).
@@ -1571,6 +1664,54 @@ mod tests {
         assert!(s.writable().is_err(), "writes must stop");
     }
 
+    /// A shared block counts its users in its DAT entry: sharing stops at
+    /// the limit with EMLINK and changes nothing; each kill takes a user
+    /// off, and only the last one ends the block.
+    #[test]
+    fn shared_blocks_count_users_to_the_limit_and_die_with_the_last() {
+        let mut s = Store::small_for_test();
+        s.enable_clones();
+        let owner = Owner {
+            ino: 16,
+            offset: 0,
+            kind: BlockKind::Data,
+        };
+        let v = s.vnew(vec![7; 4096], owner).unwrap();
+        assert!(s.vshare_many(&[v]).is_err(), "a fresh block is not shared");
+        s.checkpoint().unwrap();
+        let e = s.dat_get(v).unwrap();
+        let max = crate::meta::dat_entry::MAX_REFS;
+        s.dat_set(v, DatEntry { refs: max - 1, ..e }).unwrap();
+        s.vshare_many(&[v]).unwrap();
+        assert_eq!(s.dat_get(v).unwrap().refs, max);
+        let err = s.vshare_many(&[v]).unwrap_err();
+        assert!(matches!(err, Error::Errno(lsfs_vfs::Errno::MLINK)), "{err}");
+        assert_eq!(s.dat_get(v).unwrap().refs, max, "unchanged");
+        s.vkill_many(&[v, v]).unwrap();
+        assert_eq!(s.dat_get(v).unwrap().refs, max - 2);
+        let e = s.dat_get(v).unwrap();
+        s.dat_set(v, DatEntry { refs: 1, ..e }).unwrap();
+        s.vkill(v).unwrap();
+        assert!(s.dat_get(v).unwrap().is_current(), "one user left");
+        s.vkill(v).unwrap();
+        assert!(!s.dat_get(v).unwrap().is_current(), "the last one ends it");
+    }
+
+    /// Users counted on an image without the CLONES feature are damage
+    /// (the high bytes of the physical block's word, as a patch left them).
+    #[test]
+    fn users_counted_without_clones_are_corrupt() {
+        let mut s = Store::small_for_test();
+        let v = s.valloc().unwrap();
+        let e = DatEntry {
+            refs: 0x8125,
+            ..DatEntry::fresh(1)
+        };
+        s.dat_set(v, e).unwrap();
+        let err = s.dat_get(v).unwrap_err().to_string();
+        assert!(err.contains("no clones"), "{err}");
+    }
+
     /// Found by the `image` fuzz target (a patch to the high bytes of a DAT
     /// entry's physical block, checksums resealed, then a truncation on a
     /// read-write mount): freeing the block took its segment with
@@ -1581,10 +1722,11 @@ mod tests {
         let mut s = Store::small_for_test();
         let v = s.valloc().unwrap();
         let e = DatEntry {
-            pblock: 0x8125_2525_2500_0000,
+            pblock: 0x2525_2500_0000,
             start: 1,
             end: CNO_MAX,
             prev_start: 0,
+            refs: 0,
         };
         s.dat_set(v, e).unwrap();
         let err = s.dat_get(v).unwrap_err().to_string();

@@ -254,6 +254,18 @@ impl Store {
         self.sb.features_incompat |= FEATURE_INCOMPAT_MOVE_RECORDS;
     }
 
+    /// Whether the image may hold shared blocks (feature CLONES).
+    pub fn clones_enabled(&self) -> bool {
+        self.sb.clones()
+    }
+
+    /// Let DAT entries count extra users from now on: the caller writes a
+    /// checkpoint and settles both superblocks before the first clone, so
+    /// that no build without the feature reads an image holding one.
+    pub fn enable_clones(&mut self) {
+        self.sb.features_incompat |= crate::log::superblock::FEATURE_INCOMPAT_CLONES;
+    }
+
     /// Delete plain checkpoint `cno` (written by the next checkpoint): not
     /// a snapshot, and not the latest one, which recovery starts from.
     pub fn delete_checkpoint(&mut self, cno: u64) -> Result<()> {

@@ -231,7 +231,12 @@ pub fn serve<V: Vfs + 'static>(
         op::SETLK | op::SETLKW => Err(ops.refuse(Op::Setlk)),
         op::BMAP => Err(ops.refuse(Op::Bmap)),
         op::POLL => Err(ops.refuse(Op::Poll)),
-        op::COPY_FILE_RANGE => Err(ops.refuse(Op::CopyFileRange)),
+        op::COPY_FILE_RANGE => {
+            // fuse_copy_file_range_in: fh_in, off_in, nodeid_out, fh_out,
+            // off_out, len, flags; the answer is a write's.
+            let r = ops.copy_file_range(ino, a.u64(8), a.u64(16), a.u64(32), a.u64(40));
+            encode(payload, r, |o, n| o.u32(n) && o.u32(0))
+        }
         // STATX, SYNCFS, TMPFILE, …: fuser answers them ENOSYS uncounted,
         // and so does this.
         other => {
