@@ -141,6 +141,7 @@ impl Lsfs {
         let store = Store::create(Box::new(dev), opts, config.store.clone())?;
         let mut fs = Lsfs::with_store(store, config, None);
         fs.read_errors = read_errors;
+        fs.store.enable_compressed_records();
         let now = fs.store.clock().now();
         let root = Inode::new(ROOT_INO, libc::S_IFDIR | 0o755, 0, 0, now);
         let orphans = Inode::new(ORPHAN_INO, libc::S_IFDIR | 0o700, 0, 0, now);
@@ -190,6 +191,7 @@ impl Lsfs {
             // record with items is written.
             fs.store.enable_inline_items();
             fs.store.enable_move_records();
+            fs.store.enable_compressed_records();
             fs.delete_orphans()?;
             fs.checkpoint_for("mount")?;
             fs.store.settle_superblocks()?;

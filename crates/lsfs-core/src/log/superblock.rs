@@ -25,9 +25,16 @@ pub const FEATURE_INCOMPAT_INLINE_ITEMS: u32 = 1;
 /// since, so it must refuse the image. Set at mkfs, and by a read-write
 /// mount of an older image before it writes anything.
 pub const FEATURE_INCOMPAT_MOVE_RECORDS: u32 = 2;
+/// Incompatible feature: records may be compressed (`FLAG_COMPRESSED`,
+/// docs/FORMAT.md §3.3) and DAT entries name slots of their frames. A
+/// build that does not know them would read a frame as the block itself,
+/// so it must refuse the image. Set by a read-write mount that compresses,
+/// before it writes anything.
+pub const FEATURE_INCOMPAT_COMPRESSED_RECORDS: u32 = 4;
 /// Incompatible feature bits this build understands.
-pub const FEATURES_INCOMPAT_KNOWN: u32 =
-    FEATURE_INCOMPAT_INLINE_ITEMS | FEATURE_INCOMPAT_MOVE_RECORDS;
+pub const FEATURES_INCOMPAT_KNOWN: u32 = FEATURE_INCOMPAT_INLINE_ITEMS
+    | FEATURE_INCOMPAT_MOVE_RECORDS
+    | FEATURE_INCOMPAT_COMPRESSED_RECORDS;
 /// Read-only-compatible feature bits this build understands (none yet).
 pub const FEATURES_RO_COMPAT_KNOWN: u32 = 0;
 const CRC_AT: usize = BLOCK_BYTES - 4;
@@ -94,6 +101,11 @@ impl Superblock {
     /// victims before the next checkpoint.
     pub fn move_records(&self) -> bool {
         self.features_incompat & FEATURE_INCOMPAT_MOVE_RECORDS != 0
+    }
+
+    /// Whether records may be compressed.
+    pub fn compressed_records(&self) -> bool {
+        self.features_incompat & FEATURE_INCOMPAT_COMPRESSED_RECORDS != 0
     }
 
     pub fn geometry(&self) -> Geometry {
@@ -304,12 +316,12 @@ mod tests {
             .unwrap()
             .inline_items());
         let future = Superblock {
-            features_incompat: FEATURE_INCOMPAT_INLINE_ITEMS | 4,
+            features_incompat: FEATURE_INCOMPAT_INLINE_ITEMS | 8,
             ..s
         };
         let e = Superblock::decode(&future.encode(), "block 0", bytes)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("unknown incompatible feature flags 0x4"), "{e}");
+        assert!(e.contains("unknown incompatible feature flags 0x8"), "{e}");
     }
 }

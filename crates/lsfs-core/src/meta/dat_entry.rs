@@ -22,7 +22,16 @@ pub struct DatEntry {
     /// block's temperature when the cleaner moves it (meta/stream.rs).
     /// Images written before it have 0 here, and older binaries ignore it.
     pub prev_start: u64,
+    /// 0: `pblock` holds the block as it is. `k + 1`: `pblock` is slot `k`
+    /// of a compressed record, whose frame (log/frame.rs) starts at
+    /// `pblock - k`. Stored in bits 48..59 of the physical block on disk
+    /// (FORMAT.md §6), so every user of `pblock` sees a plain address.
+    pub frame: u16,
 }
+
+/// Bits of the stored physical block that hold `DatEntry::frame`.
+const FRAME_SHIFT: u32 = 48;
+const FRAME_MASK: u64 = 0x7ff << FRAME_SHIFT;
 
 impl DatEntry {
     /// The entry of a block handed out in checkpoint `cno` and not placed yet.
@@ -32,7 +41,26 @@ impl DatEntry {
             start: cno,
             end: CNO_MAX,
             prev_start: 0,
+            frame: 0,
         }
+    }
+    /// The entry with its block placed at `pblock`, stored raw there.
+    pub fn placed(self, pblock: u64) -> DatEntry {
+        DatEntry {
+            pblock,
+            frame: 0,
+            ..self
+        }
+    }
+    /// The entry without a place (the block must be written again).
+    pub fn unplaced(self) -> DatEntry {
+        self.placed(0)
+    }
+    /// Where the compressed frame holding this block starts, and the
+    /// block's slot in it; `None` for a block stored raw.
+    pub fn frame_slot(&self) -> Option<(u64, usize)> {
+        let k = (self.frame as u64).checked_sub(1)?;
+        Some((self.pblock.checked_sub(k)?, k as usize))
     }
     /// Whether slot `slot` of DAT block `block` is unused (all zero), without
     /// decoding it.
@@ -49,17 +77,21 @@ impl DatEntry {
     }
     pub fn read(block: &[u8], slot: usize) -> Result<DatEntry> {
         let mut r = Reader::at(block, slot * DAT_ENTRY_BYTES, "DAT entry");
+        let stored = r.u64()?;
         let e = DatEntry {
-            pblock: r.u64()?,
+            // Bits past the frame's stay in `pblock`: check_phys refuses them.
+            pblock: stored & !FRAME_MASK,
             start: r.u64()?,
             end: r.u64()?,
             prev_start: r.u64()?,
+            frame: ((stored & FRAME_MASK) >> FRAME_SHIFT) as u16,
         };
         Ok(e)
     }
     pub fn write(&self, block: &mut [u8], slot: usize) {
         let mut w = Writer::with_capacity(DAT_ENTRY_BYTES);
-        w.u64(self.pblock)
+        debug_assert!(self.pblock & FRAME_MASK == 0 && self.frame <= 0x7ff);
+        w.u64(self.pblock | ((self.frame as u64) << FRAME_SHIFT))
             .u64(self.start)
             .u64(self.end)
             .u64(self.prev_start);

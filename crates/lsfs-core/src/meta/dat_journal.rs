@@ -433,6 +433,7 @@ mod tests {
                         start: v,
                         end: if v % 2 == 0 { CNO_MAX } else { v + 5 },
                         prev_start: v / 2,
+                        frame: (v % 3) as u16,
                     },
                 )
             })
