@@ -221,6 +221,23 @@ impl RecordHeader {
         [&slots[..head], &slots[tail..]]
     }
 
+    /// The CRC of the record whose span (as read) is `slots`.
+    fn written_crc(&self, slots: &[u8]) -> u32 {
+        let [head, tail] = self.written_parts(slots);
+        crc32c::crc32c_append(crc_with_hole(head, CRC_AT), tail)
+    }
+
+    /// Compute the CRC of `record` (its whole span, as read from the
+    /// device) again after a change to bytes it covers: for tests and
+    /// tools that damage a record on purpose, so that only the damage is
+    /// wrong.
+    pub fn reseal(record: &mut [u8]) -> Result<()> {
+        let h = Self::decode_summary(record)?;
+        let crc = h.written_crc(&record[..h.nblocks as usize * BLOCK_BYTES]);
+        record[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+        Ok(())
+    }
+
     /// Fill in the header and summary of `record`, a whole record whose
     /// first `nsum_blocks` are zeros and whose payload blocks are in place
     /// after them, and its CRC. Writers put each payload block straight
@@ -328,8 +345,7 @@ impl RecordHeader {
         }
         let body = &buf[..need];
         if with_payload {
-            let [head, tail] = h.written_parts(body);
-            let crc = crc32c::crc32c_append(crc_with_hole(head, CRC_AT), tail);
+            let crc = h.written_crc(body);
             if crc != counts.stored_crc {
                 return Err(Error::corrupt(format!(
                     "{what}: checksum mismatch (stored {:#010x}, computed {crc:#010x})",
