@@ -1511,6 +1511,7 @@ impl Store {
             self.add_written(r.seg, r.nblocks() as u32, now)?;
         }
         let cno = self.cur_cno;
+        self.drop_pending_frames();
         self.write_records(&plan, &[], cno, flags, None, inline)?;
         self.dev.flush()?;
         self.write_superblock_copy_due()?;
@@ -1539,6 +1540,9 @@ impl Store {
     }
 
     fn write_moved_ahead_inner(&mut self) -> Result<Vec<crate::log::items::Item>> {
+        // The cleaner's copies are written raw: no frame of an earlier,
+        // failed construction may pass for theirs.
+        self.drop_pending_frames();
         let mut refs = Vec::new();
         if !self.streams_can_run() || self.plugs.cleaner_moved().next().is_none() {
             return Ok(refs);
