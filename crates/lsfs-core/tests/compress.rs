@@ -12,7 +12,7 @@ use lsfs_vfs::{Vfs, ROOT_INO};
 
 fn ccfg() -> MountConfig {
     let mut c = cfg();
-    c.store.compress = true;
+    c.store.compress = Some(true);
     c
 }
 
@@ -107,7 +107,7 @@ fn compression_writes_fewer_device_bytes_and_can_be_turned_off() {
     let mut written = Vec::new();
     for on in [true, false] {
         let mut c = cfg();
-        c.store.compress = on;
+        c.store.compress = Some(on);
         let mut fs = mkfs(32 * MIB, c);
         let before = fs.store.device_counters().write_bytes;
         let ino = file(&mut fs, b"src.tar");
@@ -257,4 +257,82 @@ fn tear_each_write(
         }
     }
     torn
+}
+
+/// A file with the `user.lsfs.nocompress` attribute is written raw, also
+/// after a remount (the attribute is read with the inode); without it the
+/// same data is compressed.
+#[test]
+fn the_nocompress_attribute_keeps_a_file_raw() {
+    use lsfs_core::fs::nocompress::NOCOMPRESS_XATTR;
+    let mut fs = mkfs(32 * MIB, ccfg());
+    let ino = file(&mut fs, b"media");
+    fs.setxattr(ino, NOCOMPRESS_XATTR, b"1", 0).unwrap();
+    let records = |fs: &Lsfs| fs.store.stats().compressed_records;
+    let n0 = records(&fs);
+    fs.write(ino, 0, &text(5, 200 * 4096)).unwrap();
+    fs.checkpoint().unwrap();
+    assert_eq!(records(&fs), n0, "compressed despite the attribute");
+    fs.unmount().unwrap();
+    let img = image(&mut fs);
+    let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(img)), ccfg()).unwrap();
+    let n1 = records(&fs);
+    fs.write(ino, 4096 * 200, &text(6, 200 * 4096)).unwrap();
+    fs.checkpoint().unwrap();
+    assert_eq!(records(&fs), n1, "compressed after a remount");
+    fs.removexattr(ino, NOCOMPRESS_XATTR).unwrap();
+    fs.write(ino, 0, &text(7, 200 * 4096)).unwrap();
+    fs.checkpoint().unwrap();
+    assert!(records(&fs) > n1, "the attribute's removal did not count");
+}
+
+/// One damaged byte in a frame makes fsck fail (the record's CRC, which
+/// fsck checks as it reads the summaries, or the frame's own).
+#[test]
+fn fsck_finds_a_damaged_frame() {
+    let mut fs = mkfs(32 * MIB, ccfg());
+    let ino = file(&mut fs, b"f");
+    fs.write(ino, 0, &text(8, 300 * 4096)).unwrap();
+    fs.unmount().unwrap();
+    let mut img = image(&mut fs);
+    assert_clean(&fsck_bytes(img.clone()), "before the damage");
+    let at = img
+        .chunks(4096)
+        .position(|b| b[..4] == 0x315A_534Cu32.to_le_bytes())
+        .expect("a frame on the image");
+    img[at * 4096 + 100] ^= 0x10;
+    let report = fsck_bytes(img);
+    assert!(
+        !report.is_clean(),
+        "frame at block {at} damaged, fsck clean"
+    );
+}
+
+/// The image remembers: a mount that says nothing compresses if the image
+/// has the COMPRESSED_RECORDS feature (set here at mkfs), and `Some(false)`
+/// turns it off; a fresh image by default has neither.
+#[test]
+fn a_mount_follows_the_image_unless_told() {
+    let write = |img: Vec<u8>, compress: Option<bool>| {
+        let mut c = cfg();
+        c.store.compress = compress;
+        let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(img)), c).unwrap();
+        let ino = file(&mut fs, b"g");
+        fs.write(ino, 0, &text(9, 64 * 4096)).unwrap();
+        fs.checkpoint().unwrap();
+        fs.store.stats().compressed_records
+    };
+    let mut fs = mkfs(32 * MIB, ccfg());
+    fs.unmount().unwrap();
+    let img = image(&mut fs);
+    assert!(fs.store.superblock().compressed_records());
+    assert!(
+        write(img.clone(), None) > 0,
+        "the image's feature was not followed"
+    );
+    assert_eq!(write(img, Some(false)), 0, "compress=off was not");
+    let mut fs = mkfs(32 * MIB, cfg());
+    assert!(!fs.store.superblock().compressed_records());
+    fs.unmount().unwrap();
+    assert_eq!(write(image(&mut fs), None), 0, "a default image compressed");
 }

@@ -20,6 +20,7 @@ pub mod locked;
 pub mod map;
 pub mod memory;
 mod namespace;
+pub mod nocompress;
 pub mod oplog;
 mod replay;
 pub mod snapview;
@@ -141,7 +142,7 @@ impl Lsfs {
         let store = Store::create(Box::new(dev), opts, config.store.clone())?;
         let mut fs = Lsfs::with_store(store, config, None);
         fs.read_errors = read_errors;
-        fs.store.enable_compressed_records();
+        fs.store.enable_compressed_records(true);
         let now = fs.store.clock().now();
         let root = Inode::new(ROOT_INO, libc::S_IFDIR | 0o755, 0, 0, now);
         let orphans = Inode::new(ORPHAN_INO, libc::S_IFDIR | 0o700, 0, 0, now);
@@ -191,7 +192,7 @@ impl Lsfs {
             // record with items is written.
             fs.store.enable_inline_items();
             fs.store.enable_move_records();
-            fs.store.enable_compressed_records();
+            fs.store.enable_compressed_records(false);
             fs.delete_orphans()?;
             fs.checkpoint_for("mount")?;
             fs.store.settle_superblocks()?;
@@ -289,6 +290,7 @@ impl Lsfs {
                 .inode_read(root, ino)?
                 .ok_or(Error::Errno(Errno::NOENT))?;
             let inode = Inode::decode(&img, ino)?;
+            self.load_nocompress(&inode)?;
             self.evict_inodes();
             self.inodes.insert(
                 ino,

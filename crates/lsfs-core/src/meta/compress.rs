@@ -40,10 +40,10 @@ impl Frames {
 }
 
 impl Store {
-    /// Whether new records of user data are compressed: the mount asks for
-    /// it and the image carries the feature flag.
+    /// Whether new records of user data are compressed: the image
+    /// carries the feature flag and the mount does not say no.
     pub fn compressing(&self) -> bool {
-        self.config.compress && self.sb.compressed_records()
+        self.config.compress != Some(false) && self.sb.compressed_records()
     }
 
     /// Compress the payload of each record of `plan` (`items`, in plan
@@ -158,14 +158,8 @@ impl Store {
         Ok(run)
     }
 
-    /// The decompressed blocks of the frame starting at block `start`
-    /// (checked: a frame the DAT names must verify and decompress).
-    pub(crate) fn read_frame(&mut self, start: u64, what: &str) -> Result<Arc<Vec<u8>>> {
-        if let Some(i) = self.frames.read.iter().position(|f| f.0 == start) {
-            let f = self.frames.read.remove(i);
-            self.frames.read.push(f.clone());
-            return Ok(f.1);
-        }
+    /// The frame at block `start` read and decompressed, not kept (fsck).
+    pub(crate) fn decompress_frame(&mut self, start: u64, what: &str) -> Result<Vec<u8>> {
         let what = format!("{what}: frame at block {start}");
         crate::meta::store::check_phys(&self.geo, start, &what)?;
         let mut first = vec![0; BLOCK_BYTES];
@@ -174,7 +168,18 @@ impl Store {
         crate::meta::store::check_phys(&self.geo, start + m as u64 - 1, &what)?;
         let mut all = vec![0; m * BLOCK_BYTES];
         self.dev.read_at(self.geo.byte_offset(start), &mut all)?;
-        let blocks = Arc::new(frame::decompress(&all, &what)?);
+        frame::decompress(&all, &what)
+    }
+
+    /// The decompressed blocks of the frame starting at block `start`
+    /// (checked: a frame the DAT names must verify and decompress).
+    pub(crate) fn read_frame(&mut self, start: u64, what: &str) -> Result<Arc<Vec<u8>>> {
+        if let Some(i) = self.frames.read.iter().position(|f| f.0 == start) {
+            let f = self.frames.read.remove(i);
+            self.frames.read.push(f.clone());
+            return Ok(f.1);
+        }
+        let blocks = Arc::new(self.decompress_frame(start, what)?);
         self.stats.frames_decompressed += 1;
         if self.frames.read.len() == FRAMES_KEPT {
             self.frames.read.remove(0);

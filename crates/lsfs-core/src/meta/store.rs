@@ -61,10 +61,16 @@ pub struct StoreConfig {
     /// Every timestamp and interval of the mount (`clock.rs`): the
     /// system's, or one a test or simulation drives.
     pub clock: crate::clock::Clock,
-    /// Compress records of user data (meta/compress.rs); a read-write
-    /// mount with it sets the image's COMPRESSED_RECORDS feature.
-    pub compress: bool,
+    /// Compress records of user data (meta/compress.rs): `Some(true)`
+    /// does, and a read-write mount with it sets the image's
+    /// COMPRESSED_RECORDS feature; `Some(false)` does not; `None` does as
+    /// the image says (the feature), and mkfs as [`MKFS_COMPRESS`] says.
+    pub compress: Option<bool>,
 }
+
+/// Whether mkfs makes an image that compresses, unless told
+/// ([`StoreConfig::compress`]).
+pub const MKFS_COMPRESS: bool = false;
 
 /// The default [`StoreConfig::log_checkpoint_share`]: of 1/16, 1/8 and
 /// 1/6 of a 1 GiB image, 1/8 wrote least under sustained overwrites at
@@ -82,7 +88,7 @@ impl Default for StoreConfig {
             discard: Default::default(),
             log_checkpoint_share: LOG_CHECKPOINT_SHARE,
             clock: crate::clock::Clock::system(),
-            compress: false,
+            compress: None,
         }
     }
 }

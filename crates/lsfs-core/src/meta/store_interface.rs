@@ -246,8 +246,10 @@ impl Store {
 
     /// A mount that compresses marks the image before its first compressed
     /// record: the mount's checkpoint and both superblocks carry the flag.
-    pub fn enable_compressed_records(&mut self) {
-        if self.config.compress {
+    /// `mkfs`: a new image, which compresses unless told not to.
+    pub fn enable_compressed_records(&mut self, mkfs: bool) {
+        let default = mkfs && crate::meta::store::MKFS_COMPRESS;
+        if self.config.compress.unwrap_or(default) {
             self.sb.features_incompat |= FEATURE_INCOMPAT_COMPRESSED_RECORDS;
         }
     }
