@@ -1297,21 +1297,7 @@ impl Store {
         let inline: Vec<u8> = [inline, &extra_items[..]].concat();
         let items: Vec<Item> = blocks_in_log.iter().map(|&v| Item::Virtual(v)).collect();
         let plan = self.plan_log(items.len(), inline.len(), &mut taken)?;
-        let places = self.place(&plan, items.len());
-        self.drop_pending_frames();
-        self.compress_plan(&plan, &items);
-        for (item, &pos) in items.iter().zip(&places) {
-            if let Item::Virtual(v) = *item {
-                let mut e = self.dat_get(v)?;
-                e = e.placed(pos);
-                e.frame = self.frame_of_place(pos);
-                self.dat_set(v, e)?;
-                self.add_live(
-                    self.geo.segment_of(pos).expect("planned inside the log"),
-                    now,
-                )?;
-            }
-        }
+        self.place_fsync_blocks(&plan, &items, now)?;
         for r in &plan.records {
             self.add_written(r.seg, r.nblocks() as u32, now)?;
         }
@@ -1330,6 +1316,24 @@ impl Store {
             self.cache.mark_clean(vkey(v));
         }
         self.stats.dsync_records_written += 1;
+        Ok(())
+    }
+
+    /// Point the DAT at the places `plan` gives the fsync's `items` in the
+    /// log, compressed or not (meta/compress.rs), and count them live.
+    fn place_fsync_blocks(&mut self, plan: &Plan, items: &[Item], now: u64) -> Result<()> {
+        let places = self.place(plan, items.len());
+        self.drop_pending_frames();
+        self.compress_plan(plan, items);
+        for (item, &pos) in items.iter().zip(&places) {
+            if let Item::Virtual(v) = *item {
+                let mut e = self.dat_get(v)?.placed(pos);
+                e.frame = self.frame_of_place(pos);
+                self.dat_set(v, e)?;
+                let seg = self.geo.segment_of(pos).expect("planned inside the log");
+                self.add_live(seg, now)?;
+            }
+        }
         Ok(())
     }
 
