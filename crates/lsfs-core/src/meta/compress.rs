@@ -49,8 +49,8 @@ impl Store {
     /// Compress the payload of each record of `plan` (`items`, in plan
     /// order) that starts with user file data, as far as it goes, if that
     /// shrinks; the frames wait in `pending` for `frame_of_place` and
-    /// `take_frame`. (A checkpoint's record holds its data first, then
-    /// the metadata, which stays raw.)
+    /// `take_frame`. (A checkpoint's records hold file data first, by
+    /// inode, then tree nodes and the metadata files, which stay raw.)
     pub(super) fn compress_plan(&mut self, plan: &Plan, items: &[Item]) {
         if !self.compressing() {
             return;
