@@ -16,6 +16,8 @@
 //! A corrupt image yields errors, never a panic: decoding errors are
 //! reported where they occur, and a panic anywhere becomes an error too.
 
+mod frames;
+
 use crate::btree::ReadOnly;
 use crate::device::BlockDevice;
 use crate::error::Result;
@@ -60,6 +62,8 @@ pub struct FsckStats {
     pub snapshots: usize,
     /// Checkpoints whose IFILE was walked and found visible.
     pub checkpoints_walked: usize,
+    /// Compressed records' frames decompressed and found whole.
+    pub frames_checked: u64,
     pub inodes: u64,
     pub directories: u64,
     pub regular_files: u64,
@@ -161,6 +165,8 @@ struct Checker {
     warnings: Vec<String>,
     suppressed: usize,
     stats: FsckStats,
+    /// Compressed records' frames seen while reading the summaries.
+    frame_slots: frames::FrameSlots,
 }
 
 /// One file system tree as of some IFILE root: inodes and the virtual blocks reached.
@@ -625,6 +631,7 @@ impl Checker {
             }
             self.check_placed(&geo, seg, nblocks, want, &summary);
         }
+        self.check_frames(s, dat);
     }
 
     /// Segment `seg`'s summary entries by physical block, and how many of
@@ -658,6 +665,10 @@ impl Checker {
                     break;
                 }
                 covered = r.end_block() - start;
+                if r.header.frame_slots > 0 {
+                    self.frame_slots
+                        .add(r.payload_block(0), r.header.frame_slots);
+                }
                 for (i, ent) in r.header.entries.iter().enumerate() {
                     summary.insert(r.payload_block(i), (ent.vblock, ent.kind));
                 }

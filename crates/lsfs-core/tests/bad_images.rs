@@ -250,8 +250,7 @@ fn damage_that_opening_misses_is_found_by_fsck() {
     // Reseal the record, as if the engine had written the wrong count.
     let r = &mut b
         [rec.block as usize * BLOCK_BYTES..(rec.block + rec.nblocks as u64) as usize * BLOCK_BYTES];
-    let crc = crc_with_hole(r, 8);
-    r[8..12].copy_from_slice(&crc.to_le_bytes());
+    lsfs_core::log::record::RecordHeader::reseal(r).unwrap();
     Lsfs::open(Box::new(MemDevice::from_bytes(b.clone())), cfg())
         .expect("a wrong counter does not stop a mount");
     let f = fsck_errors(b);
@@ -592,8 +591,7 @@ fn a_dat_end_below_entries_in_use_is_refused() {
         let crc = crc_with_hole(&b[s..s + BLOCK_BYTES], BLOCK_BYTES - 4);
         b[s + BLOCK_BYTES - 4..s + BLOCK_BYTES].copy_from_slice(&crc.to_le_bytes());
         let r = &mut b[rec as usize * BLOCK_BYTES..(rec + nblocks) as usize * BLOCK_BYTES];
-        let crc = crc_with_hole(r, 8);
-        r[8..12].copy_from_slice(&crc.to_le_bytes());
+        lsfs_core::log::record::RecordHeader::reseal(r).unwrap();
         let e = open_error(b.clone());
         assert!(
             e.contains(&format!("the DAT ends at virtual block {end}")),
@@ -631,8 +629,7 @@ fn deleting_with_a_super_root_counting_no_inodes_keeps_the_image_mountable() {
     let crc = crc_with_hole(&b[s..s + BLOCK_BYTES], BLOCK_BYTES - 4);
     b[s + BLOCK_BYTES - 4..s + BLOCK_BYTES].copy_from_slice(&crc.to_le_bytes());
     let r = &mut b[rec as usize * BLOCK_BYTES..(rec + nblocks) as usize * BLOCK_BYTES];
-    let crc = crc_with_hole(r, 8);
-    r[8..12].copy_from_slice(&crc.to_le_bytes());
+    lsfs_core::log::record::RecordHeader::reseal(r).unwrap();
 
     let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(b)), cfg()).unwrap();
     assert_eq!(

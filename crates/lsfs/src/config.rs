@@ -24,6 +24,9 @@ pub struct FileConfig {
     /// "on" (after each checkpoint) or "batched" (the default; see
     /// docs/CLEANER.md on discard). `-o discard=…` overrides it.
     pub discard: Option<lsfs_core::meta::discard::DiscardMode>,
+    /// Compress records of user data with LZ4: "lz4" or "off" (default:
+    /// the engine's, docs/CONFIG.md). `-o compress=…` overrides it.
+    pub compress: Option<String>,
     /// Serve FUSE requests through io_uring: "off" (the default), "auto"
     /// (when the kernel and privileges allow, else /dev/fuse) or "on"
     /// (else the mount fails). `--uring` and `-o uring=…` override it.
@@ -129,6 +132,9 @@ impl FileConfig {
         )?;
         c.store.streams = self.streams.unwrap_or(true);
         c.store.discard = self.discard.unwrap_or_default();
+        if let Some(v) = &self.compress {
+            c.store.compress = Some(crate::mount_opts::parse_compress(v)?);
+        }
         c.store.read_only = read_only || checkpoint.is_some();
         c.checkpoint = checkpoint;
         self.cleaner.validate()?;

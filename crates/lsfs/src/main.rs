@@ -206,6 +206,10 @@ struct MkfsArgs {
     /// A label of at most 64 bytes.
     #[arg(long, default_value = "")]
     label: String,
+    /// Compress records of user data (lz4 or off): "lz4" marks the image
+    /// with the compressed-records feature from the start.
+    #[arg(long, value_parser = mount_opts::parse_compress)]
+    compress: Option<bool>,
     /// Overwrite an existing lsfs image.
     #[arg(long)]
     force: bool,
@@ -235,7 +239,9 @@ struct MountArgs {
     /// `config=FILE` (a flag given too must agree); `discard=off|on|batched`
     /// (what freed space is given back to the device by itself; `discard`
     /// is `on`, `nodiscard` is `off`; default batched, or the config
-    /// file's); the generic `nosuid`,
+    /// file's); `compress=lz4|off` (records of user data written as LZ4
+    /// frames; `nocompress` is `off`; default: as the image says, or the
+    /// config file); the generic `nosuid`,
     /// `nodev`, `noexec`, `noatime`, `sync`, … and their opposites; and,
     /// ignored, what fstab says to mount(8) or systemd (`defaults`,
     /// `noauto`, `nofail`, `user`, `_netdev`, `x-*`, `comment=*`).
@@ -523,6 +529,7 @@ fn make_image(
     segment_size: u64,
     label: &str,
     force: bool,
+    compress: Option<bool>,
 ) -> Result<(), String> {
     if segment_size % 4096 != 0 {
         return Err(format!(
@@ -544,7 +551,11 @@ fn make_image(
         segment_blocks: (segment_size / 4096) as u32,
         label: label.to_string(),
     };
-    let mut fs = Lsfs::mkfs(dev, &opts, MountConfig::default()).map_err(err)?;
+    let mut config = MountConfig::default();
+    if let Some(c) = compress {
+        config.store.compress = Some(c);
+    }
+    let mut fs = Lsfs::mkfs(dev, &opts, config).map_err(err)?;
     fs.unmount().map_err(err)?;
     Ok(())
 }
@@ -573,7 +584,14 @@ fn mkfs(a: MkfsArgs) -> Result<(), String> {
             a.image.display()
         ));
     }
-    make_image(&a.image, a.size, a.segment_size, &a.label, a.force)?;
+    make_image(
+        &a.image,
+        a.size,
+        a.segment_size,
+        &a.label,
+        a.force,
+        a.compress,
+    )?;
     let size = device_target::open(&a.image, false)?.size_bytes();
     if a.json {
         println!(
@@ -600,7 +618,7 @@ fn run(a: RunArgs) -> Result<(), String> {
         );
         let segment_bytes = lsfs_core::layout::DEFAULT_SEGMENT_BLOCKS as u64
             * lsfs_core::layout::BLOCK_BYTES as u64;
-        make_image(&a.image, Some(a.size), segment_bytes, "lsfs", false)?;
+        make_image(&a.image, Some(a.size), segment_bytes, "lsfs", false, None)?;
     }
     std::fs::create_dir_all(&a.mountpoint)
         .map_err(|e| format!("cannot create {}: {e}", a.mountpoint.display()))?;
@@ -678,6 +696,9 @@ fn mount(a: MountArgs) -> Result<(), String> {
     let mut cfg = file_cfg.mount_config(cache_size, read_only, checkpoint)?;
     if let Some(d) = o.discard {
         cfg.store.discard = d;
+    }
+    if let Some(c) = o.compress {
+        cfg.store.compress = Some(c);
     }
     let dev = device_target::open_cached(
         &a.image,

@@ -43,6 +43,9 @@ pub struct MountOpts {
     /// `discard=off|on|batched` (`discard` is on, `nodiscard` off): what
     /// freed segments the device is told to drop by itself.
     pub discard: Option<DiscardMode>,
+    /// `compress=lz4|off` (`nocompress` is off): whether records of user
+    /// data are compressed (docs/CONFIG.md).
+    pub compress: Option<bool>,
     /// `allow_other`: let other users in (root's mounts always do).
     pub allow_other: bool,
     /// The kernel's generic mount flags (`MS_NOSUID`, …) asked for.
@@ -66,6 +69,7 @@ impl Default for MountOpts {
             uring: None,
             config: None,
             discard: None,
+            compress: None,
             allow_other: false,
             kernel_flags: 0,
             ignored: Vec::new(),
@@ -76,7 +80,7 @@ impl Default for MountOpts {
 
 const KNOWN: &str = "ro, rw, writeback_cache, no_writeback_cache, atomic_writes, \
     no_atomic_writes, checkpoint=N, cache_size=SIZE, threads=N, spin_us=N, uring=off|auto|on, \
-    config=FILE, discard=off|on|batched, [no]discard, \
+    config=FILE, discard=off|on|batched, [no]discard, compress=lz4|off, nocompress, \
     allow_other, default_permissions, \
     [no]suid, [no]dev, [no]exec, [no]atime, [no]diratime, relatime, strictatime, sync, \
     async, dirsync; ignored: defaults, [no]auto, nofail, [no]user, users, owner, group, \
@@ -117,6 +121,15 @@ fn is_ignored(opt: &str) -> bool {
             | "_netdev"
     ) || opt.starts_with("x-")
         || opt.starts_with("comment=")
+}
+
+/// `compress=`'s words: the codec, or off.
+pub fn parse_compress(v: &str) -> Result<bool, String> {
+    match v {
+        "lz4" | "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("compress={v}: must be lz4 or off")),
+    }
 }
 
 fn number<T>(key: &str, v: &str, lo: T, hi: T) -> Result<T, String>
@@ -166,6 +179,8 @@ impl MountOpts {
                 ("discard", Some(v)) => o.discard = Some(DiscardMode::parse(v)?),
                 ("discard", None) => o.discard = Some(DiscardMode::On),
                 ("nodiscard", None) => o.discard = Some(DiscardMode::Off),
+                ("compress", Some(v)) => o.compress = Some(parse_compress(v)?),
+                ("nocompress", None) => o.compress = Some(false),
                 ("allow_other", None) => o.allow_other = true,
                 // The kernel always checks permissions against the
                 // attributes lsfs reports.
@@ -307,5 +322,17 @@ mod tests {
         let o = MountOpts::parse("rw,fsname=x", true).unwrap();
         assert_eq!(o.ignored, ["fsname=x"]);
         assert_eq!(o.to_string(), "rw", "a background server would refuse it");
+    }
+
+    /// `compress=lz4|off` and `nocompress`; later wins, other words refused.
+    #[test]
+    fn compress_modes() {
+        let mode = |s: &str| s.parse::<MountOpts>().map(|o| o.compress);
+        assert_eq!(mode("rw"), Ok(None));
+        assert_eq!(mode("compress=lz4"), Ok(Some(true)));
+        assert_eq!(mode("compress=off"), Ok(Some(false)));
+        assert_eq!(mode("compress=lz4,nocompress"), Ok(Some(false)));
+        let e = mode("compress=zstd").unwrap_err();
+        assert!(e.contains("lz4 or off"), "{e}");
     }
 }

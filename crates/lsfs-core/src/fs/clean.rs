@@ -609,6 +609,7 @@ impl Lsfs {
         if mode == ThreadedLogging::Off
             || self.store.free_blocks_appending() <= PLUG_APPEND_ROOM_SEGMENTS * seg_blocks
             || !self.store.plug_eligible(seg)
+            || plan.holds_frames
             || self.store.plugs().holes() >= PLUG_HOLES_SEGMENTS * seg_blocks
         {
             return false;

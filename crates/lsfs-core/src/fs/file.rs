@@ -464,8 +464,15 @@ pub fn write(s: &mut Store, ino: &mut Inode, off: u64, data: &[u8]) -> Result<()
 /// contents an fsync record holds at physical block `pblock`. Mapped as a
 /// write of the block would map it (replacing what was there, the file at
 /// least that long), but nothing is written: the record's copy is adopted
-/// (`Store::vplace_replayed`).
-pub fn adopt_block(s: &mut Store, ino: &mut Inode, b: u64, v: u64, pblock: u64) -> Result<()> {
+/// (`Store::vplace_replayed`), compressed or not (`frame`, as in
+/// `DatEntry::frame`).
+pub fn adopt_block(
+    s: &mut Store,
+    ino: &mut Inode,
+    b: u64,
+    v: u64,
+    (pblock, frame): (u64, u16),
+) -> Result<()> {
     let end = b
         .checked_add(1)
         .and_then(|n| n.checked_mul(BLOCK))
@@ -476,7 +483,7 @@ pub fn adopt_block(s: &mut Store, ino: &mut Inode, b: u64, v: u64, pblock: u64) 
     let old = mapped_in(&extents, b, 1)[0];
     if old == Some(v) {
         // Rewritten in place by a later fsync: its earlier copy dies.
-        s.vplace_replayed(v, pblock, 0)?;
+        s.vplace_replayed(v, pblock, frame, 0)?;
     } else {
         // A record's block is mapped once, where it was written; a second
         // place would be two files (or offsets) sharing it.
@@ -494,7 +501,7 @@ pub fn adopt_block(s: &mut Store, ino: &mut Inode, b: u64, v: u64, pblock: u64) 
         debug_assert!(replaced.len() <= 1);
         ino.blocks += 1 - replaced.len() as u64;
         s.vkill_many(&replaced)?;
-        s.vplace_replayed(v, pblock, prev)?;
+        s.vplace_replayed(v, pblock, frame, prev)?;
     }
     ino.size = ino.size.max(end);
     Ok(())

@@ -22,6 +22,7 @@ pub mod locked;
 pub mod map;
 pub mod memory;
 mod namespace;
+pub mod nocompress;
 pub mod oplog;
 mod replay;
 pub mod snapview;
@@ -146,6 +147,7 @@ impl Lsfs {
         let store = Store::create(Box::new(dev), opts, config.store.clone())?;
         let mut fs = Lsfs::with_store(store, config, None);
         fs.read_errors = read_errors;
+        fs.store.enable_compressed_records(true);
         let now = fs.store.clock().now();
         let root = Inode::new(ROOT_INO, libc::S_IFDIR | 0o755, 0, 0, now);
         let orphans = Inode::new(ORPHAN_INO, libc::S_IFDIR | 0o700, 0, 0, now);
@@ -195,6 +197,7 @@ impl Lsfs {
             // record with items is written.
             fs.store.enable_inline_items();
             fs.store.enable_move_records();
+            fs.store.enable_compressed_records(false);
             fs.delete_orphans()?;
             fs.checkpoint_for("mount")?;
             fs.store.settle_superblocks()?;
@@ -293,6 +296,7 @@ impl Lsfs {
                 .inode_read(root, ino)?
                 .ok_or(Error::Errno(Errno::NOENT))?;
             let inode = Inode::decode(&img, ino)?;
+            self.load_nocompress(&inode)?;
             self.evict_inodes();
             self.inodes.insert(
                 ino,

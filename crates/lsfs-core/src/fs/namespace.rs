@@ -381,6 +381,7 @@ impl Lsfs {
     ) -> VfsResult<()> {
         let mut i = self.get(ino)?;
         xattr::set(&mut self.store, &mut i, name, value, flags)?;
+        self.note_nocompress(ino, name, true);
         i.ctime = now;
         self.put(i);
         Ok(())
@@ -394,6 +395,7 @@ impl Lsfs {
     ) -> VfsResult<()> {
         let mut i = self.get(ino)?;
         xattr::remove(&mut self.store, &mut i, name)?;
+        self.note_nocompress(ino, name, false);
         i.ctime = now;
         self.put(i);
         Ok(())

@@ -110,9 +110,16 @@ impl Lsfs {
             for (i, ent) in r.header.entries.iter().enumerate() {
                 let block = r.payload_block(i);
                 let at = || format!("{what}: block {block}");
+                // A compressed record's blocks stay in their slots, read
+                // through its frame (`DatEntry::frame`).
+                let frame = if i < r.header.frame_slots as usize {
+                    i as u16 + 1
+                } else {
+                    0
+                };
                 match ent.kind {
                     BlockKind::Data => self
-                        .replay_block(ent.ino, ent.offset, ent.vblock, block, adopted)
+                        .replay_block(ent.ino, ent.offset, ent.vblock, (block, frame), adopted)
                         .map_err(|err| replay_error(err, &at()))?,
                     BlockKind::InodeLog => {
                         let mut b = self.store.read_log_block(block)?;
@@ -284,7 +291,7 @@ impl Lsfs {
         ino: u64,
         offset: u64,
         v: u64,
-        block: u64,
+        block: (u64, u16),
         adopted: &mut HashSet<u64>,
     ) -> Result<()> {
         let Some(mut node) = self.existing(ino)? else {

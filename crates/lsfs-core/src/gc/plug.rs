@@ -30,6 +30,7 @@ impl Store {
     pub fn prepare_plug(&mut self, plan: RelocationPlan) -> Result<u32> {
         let seg = plan.segno;
         assert!(self.plug_eligible(seg), "segment {seg} cannot be plugged");
+        assert!(!plan.holds_frames, "segment {seg} holds frames still read");
         for (v, e) in plan.frees() {
             self.free_dead(seg, v, e)?;
         }

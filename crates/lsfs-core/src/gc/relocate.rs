@@ -134,6 +134,10 @@ pub struct RelocationPlan {
     /// record may free the victim at once, but every plain checkpoint up to
     /// the base must be given up by the next checkpoint (and by recovery's).
     pub freed_giving_up_base: u32,
+    /// A block that stays lives in a compressed record: its frame's
+    /// blocks, in slots dead or not, must stay too, so the victim is
+    /// never plugged (threaded logging would write over the frame).
+    pub holds_frames: bool,
 }
 
 impl RelocationPlan {
@@ -280,7 +284,9 @@ impl Store {
                         offset: ent.offset,
                         kind: ent.kind,
                     };
-                    self.vblock_action(ent.vblock, e, owner, pos, &horizon, &mut plan)
+                    let a = self.vblock_action(ent.vblock, e, owner, pos, &horizon, &mut plan);
+                    plan.holds_frames |= e.frame != 0 && !matches!(a, Action::Free(..));
+                    a
                 }
                 BlockKind::DatBlock => {
                     if !self.dat_block_in_use_at(ent.offset, pos)? {

@@ -3,6 +3,7 @@
 //! and the recovery chain).
 
 pub mod chain;
+pub mod frame;
 pub mod items;
 pub mod record;
 pub mod super_root;

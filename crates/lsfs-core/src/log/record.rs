@@ -25,6 +25,7 @@ pub const MAX_SUMMARY_BLOCKS: usize =
 /// Most blocks of one record.
 pub const MAX_RECORD_BLOCKS: usize = MAX_RECORD_PAYLOAD + MAX_SUMMARY_BLOCKS;
 /// Where the header's inline byte count is; the header's bytes after it are zero.
+#[cfg(test)]
 const INLINE_AT: usize = 80;
 
 /// Record flags.
@@ -33,6 +34,9 @@ pub const FLAG_DSYNC: u32 = 2; // written by fsync: data blocks and inode images
 pub const FLAG_CP_BEGIN: u32 = 4; // first record of a checkpoint's records
 pub const FLAG_DATA_STREAM: u32 = 8; // written to a data stream's segment: never part of the log's chain
 pub const FLAG_MOVES: u32 = 16; // a cleaning pass's move record: its victims are free from here on
+pub const FLAG_COMPRESSED: u32 = 32; // the payload is one compressed frame (log/frame.rs) in its first slots
+/// Where the header's count of frame blocks is (compressed records).
+const FRAME_AT: usize = 84;
 
 /// What a payload block is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -165,6 +169,12 @@ pub struct RecordHeader {
     pub entries: Vec<SummaryEntry>,
     /// Inline items (`log/items.rs`), stored after the summary entries.
     pub inline: Vec<u8>,
+    /// Blocks of the compressed frame that holds the payload's first
+    /// `frame_slots` blocks (flag FLAG_COMPRESSED), 0 for a raw payload.
+    /// The record still spans all its payload slots; slots
+    /// `frame_blocks..frame_slots` are not written.
+    pub frame_blocks: u32,
+    pub frame_slots: u32,
 }
 
 /// Blocks of header and summary for `n` payload blocks.
@@ -191,6 +201,43 @@ impl RecordHeader {
         b
     }
 
+    /// Blocks the record's one write covers, and its CRC: all of them, or
+    /// the summary and the frame of a compressed record.
+    pub fn written_blocks(&self) -> u32 {
+        self.nblocks - self.unwritten_slots()
+    }
+
+    /// Payload slots the record spans without writing them.
+    pub fn unwritten_slots(&self) -> u32 {
+        self.frame_slots - self.frame_blocks
+    }
+
+    /// The record's blocks on the device, `slots` (its whole span, stale
+    /// blocks in the unwritten slots), as one write lays them out: the
+    /// summary and the frame, then the payload after the frame's slots.
+    pub fn written_parts<'a>(&self, slots: &'a [u8]) -> [&'a [u8]; 2] {
+        let head = (self.nsum_blocks + self.frame_blocks) as usize * BLOCK_BYTES;
+        let tail = (self.nsum_blocks + self.frame_slots) as usize * BLOCK_BYTES;
+        [&slots[..head], &slots[tail..]]
+    }
+
+    /// The CRC of the record whose span (as read) is `slots`.
+    fn written_crc(&self, slots: &[u8]) -> u32 {
+        let [head, tail] = self.written_parts(slots);
+        crc32c::crc32c_append(crc_with_hole(head, CRC_AT), tail)
+    }
+
+    /// Compute the CRC of `record` (its whole span, as read from the
+    /// device) again after a change to bytes it covers: for tests and
+    /// tools that damage a record on purpose, so that only the damage is
+    /// wrong.
+    pub fn reseal(record: &mut [u8]) -> Result<()> {
+        let h = Self::decode_summary(record)?;
+        let crc = h.written_crc(&record[..h.nblocks as usize * BLOCK_BYTES]);
+        record[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+        Ok(())
+    }
+
     /// Fill in the header and summary of `record`, a whole record whose
     /// first `nsum_blocks` are zeros and whose payload blocks are in place
     /// after them, and its CRC. Writers put each payload block straight
@@ -205,7 +252,9 @@ impl RecordHeader {
         let nsum = summary_blocks_with(self.entries.len(), self.inline.len());
         assert_eq!(nsum as u32, self.nsum_blocks);
         assert_eq!((nsum + self.entries.len()) as u32, self.nblocks);
-        assert_eq!(record.len(), self.nblocks as usize * BLOCK_BYTES);
+        assert_eq!(record.len(), self.written_blocks() as usize * BLOCK_BYTES);
+        assert_eq!(self.frame_blocks > 0, self.flags & FLAG_COMPRESSED != 0);
+        assert!(self.frame_blocks <= self.frame_slots);
         let used = HEADER_BYTES + self.entries.len() * ENTRY_BYTES + self.inline.len();
         let mut w = Writer::with_capacity(used);
         w.u32(RECORD_MAGIC)
@@ -224,6 +273,8 @@ impl RecordHeader {
             .u64(self.next_seg)
             .u64(self.created_secs)
             .u32(self.inline.len() as u32)
+            .u32(self.frame_blocks)
+            .u32(self.frame_slots)
             .pad_to(HEADER_BYTES);
         for e in &self.entries {
             e.encode(&mut w);
@@ -236,6 +287,7 @@ impl RecordHeader {
             "the summary's padding is zeros"
         );
         record[..used].copy_from_slice(&summary);
+        // The same bytes `written_parts` gives back on reading.
         let crc = crc_with_hole(record, CRC_AT);
         record[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
     }
@@ -293,7 +345,7 @@ impl RecordHeader {
         }
         let body = &buf[..need];
         if with_payload {
-            let crc = crc_with_hole(body, CRC_AT);
+            let crc = h.written_crc(body);
             if crc != counts.stored_crc {
                 return Err(Error::corrupt(format!(
                     "{what}: checksum mismatch (stored {:#010x}, computed {crc:#010x})",
@@ -338,15 +390,18 @@ impl RecordHeader {
         let next_seg = r.u64()?;
         let created_secs = r.u64()?;
         let ninline = r.u32()? as usize;
-        if r.bytes(HEADER_BYTES - INLINE_AT - 4)?
+        let frame_blocks = r.u32()?;
+        let frame_slots = r.u32()?;
+        if r.bytes(HEADER_BYTES - FRAME_AT - 8)?
             .iter()
             .any(|&b| b != 0)
         {
             return Err(Error::corrupt(format!(
                 "{what}: header bytes {}..{HEADER_BYTES} are not zero",
-                INLINE_AT + 4
+                FRAME_AT + 8
             )));
         }
+        check_frame(what, flags, (frame_blocks, frame_slots), nentries)?;
         if seq >= crate::layout::COUNTER_LIMIT || cno >= crate::layout::COUNTER_LIMIT {
             return Err(Error::corrupt(format!(
                 "{what}: sequence number {seq:#x} or checkpoint {cno:#x} past the limit {:#x}",
@@ -367,6 +422,8 @@ impl RecordHeader {
             seq_gap,
             entries: Vec::new(),
             inline: Vec::new(),
+            frame_blocks,
+            frame_slots,
         };
         let counts = HeaderCounts {
             stored_crc,
@@ -394,6 +451,24 @@ fn check_sizes(
     {
         return Err(Error::corrupt(format!(
             "{what}: inconsistent sizes ({nblocks} blocks, {nsum_blocks} summary blocks, {nentries} entries, {ninline} inline bytes)"
+        )));
+    }
+    Ok(())
+}
+
+/// A compressed record's frame takes at least one block and fewer than the
+/// payload slots it holds, which are at most the payload's; a raw record
+/// has no frame.
+fn check_frame(what: &str, flags: u32, (blocks, slots): (u32, u32), nentries: usize) -> Result<()> {
+    let compressed = flags & FLAG_COMPRESSED != 0;
+    let ok = if compressed {
+        blocks > 0 && blocks < slots && slots as usize <= nentries
+    } else {
+        blocks == 0 && slots == 0
+    };
+    if !ok {
+        return Err(Error::corrupt(format!(
+            "{what}: compressed flag {compressed} with a frame of {blocks} blocks for {slots} of {nentries} slots"
         )));
     }
     Ok(())
@@ -435,6 +510,8 @@ mod tests {
             seq_gap: 0,
             entries,
             inline: Vec::new(),
+            frame_blocks: 0,
+            frame_slots: 0,
         };
         (h, payload)
     }

@@ -32,9 +32,17 @@ pub const FEATURE_INCOMPAT_MOVE_RECORDS: u32 = 2;
 /// it must refuse the image. Set by the first clone, before it changes
 /// anything (a checkpoint and both superblocks carry it first).
 pub const FEATURE_INCOMPAT_CLONES: u32 = 4;
+/// Incompatible feature: records may be compressed (`FLAG_COMPRESSED`,
+/// docs/FORMAT.md §3.3) and DAT entries name slots of their frames. A
+/// build that does not know them would read a frame as the block itself,
+/// so it must refuse the image. Set by a read-write mount that compresses,
+/// before it writes anything.
+pub const FEATURE_INCOMPAT_COMPRESSED_RECORDS: u32 = 8;
 /// Incompatible feature bits this build understands.
-pub const FEATURES_INCOMPAT_KNOWN: u32 =
-    FEATURE_INCOMPAT_INLINE_ITEMS | FEATURE_INCOMPAT_MOVE_RECORDS | FEATURE_INCOMPAT_CLONES;
+pub const FEATURES_INCOMPAT_KNOWN: u32 = FEATURE_INCOMPAT_INLINE_ITEMS
+    | FEATURE_INCOMPAT_MOVE_RECORDS
+    | FEATURE_INCOMPAT_CLONES
+    | FEATURE_INCOMPAT_COMPRESSED_RECORDS;
 /// Read-only-compatible feature bits this build understands (none yet).
 pub const FEATURES_RO_COMPAT_KNOWN: u32 = 0;
 const CRC_AT: usize = BLOCK_BYTES - 4;
@@ -106,6 +114,11 @@ impl Superblock {
     /// Whether DAT entries may count extra users (clones).
     pub fn clones(&self) -> bool {
         self.features_incompat & FEATURE_INCOMPAT_CLONES != 0
+    }
+
+    /// Whether records may be compressed.
+    pub fn compressed_records(&self) -> bool {
+        self.features_incompat & FEATURE_INCOMPAT_COMPRESSED_RECORDS != 0
     }
 
     pub fn geometry(&self) -> Geometry {
@@ -316,13 +329,13 @@ mod tests {
             .unwrap()
             .inline_items());
         let future = Superblock {
-            features_incompat: FEATURE_INCOMPAT_INLINE_ITEMS | 8,
+            features_incompat: FEATURE_INCOMPAT_INLINE_ITEMS | 16,
             ..s.clone()
         };
         let e = Superblock::decode(&future.encode(), "block 0", bytes)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("unknown incompatible feature flags 0x8"), "{e}");
+        assert!(e.contains("unknown incompatible feature flags 0x10"), "{e}");
         // mkfs leaves CLONES to the first clone; an image with it opens.
         assert!(!s.clones());
         let cloned = Superblock {

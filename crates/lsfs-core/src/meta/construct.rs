@@ -23,8 +23,9 @@ use crate::cache::{key_addr, key_is_virtual, pkey, vkey, CacheKey, Owner};
 use crate::error::{Error, Result};
 use crate::layout::{BLOCK_BYTES, CPFILE_INO, DAT_INO, IFILE_INO, SUFILE_INO};
 use crate::log::record::{
-    summary_blocks, summary_blocks_with, BlockKind, RecordHeader, SummaryEntry, FLAG_CP_BEGIN,
-    FLAG_DATA_STREAM, FLAG_DSYNC, FLAG_SUPER_ROOT, MAX_INLINE_BYTES, MAX_RECORD_PAYLOAD,
+    summary_blocks, summary_blocks_with, BlockKind, RecordHeader, SummaryEntry, FLAG_COMPRESSED,
+    FLAG_CP_BEGIN, FLAG_DATA_STREAM, FLAG_DSYNC, FLAG_SUPER_ROOT, MAX_INLINE_BYTES,
+    MAX_RECORD_PAYLOAD,
 };
 use crate::log::super_root::SuperRoot;
 use crate::meta::cpfile::{CpEntry, CP_VALID};
@@ -42,10 +43,10 @@ pub const DSYNC_STREAM_MIN_BLOCKS: usize = 8;
 /// One record to write: where, how many payload blocks, and how many
 /// bytes of inline items its summary blocks carry.
 #[derive(Clone, Debug)]
-struct PlannedRecord {
-    seg: u64,
-    off: u32,
-    npayload: usize,
+pub(super) struct PlannedRecord {
+    pub(super) seg: u64,
+    pub(super) off: u32,
+    pub(super) npayload: usize,
     inline_bytes: usize,
     /// The segment the log continues in when this one is full.
     next_seg: u64,
@@ -53,7 +54,7 @@ struct PlannedRecord {
 
 impl PlannedRecord {
     /// Header and summary blocks.
-    fn nsum(&self) -> usize {
+    pub(super) fn nsum(&self) -> usize {
         summary_blocks_with(self.npayload, self.inline_bytes)
     }
     fn nblocks(&self) -> usize {
@@ -63,7 +64,7 @@ impl PlannedRecord {
 
 /// A payload block to place.
 #[derive(Clone, Copy, Debug)]
-enum Item {
+pub(super) enum Item {
     Virtual(u64),
     Dat(u64),
     /// Block `k` of the DAT journal (meta/dat_journal.rs).
@@ -99,8 +100,8 @@ struct Placed {
 }
 
 /// Where the records of a construction go, and the segments it newly opens.
-struct Plan {
-    records: Vec<PlannedRecord>,
+pub(super) struct Plan {
+    pub(super) records: Vec<PlannedRecord>,
     new_segments: Vec<u64>,
 }
 
@@ -348,6 +349,7 @@ impl Store {
         let closed = self.close_dirty_set(cno)?;
         // Step 2: place.
         let mut placed = self.place_checkpoint(&closed)?;
+        self.compress_checkpoint(&closed, &placed);
         let journal_addrs = self.apply_places(&mut placed, closed.journal_blocks, now)?;
         self.fill_metadata_files(&closed, cno, now)?;
         let sr = self.super_root(cno, now, &journal_addrs);
@@ -594,6 +596,18 @@ impl Store {
         })
     }
 
+    /// Step 2a': compress the records of user data (meta/compress.rs), so
+    /// that the DAT can name their frames. The cleaner's stream is left
+    /// raw: its blocks were written once already, and are likely cold.
+    fn compress_checkpoint(&mut self, closed: &ClosedSet, placed: &Placed) {
+        self.drop_pending_frames();
+        for st in [Stream::Meta, Stream::HotUser, Stream::ColdUser] {
+            let i = st as usize;
+            let part = &placed.items[placed.bounds[i]..placed.bounds[i + 1]];
+            self.compress_plan(&closed.plans[i], part);
+        }
+    }
+
     /// Step 2b: point the DAT at the places, count them in the segment
     /// usage, give the DAT's own blocks their addresses; returns where the
     /// DAT journal's blocks go.
@@ -617,7 +631,8 @@ impl Store {
                 Item::Virtual(v) => {
                     let mut e = self.dat_get(v)?;
                     debug_assert_eq!(e.pblock, 0, "dirty virtual block {v} already placed");
-                    e.pblock = pos;
+                    e = e.placed(pos);
+                    e.frame = self.frame_of_place(pos);
                     self.dat_set(v, e)?;
                     if !self.moved_dead.contains(&v) {
                         self.add_live(seg, now)?;
@@ -1000,14 +1015,24 @@ impl Store {
         let mut last = (0, 0);
         let nrec = plan.records.len();
         for (ri, r) in plan.records.iter().enumerate() {
-            let (entries, buf) = self.record_payload(r, &mut it, cno, super_root)?;
+            let (entries, mut buf) = self.record_payload(r, &mut it, cno, super_root)?;
+            let first = self.geo.segment_start(r.seg) + (r.off as usize + r.nsum()) as u64;
+            let mut flags =
+                record_flags(first_flags, ri == 0, ri + 1 == nrec && super_root.is_some());
+            let (mut frame_blocks, mut frame_slots) = (0, 0);
+            if let Some((frame, m, k)) = self.take_frame(first) {
+                // The frame's slots stay the record's; only the frame is
+                // written, then the payload after them.
+                let at = r.nsum() * BLOCK_BYTES;
+                buf.splice(at..at + k as usize * BLOCK_BYTES, frame);
+                (flags, frame_blocks, frame_slots) = (flags | FLAG_COMPRESSED, m, k);
+            }
             let last_record = ri + 1 == nrec;
             assert_eq!(
                 r.inline_bytes,
                 if last_record { inline.len() } else { 0 },
                 "items go in the plan's last record"
             );
-            let flags = record_flags(first_flags, ri == 0, last_record && super_root.is_some());
             let seq_gap = self.next_record_seq(flags & FLAG_DATA_STREAM != 0);
             let nsum = r.nsum() as u32;
             let h = RecordHeader {
@@ -1027,6 +1052,8 @@ impl Store {
                 } else {
                     Vec::new()
                 },
+                frame_blocks,
+                frame_slots,
             };
             last = (self.write_record(r, &h, buf)?, self.seq);
         }
@@ -1083,10 +1110,28 @@ impl Store {
         }
         h.seal(&mut buf);
         let block = self.geo.segment_start(r.seg) + r.off as u64;
-        self.dev.write_vec(self.geo.byte_offset(block), buf)?;
+        // A kept frame may have come from the blocks written over now.
+        self.frames.forget_read();
+        if h.unwritten_slots() > 0 {
+            // Two writes, the unwritten slots between them (both in this
+            // flush's epoch; the record's CRC covers both).
+            let head = (h.nsum_blocks + h.frame_blocks) as usize * BLOCK_BYTES;
+            let tail = buf.split_off(head);
+            self.dev.write_vec(self.geo.byte_offset(block), buf)?;
+            if !tail.is_empty() {
+                let at = block + (h.nsum_blocks + h.frame_slots) as u64;
+                self.dev.write_vec(self.geo.byte_offset(at), tail)?;
+            }
+        } else {
+            self.dev.write_vec(self.geo.byte_offset(block), buf)?;
+        }
         self.segs.last_seq[r.seg as usize] = self.seq;
         self.stats.records_written += 1;
-        self.stats.blocks_written += h.nblocks as u64;
+        self.stats.blocks_written += h.written_blocks() as u64;
+        if h.frame_blocks > 0 {
+            self.stats.compressed_records += 1;
+            self.stats.compressed_slots_unwritten += h.unwritten_slots() as u64;
+        }
         self.stats.payload_blocks_written += r.npayload as u64;
         Ok(block)
     }
@@ -1252,18 +1297,7 @@ impl Store {
         let inline: Vec<u8> = [inline, &extra_items[..]].concat();
         let items: Vec<Item> = blocks_in_log.iter().map(|&v| Item::Virtual(v)).collect();
         let plan = self.plan_log(items.len(), inline.len(), &mut taken)?;
-        let places = self.place(&plan, items.len());
-        for (item, &pos) in items.iter().zip(&places) {
-            if let Item::Virtual(v) = *item {
-                let mut e = self.dat_get(v)?;
-                e.pblock = pos;
-                self.dat_set(v, e)?;
-                self.add_live(
-                    self.geo.segment_of(pos).expect("planned inside the log"),
-                    now,
-                )?;
-            }
-        }
+        self.place_fsync_blocks(&plan, &items, now)?;
         for r in &plan.records {
             self.add_written(r.seg, r.nblocks() as u32, now)?;
         }
@@ -1282,6 +1316,24 @@ impl Store {
             self.cache.mark_clean(vkey(v));
         }
         self.stats.dsync_records_written += 1;
+        Ok(())
+    }
+
+    /// Point the DAT at the places `plan` gives the fsync's `items` in the
+    /// log, compressed or not (meta/compress.rs), and count them live.
+    fn place_fsync_blocks(&mut self, plan: &Plan, items: &[Item], now: u64) -> Result<()> {
+        let places = self.place(plan, items.len());
+        self.drop_pending_frames();
+        self.compress_plan(plan, items);
+        for (item, &pos) in items.iter().zip(&places) {
+            if let Item::Virtual(v) = *item {
+                let mut e = self.dat_get(v)?.placed(pos);
+                e.frame = self.frame_of_place(pos);
+                self.dat_set(v, e)?;
+                let seg = self.geo.segment_of(pos).expect("planned inside the log");
+                self.add_live(seg, now)?;
+            }
+        }
         Ok(())
     }
 
@@ -1420,10 +1472,14 @@ impl Store {
         let cno = self.cur_cno;
         let plan = self.plan_data(st, vs.len(), taken)?;
         let places = self.place(&plan, vs.len());
+        let items: Vec<Item> = vs.iter().map(|&v| Item::Virtual(v)).collect();
+        self.drop_pending_frames();
+        self.compress_plan(&plan, &items);
         for (&v, &pos) in vs.iter().zip(&places) {
             let seg = self.geo.segment_of(pos).expect("planned inside the log");
             let mut e = self.dat_get(v)?;
-            e.pblock = pos;
+            e = e.placed(pos);
+            e.frame = self.frame_of_place(pos);
             self.dat_set(v, e)?;
             self.add_live(seg, now)?;
             let o = self.cache.owner(vkey(v)).expect("dirty block has an owner");
@@ -1435,7 +1491,6 @@ impl Store {
             u.flags = (u.flags & !STREAM_MASK) | st.flags();
             self.streams.blocks_written[st as usize] += r.npayload as u64;
         }
-        let items: Vec<Item> = vs.iter().map(|&v| Item::Virtual(v)).collect();
         let first_seq = self.seq + 1;
         self.write_records(&plan, &items, cno, FLAG_DATA_STREAM | FLAG_DSYNC, None, &[])?;
         for it in self.stream_record_refs(&plan, first_seq) {
@@ -1460,6 +1515,7 @@ impl Store {
             self.add_written(r.seg, r.nblocks() as u32, now)?;
         }
         let cno = self.cur_cno;
+        self.drop_pending_frames();
         self.write_records(&plan, &[], cno, flags, None, inline)?;
         self.dev.flush()?;
         self.write_superblock_copy_due()?;
@@ -1488,6 +1544,9 @@ impl Store {
     }
 
     fn write_moved_ahead_inner(&mut self) -> Result<Vec<crate::log::items::Item>> {
+        // The cleaner's copies are written raw: no frame of an earlier,
+        // failed construction may pass for theirs.
+        self.drop_pending_frames();
         let mut refs = Vec::new();
         if !self.streams_can_run() || self.plugs.cleaner_moved().next().is_none() {
             return Ok(refs);
@@ -1523,7 +1582,7 @@ impl Store {
                 let seg = self.geo.segment_of(pos).expect("planned inside the log");
                 let mut e = self.dat_get(v)?;
                 assert_eq!(e.pblock, 0, "moved block {v} placed twice");
-                e.pblock = pos;
+                e = e.placed(pos);
                 self.dat_set(v, e)?;
                 if !self.moved_dead.remove(&v) {
                     self.add_live(seg, now)?;

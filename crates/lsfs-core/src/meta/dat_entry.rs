@@ -35,7 +35,20 @@ pub struct DatEntry {
     /// CLONES feature. The block dies only when it drops to 0 and its last
     /// user lets go.
     pub refs: u16,
+    /// 0: `pblock` holds the block as it is. `k + 1`: `pblock` is slot `k`
+    /// of a compressed record, whose frame (log/frame.rs) starts at
+    /// `pblock - k`. Stored in bits 48..59 of `prev_start` on disk
+    /// (FORMAT.md §6; the physical block's high bits hold `refs`), so every
+    /// user of `pblock` sees a plain address.
+    pub frame: u16,
 }
+
+/// Bits of the stored `prev_start` word that hold `DatEntry::frame`; the
+/// low 48 hold `prev_start` itself (a checkpoint number: 2^48 of them is
+/// nine million years at one a second, and it is only a hint).
+const FRAME_SHIFT: u32 = 48;
+const FRAME_MASK: u64 = 0x7ff << FRAME_SHIFT;
+const PREV_START_MASK: u64 = (1 << FRAME_SHIFT) - 1;
 
 impl DatEntry {
     /// The entry of a block handed out in checkpoint `cno` and not placed yet.
@@ -46,7 +59,26 @@ impl DatEntry {
             end: CNO_MAX,
             prev_start: 0,
             refs: 0,
+            frame: 0,
         }
+    }
+    /// The entry with its block placed at `pblock`, stored raw there.
+    pub fn placed(self, pblock: u64) -> DatEntry {
+        DatEntry {
+            pblock,
+            frame: 0,
+            ..self
+        }
+    }
+    /// The entry without a place (the block must be written again).
+    pub fn unplaced(self) -> DatEntry {
+        self.placed(0)
+    }
+    /// Where the compressed frame holding this block starts, and the
+    /// block's slot in it; `None` for a block stored raw.
+    pub fn frame_slot(&self) -> Option<(u64, usize)> {
+        let k = (self.frame as u64).checked_sub(1)?;
+        Some((self.pblock.checked_sub(k)?, k as usize))
     }
     /// Whether slot `slot` of DAT block `block` is unused (all zero), without
     /// decoding it.
@@ -64,22 +96,27 @@ impl DatEntry {
     pub fn read(block: &[u8], slot: usize) -> Result<DatEntry> {
         let mut r = Reader::at(block, slot * DAT_ENTRY_BYTES, "DAT entry");
         let first = r.u64()?;
+        let start = r.u64()?;
+        let end = r.u64()?;
+        let fourth = r.u64()?;
         let e = DatEntry {
             pblock: first & PBLOCK_MASK,
-            start: r.u64()?,
-            end: r.u64()?,
-            prev_start: r.u64()?,
+            start,
+            end,
+            prev_start: fourth & PREV_START_MASK,
             refs: (first >> PBLOCK_BITS) as u16,
+            frame: ((fourth & FRAME_MASK) >> FRAME_SHIFT) as u16,
         };
         Ok(e)
     }
     pub fn write(&self, block: &mut [u8], slot: usize) {
         let mut w = Writer::with_capacity(DAT_ENTRY_BYTES);
         debug_assert!(self.pblock <= PBLOCK_MASK, "physical block {}", self.pblock);
+        debug_assert!(self.frame <= 0x7ff, "frame slot {}", self.frame);
         w.u64(self.pblock | (self.refs as u64) << PBLOCK_BITS)
             .u64(self.start)
             .u64(self.end)
-            .u64(self.prev_start);
+            .u64((self.prev_start & PREV_START_MASK) | ((self.frame as u64) << FRAME_SHIFT));
         block[slot * DAT_ENTRY_BYTES..(slot + 1) * DAT_ENTRY_BYTES].copy_from_slice(&w.buf);
     }
 }

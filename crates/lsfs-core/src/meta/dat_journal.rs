@@ -434,6 +434,7 @@ mod tests {
                         end: if v % 2 == 0 { CNO_MAX } else { v + 5 },
                         prev_start: v / 2,
                         refs: (v % 3) as u16,
+                        frame: (v % 5) as u16,
                     },
                 )
             })

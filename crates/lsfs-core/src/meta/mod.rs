@@ -12,6 +12,7 @@
 //!   own physically addressed tree, and the metadata files as block-mapped files;
 //! - [`store_interface`]: what the rest of the engine reads of the store, and
 //!   the changes it asks of it by name (the store's fields are private to `meta`);
+//! - [`compress`]: compressed records of user data, and reading through their frames;
 //! - [`construct`]: the segment constructor, which writes checkpoints and fsync records;
 //! - [`open`]: mkfs, and opening an image with recovery;
 //! - [`durable_kills`]: blocks the latest checkpoint sees whose death is durable;
@@ -26,6 +27,7 @@
 //! - [`plug`]: threaded logging, user data written into the holes of plugged segments;
 //! - [`plug_write`]: the segment constructor's side of it (assigning holes, writing them).
 
+pub mod compress;
 pub mod construct;
 pub mod cpfile;
 pub mod dat_entry;

@@ -243,7 +243,8 @@ impl Store {
                     self.segs.add_snapshot(from, -1)?;
                     self.segs.add_snapshot(to, 1)?;
                 }
-                e.pblock = c.payload_block(i);
+                // Copies are written raw (the cleaner never compresses).
+                e = e.placed(c.payload_block(i));
                 self.dat_set(ent.vblock, e)?;
             }
         }
@@ -270,7 +271,7 @@ impl Store {
                     )));
                 }
                 self.segs.kill_live(seg, false, now)?;
-                self.dat_set(v, DatEntry { pblock: 0, ..e })?;
+                self.dat_set(v, e.unplaced())?;
                 self.freed_after_replay.insert(v);
                 continue;
             }

@@ -125,6 +125,8 @@ impl Store {
             plugs: Default::default(),
             dat_journal: Default::default(),
             discards: Default::default(),
+            frames: Default::default(),
+            nocompress: Default::default(),
             data_records_since_log: 0,
             streams: crate::meta::stream::Streams::new(
                 config_streams && geo.nsegments >= config_streams_min,

@@ -66,6 +66,7 @@ impl Store {
             for &(_, v) in &order[i..j] {
                 buf.extend_from_slice(self.cache.get(vkey(v)).expect("dirty block cached"));
             }
+            self.frames.forget_read();
             self.dev.write_at(self.geo.byte_offset(order[i].0), &buf)?;
             self.plugs.note_written(0, 1);
             i = j;

@@ -61,7 +61,16 @@ pub struct StoreConfig {
     /// Every timestamp and interval of the mount (`clock.rs`): the
     /// system's, or one a test or simulation drives.
     pub clock: crate::clock::Clock,
+    /// Compress records of user data (meta/compress.rs): `Some(true)`
+    /// does, and a read-write mount with it sets the image's
+    /// COMPRESSED_RECORDS feature; `Some(false)` does not; `None` does as
+    /// the image says (the feature), and mkfs as [`MKFS_COMPRESS`] says.
+    pub compress: Option<bool>,
 }
+
+/// Whether mkfs makes an image that compresses, unless told
+/// ([`StoreConfig::compress`]).
+pub const MKFS_COMPRESS: bool = false;
 
 /// The default [`StoreConfig::log_checkpoint_share`]: of 1/16, 1/8 and
 /// 1/6 of a 1 GiB image, 1/8 wrote least under sustained overwrites at
@@ -79,6 +88,7 @@ impl Default for StoreConfig {
             discard: Default::default(),
             log_checkpoint_share: LOG_CHECKPOINT_SHARE,
             clock: crate::clock::Clock::system(),
+            compress: None,
         }
     }
 }
@@ -87,6 +97,13 @@ impl Default for StoreConfig {
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct StoreStats {
     pub checkpoints_written: u64,
+    /// Records written compressed (meta/compress.rs).
+    pub compressed_records: u64,
+    /// Payload slots those records kept without writing them: the device
+    /// blocks compression saved.
+    pub compressed_slots_unwritten: u64,
+    /// Frames read and decompressed.
+    pub frames_decompressed: u64,
     /// Checkpoints by what asked for them: "interval" (the periodic one),
     /// "cache" (dirty blocks reached half the cache), "space" (the writer
     /// needed freed segments, or ENOSPC was near), "fsync" (an fsync whose
@@ -244,6 +261,11 @@ pub struct Store {
     pub(super) dat_journal: crate::meta::dat_journal::DatJournal,
     /// Freed segments waiting to be discarded (meta/discard.rs).
     pub(super) discards: crate::meta::discard::Discards,
+    /// Compressed frames made and not yet written, and recently read
+    /// (meta/compress.rs).
+    pub(super) frames: crate::meta::compress::Frames,
+    /// Files whose data is written raw (their `nocompress` attribute).
+    pub(super) nocompress: std::collections::HashSet<u64>,
 }
 
 /// Bound of the in-memory mirror of the DAT's block map: 1M entries (about
@@ -830,8 +852,7 @@ impl Store {
             e.pblock,
             &format!("DAT entry of virtual block {v}"),
         )?;
-        let mut b = vec![0; self.geo.block_bytes];
-        self.dev.read_at(self.geo.byte_offset(e.pblock), &mut b)?;
+        let b = self.read_stored(e.pblock, e.frame, &format!("virtual block {v}"))?;
         self.cache.insert_clean(vkey(v), &b, owner);
         Ok(b)
     }
@@ -845,6 +866,9 @@ impl Store {
         if first.pblock == 0 || self.cache.contains(vkey(v0)) {
             return Ok(0);
         }
+        if first.frame != 0 {
+            return self.vread_ahead_framed(v0, first, n, owner);
+        }
         let mut run = 1;
         while run < n {
             let v = v0 + run;
@@ -852,7 +876,7 @@ impl Store {
                 break;
             }
             let e = self.dat_get(v)?;
-            if e.pblock != first.pblock + run {
+            if e.pblock != first.pblock + run || e.frame != 0 {
                 break;
             }
             run += 1;
@@ -1216,13 +1240,10 @@ impl Store {
     pub(crate) fn vmove(&mut self, v: u64, e: DatEntry, owner: Owner, pos: u64) -> Result<()> {
         let data = match self.cache.get(vkey(v)) {
             Some(b) => b.to_vec(),
-            None => {
-                let mut b = vec![0; self.geo.block_bytes];
-                self.dev.read_at(self.geo.byte_offset(pos), &mut b)?;
-                b
-            }
+            // Through its frame if compressed: the cache holds it whole.
+            None => self.read_stored(pos, e.frame, &format!("virtual block {v}"))?,
         };
-        self.dat_set(v, DatEntry { pblock: 0, ..e })?;
+        self.dat_set(v, e.unplaced())?;
         self.cache.put_dirty(vkey(v), data, owner);
         self.plugs.note_cleaner_moved(v);
         Ok(())
@@ -1243,7 +1264,7 @@ impl Store {
                 let seg = self.geo.segment_of(e.pblock).expect("checked on read");
                 let now = self.now();
                 self.kill_live(seg, false, now)?;
-                self.dat_set(v, DatEntry { pblock: 0, ..e })?;
+                self.dat_set(v, e.unplaced())?;
             }
         }
         self.cache.put_dirty(vkey(v), data, owner);
@@ -1312,7 +1333,13 @@ impl Store {
     /// copy placed before (an earlier record, or a cached rewrite not
     /// written yet) is superseded. `prev_start`: as in
     /// [`Store::valloc_overwrite_run`].
-    pub(crate) fn vplace_replayed(&mut self, v: u64, pblock: u64, prev_start: u64) -> Result<()> {
+    pub(crate) fn vplace_replayed(
+        &mut self,
+        v: u64,
+        pblock: u64,
+        frame: u16,
+        prev_start: u64,
+    ) -> Result<()> {
         let seg = self.geo.segment_of(pblock).ok_or_else(|| {
             Error::corrupt(format!(
                 "an fsync record's block {pblock} is outside the log"
@@ -1340,6 +1367,7 @@ impl Store {
             DatEntry {
                 pblock,
                 prev_start,
+                frame,
                 ..e
             },
         )?;
@@ -1727,6 +1755,7 @@ mod tests {
             end: CNO_MAX,
             prev_start: 0,
             refs: 0,
+            frame: 0,
         };
         s.dat_set(v, e).unwrap();
         let err = s.dat_get(v).unwrap_err().to_string();

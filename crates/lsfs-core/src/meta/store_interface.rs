@@ -16,7 +16,8 @@ use crate::error::{Error, Result};
 use crate::layout::Geometry;
 use crate::log::chain::{segment_records, FoundRecord};
 use crate::log::superblock::{
-    Superblock, FEATURE_INCOMPAT_INLINE_ITEMS, FEATURE_INCOMPAT_MOVE_RECORDS,
+    Superblock, FEATURE_INCOMPAT_COMPRESSED_RECORDS, FEATURE_INCOMPAT_INLINE_ITEMS,
+    FEATURE_INCOMPAT_MOVE_RECORDS,
 };
 use crate::meta::cpfile::CpTable;
 use crate::meta::dat_journal::DatJournal;
@@ -264,6 +265,26 @@ impl Store {
     /// that no build without the feature reads an image holding one.
     pub fn enable_clones(&mut self) {
         self.sb.features_incompat |= crate::log::superblock::FEATURE_INCOMPAT_CLONES;
+    }
+
+    /// A mount that compresses marks the image before its first compressed
+    /// record: the mount's checkpoint and both superblocks carry the flag.
+    /// `mkfs`: a new image, which compresses unless told not to.
+    pub fn enable_compressed_records(&mut self, mkfs: bool) {
+        let default = mkfs && crate::meta::store::MKFS_COMPRESS;
+        if self.config.compress.unwrap_or(default) {
+            self.sb.features_incompat |= FEATURE_INCOMPAT_COMPRESSED_RECORDS;
+        }
+    }
+
+    /// Whether file `ino`'s data is written raw from now on (its
+    /// `nocompress` attribute; already compressed data gains nothing).
+    pub fn set_nocompress(&mut self, ino: u64, on: bool) {
+        if on {
+            self.nocompress.insert(ino);
+        } else {
+            self.nocompress.remove(&ino);
+        }
     }
 
     /// Delete plain checkpoint `cno` (written by the next checkpoint): not

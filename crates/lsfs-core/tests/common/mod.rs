@@ -72,7 +72,6 @@ pub fn patch_root_leaf(
     patch: impl FnOnce(&mut Vec<(u64, lsfs_core::btree::Value)>),
 ) -> Vec<u8> {
     use lsfs_core::btree::Node;
-    use lsfs_core::codec::crc_with_hole;
     use lsfs_core::layout::BLOCK_BYTES;
     use lsfs_core::log::chain::segment_records;
 
@@ -92,8 +91,7 @@ pub fn patch_root_leaf(
     patch(&mut items);
     img[at..at + BLOCK_BYTES].copy_from_slice(&Node::Leaf { items }.encode(BLOCK_BYTES));
     let r = &mut img[rec.block as usize * BLOCK_BYTES..rec.end_block() as usize * BLOCK_BYTES];
-    let crc = crc_with_hole(r, 8);
-    r[8..12].copy_from_slice(&crc.to_le_bytes());
+    lsfs_core::log::record::RecordHeader::reseal(r).unwrap();
     img
 }
 
@@ -107,7 +105,6 @@ pub fn patch_meta_block(
     patch: impl FnOnce(&mut [u8]),
 ) -> Vec<u8> {
     use lsfs_core::btree::Node;
-    use lsfs_core::codec::crc_with_hole;
     use lsfs_core::layout::BLOCK_BYTES;
     use lsfs_core::log::chain::segment_records;
 
@@ -133,8 +130,7 @@ pub fn patch_meta_block(
     let at = pblock as usize * BLOCK_BYTES;
     patch(&mut img[at..at + BLOCK_BYTES]);
     let r = &mut img[rec.block as usize * BLOCK_BYTES..rec.end_block() as usize * BLOCK_BYTES];
-    let crc = crc_with_hole(r, 8);
-    r[8..12].copy_from_slice(&crc.to_le_bytes());
+    lsfs_core::log::record::RecordHeader::reseal(r).unwrap();
     img
 }
 
