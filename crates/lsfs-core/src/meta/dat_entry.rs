@@ -44,11 +44,12 @@ pub struct DatEntry {
 }
 
 /// Bits of the stored `prev_start` word that hold `DatEntry::frame`; the
-/// low 48 hold `prev_start` itself (a checkpoint number: 2^48 of them is
-/// nine million years at one a second, and it is only a hint).
+/// others hold `prev_start` itself (a checkpoint number, below 2^48 in any
+/// image: that is nine million years at one a second, and it is only a
+/// hint). Bits above the frame's stay in `prev_start`, so an entry
+/// re-encodes to the bytes it was decoded from.
 const FRAME_SHIFT: u32 = 48;
 const FRAME_MASK: u64 = 0x7ff << FRAME_SHIFT;
-const PREV_START_MASK: u64 = (1 << FRAME_SHIFT) - 1;
 
 impl DatEntry {
     /// The entry of a block handed out in checkpoint `cno` and not placed yet.
@@ -103,7 +104,7 @@ impl DatEntry {
             pblock: first & PBLOCK_MASK,
             start,
             end,
-            prev_start: fourth & PREV_START_MASK,
+            prev_start: fourth & !FRAME_MASK,
             refs: (first >> PBLOCK_BITS) as u16,
             frame: ((fourth & FRAME_MASK) >> FRAME_SHIFT) as u16,
         };
@@ -116,7 +117,7 @@ impl DatEntry {
         w.u64(self.pblock | (self.refs as u64) << PBLOCK_BITS)
             .u64(self.start)
             .u64(self.end)
-            .u64((self.prev_start & PREV_START_MASK) | ((self.frame as u64) << FRAME_SHIFT));
+            .u64((self.prev_start & !FRAME_MASK) | ((self.frame as u64) << FRAME_SHIFT));
         block[slot * DAT_ENTRY_BYTES..(slot + 1) * DAT_ENTRY_BYTES].copy_from_slice(&w.buf);
     }
 }
