@@ -36,6 +36,13 @@ const TRACKED_READS: usize = 256;
 /// Candidates kept at most; more are dropped until some are done.
 const MAX_CANDIDATES: usize = 1024;
 
+/// Files remembered as looked at; past this the memory starts afresh (a
+/// file forgotten is looked at again, a batch a tick, and left).
+const MAX_SETTLED: usize = 65_536;
+
+/// Inode numbers the state holds at most (`lsfs stats`' memory table).
+pub const MAX_TRACKED: usize = TRACKED_READS + MAX_CANDIDATES + MAX_SETTLED;
+
 /// Compaction's state (see the module comment).
 #[derive(Debug, Default)]
 pub struct Compaction {
@@ -105,6 +112,11 @@ impl Compaction {
         }
     }
 
+    /// Inode numbers held now.
+    pub fn tracked(&self) -> u64 {
+        (self.reads.len() + self.candidates.len() + self.settled.len()) as u64
+    }
+
     /// Whether there is anything to do.
     pub fn has_work(&self) -> bool {
         self.job.is_some() || !self.candidates.is_empty()
@@ -128,8 +140,9 @@ impl Compaction {
     fn finish(&mut self, ino: u64) {
         self.job = None;
         self.stats.files_done += 1;
-        // A file many times larger than the limit stays settled however
-        // large `settled` grows: one entry per file read in order.
+        if self.settled.len() >= MAX_SETTLED {
+            self.settled.clear();
+        }
         self.settled.insert(ino);
     }
 }

@@ -123,6 +123,14 @@ impl Lsfs {
                 Some(s.io().limit() as u64 / bb + s.geo().segment_blocks as u64),
                 bb,
             ),
+            MemoryItem::new(
+                // Inode numbers followed, waiting or looked at
+                // (fs/compaction.rs), each in a map or set with its slack.
+                "compaction: files followed",
+                self.compaction.tracked(),
+                Some(super::compaction::MAX_TRACKED as u64),
+                24,
+            ),
         ]
     }
 
