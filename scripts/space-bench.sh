@@ -2,7 +2,7 @@
 # Cloning, truncating and deleting large files: lsfs and the kernel peers
 # on the same steps, in one run.
 #
-#   scripts/space-bench.sh [--fs "lsfs ext4 btrfs xfs"] [--sizes "1 10"]
+#   scripts/space-bench.sh [--fs "lsfs ext4 btrfs xfs"] [--sizes "1 10"] [--huge N]
 #
 # For each file system and each size N (GiB): a fresh sparse image of N + 2
 # GiB (lsfs: `lsfs mkfs` and a FUSE mount with the default options; the
@@ -21,6 +21,13 @@
 #   rm        `rm` of the original (and then of the clone);
 #   freed     how long after the last rm `df` shows 80 % of the file's
 #             space free again (lsfs frees in the background).
+# --huge N (GiB) adds one more round, rm only, for files larger than the
+# disk: on lsfs the file is N GiB of zeros written with compression on
+# (`mkfs --compress lz4`: each record's frame is a few blocks and the rest
+# of its slots are never written, so the sparse image stays small while
+# the file maps all its blocks); on the peers it is made by fallocate
+# (unwritten extents, likewise never written). Both free every block at
+# rm; what is written differs, so only the rm is compared.
 # Prints one line per file system and size. Everything mounted or attached
 # is removed by an EXIT trap, also on failure. Needs root, and N + 1 GiB
 # free on the disk of the work directory (BENCH_TMP, default /var/tmp).
@@ -30,11 +37,13 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 LSFS=${LSFS:-$REPO/target/release/lsfs}
 FSLIST="lsfs ext4 btrfs xfs"
 SIZES="1 10"
+HUGE=""
 while (($#)); do
     case $1 in
+        --huge) HUGE=$2; shift ;;
         --fs) FSLIST=$2; shift ;;
         --sizes) SIZES=$2; shift ;;
-        -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "space-bench.sh: unknown argument $1" >&2; exit 2 ;;
     esac
     shift
@@ -113,4 +122,36 @@ for N in $SIZES; do
         printf '%-6s %5s %12s %-26s %14s %14s %14s %8s\n' "$fs" "$N" "$write_s" "$clone" "$trunc" "$rm_s" "$rm_clone" "$freed"
         teardown_fs
     done
+done
+
+[[ -z $HUGE ]] && exit 0
+[[ $HUGE =~ ^[1-9][0-9]*$ ]] || die "--huge needs positive whole GiB, not $HUGE"
+N=$HUGE
+printf '\n%-6s %5s %12s %14s %8s\n' fs GiB make_s rm_s freed_s
+for fs in $FSLIST; do
+    CUR_FS=$fs
+    CUR_IMG=$WORK/$fs.img
+    if [[ $fs = lsfs ]]; then
+        "$LSFS" mkfs "$CUR_IMG" --size "$((N + 8))G" --compress lz4 >/dev/null
+    else
+        attach_image "$((N + 8))G"
+        mkfs_peer "$fs" -q >/dev/null
+    fi
+    mount_fs "$WORK/lsfs-mount.log"
+    base=$(used_kib)
+    t0=$(now)
+    if [[ $fs = lsfs ]]; then
+        dd if=/dev/zero of="$CUR_MNT/huge" bs=4M count=$((N * 256)) conv=fsync status=none
+    else
+        fallocate -l "${N}G" "$CUR_MNT/huge"
+        sync -f "$CUR_MNT"
+    fi
+    make_s=$(awk "BEGIN { printf \"%.1f\", $(now) - $t0 }")
+    unmount_fs
+    mount_fs "$WORK/lsfs-mount.log"
+    rm_s=$(timed rm "$CUR_MNT/huge")
+    freed=$(wait_freed "$base")
+    printf '%-6s %5s %12s %14s %8s\n' "$fs" "$N" "$make_s" "$rm_s" "$freed"
+    echo "  image on the host: $(du -h "$CUR_IMG" | cut -f1)"
+    teardown_fs
 done
