@@ -27,3 +27,6 @@ LSFS_MOUNT_OPTS=no_writeback_cache FSX_OPS=${FSX_OPS_NO_WRITEBACK:-30000} script
 # own: lsfs-fuse/src/uring/); auto falls back to /dev/fuse on a kernel
 # without it, where the Rust tests that require the ring fail instead.
 LSFS_MOUNT_OPTS=uring=auto FSX_OPS=${FSX_OPS_URING:-30000} scripts/suites.sh target/release/lsfs
+# And with compressed records (off by default): the records of user data
+# become LZ4 frames that keep their slots, a different write and read path.
+LSFS_MOUNT_OPTS=compress=lz4 FSX_OPS=${FSX_OPS_COMPRESS:-30000} scripts/suites.sh target/release/lsfs
