@@ -11,7 +11,7 @@
 mod common;
 
 use common::*;
-use lsfs_core::device::{CrashDevice, CrashLog, LoggedOp, MemDevice};
+use lsfs_core::device::{CrashDevice, CrashLog, MemDevice};
 use lsfs_core::fs::{Lsfs, MountConfig};
 use lsfs_vfs::{Vfs, ROOT_INO};
 use rand::{Rng, SeedableRng};
@@ -167,14 +167,7 @@ fn check(run: &Run, nops: usize, seed: u64) {
 #[test]
 fn shared_blocks_killed_by_one_durable_write_are_not_freed_under_the_other() {
     let run = run(11);
-    let flushes: Vec<usize> = run
-        .log
-        .ops()
-        .iter()
-        .enumerate()
-        .filter(|(_, op)| matches!(op, LoggedOp::Flush))
-        .map(|(i, _)| i + 1)
-        .collect();
+    let flushes = flush_points(&run.log);
     let mut rng = rand::rngs::StdRng::seed_from_u64(110);
     let mut prev = 0;
     let mut checked = 0;

@@ -13,7 +13,7 @@
 mod common;
 
 use common::*;
-use lsfs_core::device::{CrashDevice, CrashLog, LoggedOp, MemDevice};
+use lsfs_core::device::{CrashDevice, CrashLog, MemDevice};
 use lsfs_core::fs::{Lsfs, MountConfig};
 use lsfs_vfs::{Vfs, ROOT_INO};
 use rand::{Rng, SeedableRng};
@@ -157,14 +157,7 @@ fn check(run: &Run, nops: usize, seed: u64) {
 #[test]
 fn victims_reused_before_a_checkpoint_survive_every_crash() {
     let run = run(7);
-    let flushes: Vec<usize> = run
-        .log
-        .ops()
-        .iter()
-        .enumerate()
-        .filter(|(_, op)| matches!(op, LoggedOp::Flush))
-        .map(|(i, _)| i + 1)
-        .collect();
+    let flushes = flush_points(&run.log);
     let mut rng = rand::rngs::StdRng::seed_from_u64(70);
     let mut prev = 0;
     let mut checked = 0;

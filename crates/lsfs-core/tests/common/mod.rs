@@ -206,3 +206,14 @@ pub fn scattered_file(fs: &mut Lsfs) -> (u64, Vec<u8>) {
     fs.checkpoint().unwrap();
     (f.ino, data)
 }
+
+/// The crash points just after each flush of `log`: the number of logged
+/// operations that a crash there keeps.
+pub fn flush_points(log: &lsfs_core::device::CrashLog) -> Vec<usize> {
+    log.ops()
+        .iter()
+        .enumerate()
+        .filter(|(_, op)| matches!(op, lsfs_core::device::LoggedOp::Flush))
+        .map(|(i, _)| i + 1)
+        .collect()
+}
