@@ -117,11 +117,6 @@ impl Compaction {
         (self.reads.len() + self.candidates.len() + self.settled.len()) as u64
     }
 
-    /// Whether there is anything to do.
-    pub fn has_work(&self) -> bool {
-        self.job.is_some() || !self.candidates.is_empty()
-    }
-
     pub fn last_read(&self) -> Duration {
         self.last_read
     }
