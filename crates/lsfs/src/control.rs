@@ -89,7 +89,7 @@ fn handle(fs: &Arc<Mutex<Lsfs>>, fuse: &FuseSide, conn: UnixStream) -> std::io::
             Ok(req) => {
                 let cmd = req.get("cmd").and_then(Value::as_str).unwrap_or("");
                 if matches!(cmd, "checkpoint" | "snapshot") {
-                    write_back(&fuse.mountpoint);
+                    write_back(fs, fuse);
                 }
                 // The device work runs after the lock is let go; a
                 // checkpoint or snapshot is durable before the reply.
@@ -122,10 +122,21 @@ fn handle(fs: &Arc<Mutex<Lsfs>>, fuse: &FuseSide, conn: UnixStream) -> std::io::
 }
 
 /// Have the kernel send the mount's dirty pages (and the times it keeps
-/// for them) before a checkpoint is taken, so that the checkpoint holds
-/// every write() that returned before it was asked for. The FUSE thread
-/// serves those writes, so the engine's lock must not be held here.
-fn write_back(mountpoint: &Path) {
+/// for them) before a checkpoint is taken, and wait until lsfs has them,
+/// so that the checkpoint holds every write() that returned before it was
+/// asked for. The FUSE thread serves those writes, so the engine's lock
+/// must not be held here.
+///
+/// syncfs alone is not enough: on a FUSE mount it starts the writeback but
+/// does not wait for the server to have received the WRITEs (the kernel
+/// skips the data-integrity wait for FUSE mappings, and forwards syncfs
+/// only to virtiofs). Invalidating a file's pages does wait: the kernel
+/// writes each dirty page back and waits for the reply before it drops the
+/// page. So after the syncfs has started everything at once, every regular
+/// file the kernel holds is invalidated; the price is that their cached
+/// pages are read again later.
+fn write_back(fs: &Arc<Mutex<Lsfs>>, fuse: &FuseSide) {
+    let mountpoint = &fuse.mountpoint;
     let r = std::fs::File::open(mountpoint).and_then(|d| {
         // SAFETY: syncfs on a descriptor we own.
         if unsafe { libc::syncfs(d.as_raw_fd()) } == 0 {
@@ -140,6 +151,18 @@ fn write_back(mountpoint: &Path) {
             "syncfs of {} before a checkpoint: {e}",
             mountpoint.display()
         );
+    }
+    let held = fs
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .kernel_held_files();
+    for ino in held {
+        match fuse.kernel_cache.invalidate_inode(ino) {
+            // The kernel forgot the inode meanwhile: nothing of it is cached.
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(e) => tracing::warn!("writing back inode {ino} before a checkpoint: {e}"),
+            Ok(()) => {}
+        }
     }
 }
 

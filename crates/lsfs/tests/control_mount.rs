@@ -141,3 +141,47 @@ fn snapshots_through_the_control_socket_show_at_once() {
     m.unmount();
     mounted::fsck_clean(&image, "after unmount");
 }
+
+/// A snapshot holds every write() that returned before it was asked for,
+/// even when the kernel still has dirty pages of many open files: its
+/// syncfs only starts their writeback on a FUSE mount, so the control
+/// socket must also wait for it. Several rounds, since a round can win the
+/// race by luck.
+#[test]
+fn a_snapshot_waits_for_every_dirty_page() {
+    if !common::fuse_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (image, m) = mounted::mkfs_and_mount(tmp.path(), "1G", &[]);
+    const ROUNDS: usize = 10;
+    const FILES: usize = 32;
+    const BYTES: usize = 1 << 20;
+    for round in 0..ROUNDS {
+        // Left open, so that no close writes them back; each file's bytes
+        // name it and the round, so a page of an older round shows too.
+        let fill = |n: usize| (round * FILES + n) as u8;
+        let files: Vec<fs::File> = (0..FILES)
+            .map(|n| {
+                let mut f = fs::File::create(m.mnt.join(format!("f{n}"))).unwrap();
+                std::io::Write::write_all(&mut f, &vec![fill(n); BYTES]).unwrap();
+                f
+            })
+            .collect();
+        let cno = control(&m.mnt, json!({"cmd": "snapshot"}))["cno"]
+            .as_u64()
+            .unwrap();
+        let snap = m.mnt.join(".lsfs/snapshot").join(cno.to_string());
+        for n in 0..FILES {
+            let got = fs::read(snap.join(format!("f{n}"))).unwrap();
+            let whole = got.len() == BYTES && got.iter().all(|&b| b == fill(n));
+            assert!(
+                whole,
+                "round {round}, f{n}: the snapshot misses part of what was written before it was asked for"
+            );
+        }
+        drop(files);
+    }
+    m.unmount();
+    mounted::fsck_clean(&image, "after unmount");
+}

@@ -528,6 +528,21 @@ impl Lsfs {
         self.store.cps().entries.values().copied().collect()
     }
 
+    /// The regular files the kernel holds a reference to (looked up and not
+    /// yet forgotten): the only ones that can have dirty pages in its page
+    /// cache under the writeback cache. The control socket has the kernel
+    /// write them back, and waits for it, before a checkpoint.
+    pub fn kernel_held_files(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self
+            .inodes
+            .iter()
+            .filter(|(_, c)| c.lookups > 0 && c.inode.kind() == FileKind::File)
+            .map(|(&ino, _)| ino)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
     /// Take a snapshot of the current state: a checkpoint, flagged permanent.
     pub fn snapshot_create(&mut self) -> Result<u64> {
         let cno = self.checkpoint_for("snapshot")?;
