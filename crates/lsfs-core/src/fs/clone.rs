@@ -25,7 +25,7 @@
 use super::{file, Lsfs};
 use crate::fs::inode::{Format, Inode};
 use crate::meta::dat_entry::DAT_PER_BLOCK;
-use lsfs_vfs::{Errno, FileKind, VfsResult};
+use lsfs_vfs::{Errno, VfsResult};
 
 /// Most blocks one clone takes (1 GiB), less on a small cache.
 pub const CLONE_MAX_BLOCKS: u64 = 1 << 18;
@@ -159,12 +159,7 @@ impl Lsfs {
         if super::snapview::is_virtual(ino) {
             return Err(Errno::XDEV);
         }
-        let i = self.get(ino)?;
-        match i.kind() {
-            FileKind::File => {}
-            FileKind::Dir => return Err(Errno::ISDIR),
-            _ => return Err(Errno::INVAL),
-        }
+        let i = self.regular_file(ino)?;
         if self.atomic.contains(ino) {
             // Its pending writes are not in its map: sharing it now would
             // share what the commit is about to replace.

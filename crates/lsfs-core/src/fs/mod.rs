@@ -315,6 +315,19 @@ impl Lsfs {
         Ok(self.load(ino)?.inode.clone())
     }
 
+    /// A regular file for read, write, seek or clone: a directory answers
+    /// EISDIR and anything else EINVAL, as Linux does (a symlink's bytes
+    /// are its target, reached through readlink; writing them would
+    /// overwrite it).
+    fn regular_file(&mut self, ino: u64) -> VfsResult<Inode> {
+        let i = self.get(ino)?;
+        match i.kind() {
+            FileKind::File => Ok(i),
+            FileKind::Dir => Err(Errno::ISDIR),
+            _ => Err(Errno::INVAL),
+        }
+    }
+
     /// Store a changed inode (written to the IFILE at the next checkpoint).
     fn put(&mut self, inode: Inode) {
         if self.atomic.committed == Some(inode.ino) {
@@ -1110,13 +1123,7 @@ impl Vfs for Lsfs {
                 .read(&mut self.store, ino, offset, size as u64)
                 .map_err(Errno::from);
         }
-        let i = self.get(ino)?;
-        match i.kind() {
-            FileKind::File => {}
-            FileKind::Dir => return Err(Errno::ISDIR),
-            // A symlink's bytes are its target (readlink); others have none.
-            _ => return Err(Errno::INVAL),
-        }
+        let i = self.regular_file(ino)?;
         if self.atomic.contains(ino) {
             return self.atomic_read(ino, offset, size as u64);
         }
@@ -1133,12 +1140,7 @@ impl Vfs for Lsfs {
             let size = self.getattr(ino)?.size;
             return Ok(lsfs_vfs::seek_in_all_data(size, offset, data));
         }
-        let i = self.get(ino)?;
-        match i.kind() {
-            FileKind::File => {}
-            FileKind::Dir => return Err(Errno::ISDIR),
-            _ => return Err(Errno::INVAL),
-        }
+        let i = self.regular_file(ino)?;
         if self.atomic.contains(ino) {
             // Pending blocks are not in the block map: all data, which POSIX allows.
             let size = self.getattr(ino)?.size;
@@ -1149,13 +1151,7 @@ impl Vfs for Lsfs {
 
     fn write(&mut self, ino: Ino, offset: u64, data: &[u8]) -> VfsResult<u32> {
         self.mutable()?;
-        let mut i = self.get(ino)?;
-        match i.kind() {
-            FileKind::File => {}
-            FileKind::Dir => return Err(Errno::ISDIR),
-            // Writing a symlink would overwrite its target.
-            _ => return Err(Errno::INVAL),
-        }
+        let mut i = self.regular_file(ino)?;
         if self.atomic.contains(ino) {
             self.atomic_write(ino, offset, data)?;
             self.cleaner.last_activity = self.store.clock().mono();
