@@ -137,7 +137,11 @@ fn s3_round_trip_fsck_and_one_writer() {
 
     // The unmount gave the lease back: read-write again, everything there.
     let m = mount(&w, &[], &url, &mnt, &[], &tmp.path().join("m2.log"));
-    assert_eq!(fs::read(m.mnt.join("d/big")).unwrap(), big);
+    // assert! rather than assert_eq!: a 12 MiB message says nothing.
+    assert!(
+        fs::read(m.mnt.join("d/big")).unwrap() == big,
+        "d/big differs"
+    );
     for n in 0..50 {
         assert_eq!(
             fs::read(m.mnt.join(format!("d/s{n}"))).unwrap(),
@@ -254,7 +258,7 @@ fn s3_snapshot_reader_in_another_process_sees_only_the_snapshot() {
         &["--checkpoint", &cno_arg, "-o", "ro"],
         &tmp.path().join("reader.log"),
     );
-    assert_eq!(read_tree(&r.mnt), want, "the snapshot, read back");
+    assert_tree(&r.mnt, &want, "the snapshot, read back");
 
     // The check above can fail: a read-only mount of the newest checkpoint
     // (what a reader that ignored the snapshot would show) differs.
@@ -267,7 +271,10 @@ fn s3_snapshot_reader_in_another_process_sees_only_the_snapshot() {
         &tmp.path().join("newest.log"),
     );
     let seen = read_tree(&newest.mnt);
-    assert_ne!(seen, want, "the newest checkpoint looks like the snapshot");
+    assert!(
+        tree_diff(&seen, &want).is_some(),
+        "the newest checkpoint looks like the snapshot"
+    );
     assert!(seen.iter().any(|(n, _)| n == "late1"), "{:?}", names(&seen));
     newest.unmount();
 
@@ -276,7 +283,7 @@ fn s3_snapshot_reader_in_another_process_sees_only_the_snapshot() {
     let mut round = 2;
     while round < 6 || t0.elapsed() < Duration::from_secs(3) {
         later(round);
-        assert_eq!(read_tree(&r.mnt), want, "the snapshot, in round {round}");
+        assert_tree(&r.mnt, &want, &format!("the snapshot, in round {round}"));
         round += 1;
     }
     // Read again with nothing cached in the reader: a fresh open of each
@@ -290,7 +297,7 @@ fn s3_snapshot_reader_in_another_process_sees_only_the_snapshot() {
         &["--checkpoint", &cno_arg, "-o", "ro"],
         &tmp.path().join("reader2.log"),
     );
-    assert_eq!(read_tree(&r.mnt), want, "the snapshot, remounted");
+    assert_tree(&r.mnt, &want, "the snapshot, remounted");
     r.unmount();
     m.unmount();
     fsck_clean(&w, &url, "after the writer");
@@ -298,6 +305,31 @@ fn s3_snapshot_reader_in_another_process_sees_only_the_snapshot() {
 
 fn names(t: &[(String, Vec<u8>)]) -> Vec<&str> {
     t.iter().map(|(n, _)| n.as_str()).collect()
+}
+
+/// What differs between two trees, briefly (files of megabytes would make
+/// an assert_eq! message unreadable); None if nothing does.
+fn tree_diff(got: &[(String, Vec<u8>)], want: &[(String, Vec<u8>)]) -> Option<String> {
+    if names(got) != names(want) {
+        return Some(format!("names {:?}, want {:?}", names(got), names(want)));
+    }
+    got.iter().zip(want).find_map(|((n, g), (_, w))| {
+        (g != w).then(|| {
+            let at = g.iter().zip(w).position(|(a, b)| a != b);
+            format!(
+                "{n}: {} bytes, want {}; first difference at {at:?}",
+                g.len(),
+                w.len()
+            )
+        })
+    })
+}
+
+/// The tree at `root` is exactly `want`.
+fn assert_tree(root: &Path, want: &[(String, Vec<u8>)], what: &str) {
+    if let Some(d) = tree_diff(&read_tree(root), want) {
+        panic!("{what}: {d}");
+    }
 }
 
 /// Small bounds on retries, so that a dead server fails requests fast.
@@ -371,7 +403,10 @@ fn s3_server_killed_under_a_mount() {
     let m = mount(&w, &[], &url, &mnt, &[], &log2);
     let said = fs::read_to_string(&log2).unwrap();
     assert!(said.contains("took over the lease"), "{said}");
-    assert_eq!(fs::read(m.mnt.join("durable")).unwrap(), durable);
+    assert!(
+        fs::read(m.mnt.join("durable")).unwrap() == durable,
+        "durable differs after the restart"
+    );
     assert_eq!(
         fs::read(m.mnt.join("d/small")).unwrap(),
         b"fsynced before the fault"
