@@ -7,7 +7,10 @@
 //!   goes on: it reads the snapshot exactly, never the later writes;
 //! * the server killed under a mount: the fsync after it fails with EIO
 //!   within the bounded retries, the mount turns read-only, and what was
-//!   fsynced before is there after the server comes back.
+//!   fsynced before is there after the server comes back;
+//! * the server stopped (SIGSTOP) under a mount: the fsync fails with EIO
+//!   once the request times out, and after the server goes on, the
+//!   unmount gives the lease back as usual.
 
 #[path = "../../lsfs-fuse/tests/common/mod.rs"]
 mod common;
@@ -414,4 +417,61 @@ fn s3_server_killed_under_a_mount() {
     write_synced(&m.mnt.join("d/again"), b"writable again");
     m.unmount();
     fsck_clean(&w, &url, "after the fault");
+}
+
+#[test]
+fn s3_server_stopped_under_a_mount() {
+    if !common::fuse_available() {
+        return;
+    }
+    let w = Weed::start("lsfs-hang");
+    let (tmp, mnt, _) = scratch();
+    let url = w.url("fs");
+    mkfs(&w, &url);
+    // A stopped server takes connections and answers nothing: the
+    // request's own timeout bounds the wait (a timed-out PUT is not
+    // tried again).
+    let hang: &[(&str, &str)] = &[
+        ("LSFS_OBJECT_RETRIES", "2"),
+        ("LSFS_OBJECT_RETRY_SECS", "2"),
+        ("AWS_TIMEOUT", "3s"),
+    ];
+    let log1 = tmp.path().join("m1.log");
+    let m = mount(&w, hang, &url, &mnt, &[], &log1);
+    let durable = data(5, 1 << 20);
+    write_synced(&m.mnt.join("durable"), &durable);
+    let mut f = fs::File::create(m.mnt.join("after")).unwrap();
+
+    w.pause();
+    let t0 = Instant::now();
+    f.write_all(&data(6, 1 << 20)).unwrap();
+    let err = f.sync_all().expect_err("fsync with the server stopped");
+    let took = t0.elapsed();
+    w.resume();
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    // 3 s per request, at most a few requests before the flush gives up.
+    assert!(took < Duration::from_secs(30), "EIO after {took:?}");
+    eprintln!("fsync failed with EIO after {took:?} (server stopped)");
+    drop(f);
+    let e = fs::write(m.mnt.join("new"), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+
+    // The server is back: the unmount deletes the lease, and the next
+    // mount needs no takeover.
+    let st = m.unmount_status();
+    assert!(st.is_some(), "lsfs mount still running after unmount");
+    let log2 = tmp.path().join("m2.log");
+    let m = mount(&w, &[], &url, &mnt, &[], &log2);
+    let said = fs::read_to_string(&log2).unwrap();
+    assert!(
+        !said.contains("took over the lease"),
+        "{said}\nthe first mount's log:\n{}",
+        fs::read_to_string(&log1).unwrap()
+    );
+    assert!(
+        fs::read(m.mnt.join("durable")).unwrap() == durable,
+        "durable differs after the stop"
+    );
+    m.unmount();
+    fsck_clean(&w, &url, "after the stop");
 }

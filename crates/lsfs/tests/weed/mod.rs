@@ -16,6 +16,7 @@ use std::net::{TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// The binary scripts/install-deps.sh installs.
@@ -48,14 +49,23 @@ impl Ports {
     /// Ports the kernel hands out as free now. Another process may take
     /// one before the server binds it: [`Weed::start`] then tries again.
     fn free() -> Ports {
+        // Every port handed to a server of this test process: the kernel
+        // may offer one again once its listener here is closed, before the
+        // server that got it has bound it.
+        static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+        let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
         // All held open together, so that no two are the same.
-        let held: Vec<TcpListener> = (0..10)
-            .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind a port on 127.0.0.1"))
-            .collect();
-        let p: Vec<u16> = held
-            .iter()
-            .map(|l| l.local_addr().unwrap().port())
-            .collect();
+        let mut held = Vec::new();
+        let mut p = Vec::new();
+        while p.len() < 10 {
+            let l = TcpListener::bind("127.0.0.1:0").expect("bind a port on 127.0.0.1");
+            let port = l.local_addr().unwrap().port();
+            if !given.contains(&port) {
+                given.push(port);
+                p.push(port);
+            }
+            held.push(l);
+        }
         Ports {
             s3: p[0],
             s3_grpc: p[1],
@@ -179,6 +189,25 @@ impl Weed {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+
+    /// Stop the server with SIGSTOP: its sockets stay open and take
+    /// connections, but nothing answers (a hung server, not a dead one).
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// Let a paused server go on (SIGCONT).
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        let pid = self.child.as_ref().expect("the server runs").id();
+        // SAFETY: kill(2) on our own child, which has not been waited for,
+        // so its pid is still its own.
+        let r = unsafe { libc::kill(pid as libc::pid_t, sig) };
+        assert_eq!(r, 0, "signal {sig} to {WEED}");
     }
 
     /// Start the server again on the same directory and ports, and wait
@@ -378,6 +407,7 @@ impl Weed {
 
 impl Drop for Weed {
     fn drop(&mut self) {
+        // SIGKILL ends a stopped (paused) server too.
         self.kill();
         // Killed, weed leaves its gRPC sockets in /tmp, named by port.
         for port in self.ports.grpc() {
