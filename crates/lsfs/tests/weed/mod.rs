@@ -171,8 +171,8 @@ impl Weed {
     }
 
     /// Point `cmd` at this server: the test's own `AWS_` variables (a
-    /// developer's profile or session token) are taken away first, since
-    /// lsfs reads every one of them.
+    /// developer's profile or temporary credentials) are taken away
+    /// first, since lsfs reads every one of them.
     pub fn apply<'c>(&self, cmd: &'c mut Command) -> &'c mut Command {
         for (k, _) in std::env::vars_os() {
             if k.to_str().is_some_and(|k| k.starts_with("AWS_")) {
