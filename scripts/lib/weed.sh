@@ -12,6 +12,7 @@ WEED_KEY_ID=lsfs-test
 WEED_SECRET=lsfs-test-secret
 WEED_REGION=us-east-1
 weed_pid=
+weed_ports=()
 
 # weed_curl ARGS: curl signed as the server's identity; prints the status.
 weed_curl() {
@@ -53,6 +54,7 @@ print(*[x.getsockname()[1] for x in s])')
                 -s3.port.iceberg=0 -s3.port.lance=0 -master.telemetry=false
         ) </dev/null >>"$dir/weed.log" 2>&1 &
         weed_pid=$!
+        weed_ports=("${p[@]}")
         for ((i = 0; i < 900; i++)); do
             kill -0 "$weed_pid" 2>/dev/null || break
             code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:${p[0]}/" || true)
@@ -92,4 +94,12 @@ weed_stop() {
     kill -9 "$weed_pid" 2>/dev/null || true
     wait "$weed_pid" 2>/dev/null || true
     weed_pid=
+    # weed leaves some of its gRPC sockets in /tmp, named by port.
+    local port part
+    for port in "${weed_ports[@]}"; do
+        for part in master volume filer admin s3; do
+            rm -f "/tmp/seaweedfs-$part-grpc-$port.sock"
+        done
+    done
+    weed_ports=()
 }
