@@ -8,9 +8,10 @@ set -euo pipefail
 # linux-perf: bench/profile.sh; stress-ng: scripts/stress.sh; gcc and
 # libc6-dev: the linker cargo calls (rustup does not install one);
 # linux-source-6.1 (the source tree it untars), git and sqlite3:
-# scripts/everyday.sh.
+# scripts/everyday.sh; curl: scripts/lib/weed.sh waits for the S3 server
+# with it.
 APT_PACKAGES=(fuse3 libfuse3-dev pkg-config fio postmark dbench btrfs-progs xfsprogs e2fsprogs blktrace
-              python3 linux-perf stress-ng gcc libc6-dev linux-source-6.1 git sqlite3)
+              python3 linux-perf stress-ng gcc libc6-dev linux-source-6.1 git sqlite3 curl)
 
 if [[ $(id -u) -ne 0 ]]; then
     echo "install-deps.sh: must run as root (apt-get, newusers)" >&2
@@ -111,4 +112,52 @@ for name in tests pjdfstest; do
     fi
     getent group "$name" >/dev/null || groupadd "$name"
 done
+# --- SeaweedFS: the S3 server the s3:// tests start on localhost -----------
+# crates/lsfs/tests/s3_mount.rs and scripts/s3-suites.sh run `lsfs-weed
+# mini`. Built from its Go module at a pinned version (no release binary is
+# fetched), into a directory named after that version so that changing the
+# pin builds anew. The build takes about 20 minutes on 2 cores. Debian's
+# golang is too old for it (go.mod asks for go 1.26.6): the machine's own Go
+# is required.
+WEED_MODULE=github.com/seaweedfs/seaweedfs
+WEED_VERSION=v0.0.0-20261109003541-7506e5f91cd6
+WEED_BIN=/var/cache/lsfs/seaweedfs-$WEED_VERSION/weed
+if [[ -x $WEED_BIN ]] && "$WEED_BIN" version >/dev/null 2>&1; then
+    echo "seaweedfs: $WEED_BIN already built"
+else
+    if ! command -v go >/dev/null; then
+        echo "install-deps.sh: go not found; SeaweedFS ($WEED_MODULE) needs Go 1.26.6 or later to build" >&2
+        exit 1
+    fi
+    echo "seaweedfs: building $WEED_MODULE@$WEED_VERSION with $(go version) (about 20 minutes)"
+    # The module cache holds the source read-only; the build may rewrite
+    # go.mod and go.sum (-mod=mod), so it runs in a writable copy.
+    weed_src=$(go mod download -json "$WEED_MODULE@$WEED_VERSION" |
+        python3 -c 'import json, sys; m = json.load(sys.stdin); sys.exit(m["Error"]) if m.get("Error") else print(m["Dir"])')
+    weed_build=$(mktemp -d /var/tmp/lsfs-weed-build.XXXXXX)
+    # An interrupted build leaves nothing behind (the copy is made writable
+    # first: rm cannot empty read-only directories).
+    trap 'chmod -R u+w "$weed_build" 2>/dev/null; rm -rf "$weed_build"' EXIT
+    cp -r "$weed_src" "$weed_build/src"
+    chmod -R u+w "$weed_build/src"
+    (cd "$weed_build/src" &&
+        GOFLAGS="${GOFLAGS:-} -mod=mod -buildvcs=false" go build -o "$weed_build/weed" ./weed)
+    "$weed_build/weed" version >/dev/null
+    # Installed whole under a temporary name and renamed: a reader never
+    # finds half a binary.
+    install -d "$(dirname "$WEED_BIN")"
+    install -m 0755 "$weed_build/weed" "$WEED_BIN.new"
+    mv -f "$WEED_BIN.new" "$WEED_BIN"
+    chmod -R u+w "$weed_build"
+    rm -rf "$weed_build"
+    trap - EXIT
+    echo "seaweedfs: installed $WEED_BIN"
+fi
+if [[ $(readlink /usr/local/bin/lsfs-weed 2>/dev/null) != "$WEED_BIN" ]]; then
+    ln -sfn "$WEED_BIN" /usr/local/bin/lsfs-weed
+    echo "seaweedfs: linked /usr/local/bin/lsfs-weed -> $WEED_BIN"
+else
+    echo "seaweedfs: /usr/local/bin/lsfs-weed -> $WEED_BIN already"
+fi
+
 echo "install-deps.sh: done"

@@ -4,7 +4,9 @@
 # whole blocks with copies that share them (FSX_CLONE_OPS, default 10000),
 # then unmount and fsck. Usage: scripts/suites.sh PATH_TO_LSFS_BINARY
 # LSFS_MOUNT_OPTS=OPTS mounts with `-o OPTS` (e.g. no_writeback_cache).
-# The mount is always unmounted and the image removed, even on failure.
+# LSFS_IMAGE=PATH_OR_URL makes the file system there instead of in an image
+# file of the work directory (an s3:// URL: scripts/s3-suites.sh).
+# The mount is always unmounted and the image file removed, even on failure.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 lsfs=$(realpath "${1:?usage: suites.sh PATH_TO_LSFS}")
@@ -14,6 +16,7 @@ clone_ops=${FSX_CLONE_OPS:-10000}
 # shellcheck source=lib/lsfs-mount.sh
 source "$here/lib/lsfs-mount.sh"
 lsfs_workdir suites
+img=${LSFS_IMAGE:-$img}
 # pjdfstest acts as other users too: they must be able to reach the mount.
 chmod 0755 "$work"
 

@@ -23,8 +23,9 @@
 //! engine's lock.
 //!
 //! Errors from the store (after the store's own retries with backoff,
-//! `object_store`'s defaults for S3) are device errors: the engine fails
-//! the request with EIO and turns the mount read-only, as for a disk.
+//! bounded by `LSFS_OBJECT_RETRIES` and `LSFS_OBJECT_RETRY_SECS` for S3:
+//! `target::retry_config`) are device errors: the engine fails the request
+//! with EIO and turns the mount read-only, as for a disk.
 
 use crate::layout::{Geometry, Obj, Piece, FORMAT};
 use crate::lease;

@@ -4,23 +4,42 @@
 //! deletes it when the device is dropped (at unmount). Another writer finds
 //! it and is refused with what holds it. Read-only opens take no lease: any
 //! number of them may read checkpoints and snapshots while the writer goes
-//! on. A writer that died leaves its lease; the refusal says which object
-//! to delete once that mount is known to be gone.
+//! on.
+//!
+//! A writer that died leaves its lease, and so does one that unmounted
+//! while the store was unreachable (the delete failed too). A lease whose
+//! holder ran on this machine, in this boot, as a process that is no
+//! longer there (its pid gone, or reused: the start time differs) is taken
+//! over, with a PUT conditional on the lease being the one read, so that
+//! two mounts taking it over at once cannot both win. Any other lease is
+//! refused, and the refusal says which object to delete once that mount
+//! is known to be gone. (Containers that share a kernel, a hostname and a
+//! bucket but not their process ids would see each other's holders as
+//! gone: give them hostnames of their own.)
 
 use crate::target::Target;
-use object_store::{PutMode, PutOptions, PutPayload};
+use object_store::{PutMode, PutOptions, PutPayload, UpdateVersion};
 use serde::{Deserialize, Serialize};
 use tokio::runtime::Runtime;
 
 pub const LEASE: &str = "lease";
 
 /// Who holds the lease.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Holder {
     pub host: String,
     pub pid: u32,
     /// Seconds since the epoch.
     pub since: u64,
+    /// The kernel's boot id (`/proc/sys/kernel/random/boot_id`): which
+    /// boot of which machine `pid` belongs to. Absent in leases written
+    /// before it was recorded: those are never taken over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot: Option<String>,
+    /// The process's start time (clock ticks since boot, `/proc/PID/stat`):
+    /// tells the holder from a later process given the same pid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<u64>,
 }
 
 fn host() -> String {
@@ -29,28 +48,104 @@ fn host() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
+fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|b| b.trim().to_string())
+        .filter(|b| !b.is_empty())
+}
+
+/// When process `pid` started (field 22 of `/proc/PID/stat`), if it runs.
+fn process_start(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: count
+    // from the last ')'. Field 3, the state, comes first after it.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(22 - 3)?.parse().ok()
+}
+
+impl Holder {
+    /// This process, as the holder of a lease.
+    pub fn me() -> Holder {
+        let pid = std::process::id();
+        Holder {
+            host: host(),
+            pid,
+            since: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            boot: boot_id(),
+            start: process_start(pid),
+        }
+    }
+
+    /// Whether the holder is known to be gone: it ran on this machine in
+    /// this boot, and its process is not running now. Anything not known
+    /// (another machine, another boot, a lease without boot id or start
+    /// time) is taken as alive.
+    pub fn is_gone(&self) -> bool {
+        let (Some(boot), Some(start)) = (&self.boot, self.start) else {
+            return false;
+        };
+        self.host == host()
+            && boot_id().as_ref() == Some(boot)
+            && process_start(self.pid) != Some(start)
+    }
+}
+
 /// Take the lease of `t`, or say who holds it.
 pub fn acquire(t: &Target, rt: &Runtime) -> Result<(), String> {
-    let me = Holder {
-        host: host(),
-        pid: std::process::id(),
-        since: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
-    };
-    let body = serde_json::to_vec(&me).expect("a holder serializes");
+    let body = serde_json::to_vec(&Holder::me()).expect("a holder serializes");
     let opts = PutOptions {
         mode: PutMode::Create,
         ..Default::default()
     };
     let path = t.path(LEASE);
-    match rt.block_on(t.store.put_opts(&path, PutPayload::from(body), opts)) {
+    match rt.block_on(
+        t.store
+            .put_opts(&path, PutPayload::from(body.clone()), opts),
+    ) {
         Ok(_) => Ok(()),
         Err(object_store::Error::AlreadyExists { .. }) => {
-            let held = rt
-                .block_on(async { t.store.get(&path).await?.bytes().await })
-                .ok()
-                .and_then(|b| serde_json::from_slice::<Holder>(&b).ok());
+            let got = rt.block_on(async {
+                let r = t.store.get(&path).await?;
+                let meta = r.meta.clone();
+                Ok::<_, object_store::Error>((r.bytes().await?, meta))
+            });
+            let (held, meta) = match got {
+                Ok((b, meta)) => (serde_json::from_slice::<Holder>(&b).ok(), Some(meta)),
+                Err(_) => (None, None),
+            };
+            if let (Some(h), Some(meta)) = (&held, meta) {
+                if h.is_gone() {
+                    // Replace exactly the lease read: if another mount took
+                    // it over meanwhile, this PUT fails and this one is
+                    // refused.
+                    let opts = PutOptions {
+                        mode: PutMode::Update(UpdateVersion {
+                            e_tag: meta.e_tag,
+                            version: meta.version,
+                        }),
+                        ..Default::default()
+                    };
+                    match rt.block_on(t.store.put_opts(&path, PutPayload::from(body), opts)) {
+                        Ok(_) => {
+                            tracing::warn!(
+                                "{}: took over the lease of pid {} on this host since {},                                  which is no longer running (it did not give the lease back)",
+                                t.url,
+                                h.pid,
+                                h.since
+                            );
+                            return Ok(());
+                        }
+                        Err(e) => tracing::warn!(
+                            "{}: the lease's holder, pid {} on this host, is gone,                              but taking the lease over failed: {e}",
+                            t.url,
+                            h.pid
+                        ),
+                    }
+                }
+            }
             let who = held.map_or("an unreadable lease".to_string(), |h| {
                 format!(
                     "host {} pid {} since {} (seconds since the epoch)",

@@ -7,6 +7,7 @@ use lsfs_core::device::BlockDevice;
 use lsfs_core::fs::{Lsfs, MountConfig};
 use lsfs_core::meta::open::MkfsOptions;
 use lsfs_object::layout::Geometry;
+use lsfs_object::lease::Holder;
 use lsfs_object::{ObjectDevice, Target};
 use lsfs_vfs::{Ctx, Vfs, ROOT_INO};
 use object_store::memory::InMemory;
@@ -165,6 +166,60 @@ fn one_writer_at_a_time_and_readers_besides() {
     let _r = open(&t, false);
     drop(w);
     let _w2 = open(&t, true);
+}
+
+#[test]
+fn a_lease_left_by_a_process_that_is_gone_is_taken_over() {
+    let t = target();
+    ObjectDevice::create(&t, geo(), false).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let put_lease = |h: &Holder| {
+        let body = serde_json::to_vec(h).unwrap();
+        rt.block_on(t.store.put(&Path::from("fs/one/lease"), body.into()))
+            .unwrap();
+    };
+    // A process of this machine and boot that has exited: its pid no
+    // longer runs (or runs as another process, started later).
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = Holder {
+        pid: child.id(),
+        ..Holder::me()
+    };
+    child.wait().unwrap();
+    assert!(dead.is_gone());
+    put_lease(&dead);
+    let w = open(&t, true);
+    let err = ObjectDevice::open(&t, true, 8 << 20).err().unwrap();
+    assert!(
+        err.contains("mounted read-write elsewhere"),
+        "the lease taken over is held: {err}"
+    );
+    drop(w);
+
+    // Alive (this process), from another host, another boot, or without
+    // what tells: refused, as before.
+    let alive = Holder::me();
+    let other_host = Holder {
+        host: "elsewhere".into(),
+        ..dead.clone()
+    };
+    let other_boot = Holder {
+        boot: Some("another-boot".into()),
+        ..dead.clone()
+    };
+    let untold = Holder {
+        boot: None,
+        start: None,
+        ..dead.clone()
+    };
+    for h in [alive, other_host, other_boot, untold] {
+        assert!(!h.is_gone(), "{h:?}");
+        put_lease(&h);
+        let err = ObjectDevice::open(&t, true, 8 << 20).err().unwrap();
+        assert!(err.contains("mounted read-write elsewhere"), "{h:?}: {err}");
+    }
 }
 
 #[test]

@@ -58,8 +58,9 @@ pub trait BlockDevice: Send + Sync {
     /// Counters of this device's traffic.
     fn stats(&self) -> &DeviceStats;
     /// The file system is done with the device (it unmounted, after its
-    /// last flush): give back what the device holds for it, such as an
-    /// object store's lease. Most devices hold nothing.
+    /// last flush, or after its last writes failed: it writes nothing
+    /// more either way): give back what the device holds for it, such as
+    /// an object store's lease. Most devices hold nothing.
     fn release(&self) -> Result<()> {
         Ok(())
     }

@@ -501,6 +501,15 @@ impl Lsfs {
     /// orphan directory, as far as freed; the next mount goes on
     /// (`delete.rs`; `reclaim_all` first to finish them now).
     pub fn unmount(&mut self) -> Result<()> {
+        let written = self.write_for_unmount();
+        // The device's hold (an object store's lease) goes even when the
+        // last writes failed: this mount writes nothing more, and a lease
+        // left behind would refuse every later writer.
+        let released = self.store.release_device();
+        written.and(released)
+    }
+
+    fn write_for_unmount(&mut self) -> Result<()> {
         if self.store.io().is_deferred() {
             self.store.io().set_deferred(false)?;
         }
@@ -514,7 +523,7 @@ impl Lsfs {
             self.store.discard_batch()?;
             self.store.settle_superblocks()?;
         }
-        self.store.release_device()
+        Ok(())
     }
 
     /// Queue device writes and flushes from now on instead of doing them

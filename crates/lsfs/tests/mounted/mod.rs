@@ -75,15 +75,16 @@ impl Mounted {
     /// Mount `image` on `mnt` with the extra arguments `args`, and wait
     /// until it is mounted.
     pub fn new(image: &Path, mnt: &Path, args: &[&str]) -> Mounted {
-        let child = lsfs()
-            .arg("mount")
-            .arg(image)
-            .arg(mnt)
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("run lsfs mount");
+        let mut cmd = lsfs();
+        cmd.arg("mount").arg(image).arg(mnt).args(args);
+        cmd.stdout(Stdio::null()).stderr(Stdio::null());
+        Mounted::run(cmd, mnt)
+    }
+
+    /// Run `cmd`, an `lsfs mount` in the foreground of `mnt` (with its own
+    /// environment or output, say), and wait until it is mounted.
+    pub fn run(mut cmd: Command, mnt: &Path) -> Mounted {
+        let child = cmd.spawn().expect("run lsfs mount");
         let mut m = Mounted {
             child,
             mnt: fs::canonicalize(mnt).unwrap(),
@@ -106,12 +107,27 @@ impl Mounted {
         assert!(st.success(), "lsfs mount exited with {st}");
     }
 
+    /// Unmount and wait for the server to exit, whatever its status; the
+    /// status, or None if it did not exit within 30 s.
+    pub fn unmount_status(mut self) -> Option<std::process::ExitStatus> {
+        self.take_down();
+        self.child.try_wait().unwrap()
+    }
+
     fn take_down(&mut self) {
-        if is_mounted(&self.mnt) {
-            let _ = Command::new("fusermount3")
+        // A file still open (a test's reader not yet gone, a shell's cwd)
+        // makes the unmount fail with "busy" for a moment: try again.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while is_mounted(&self.mnt) && Instant::now() < deadline {
+            let st = Command::new("fusermount3")
                 .arg("-u")
                 .arg(&self.mnt)
+                .stderr(Stdio::null())
                 .status();
+            if st.is_ok_and(|s| s.success()) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
         }
         let deadline = Instant::now() + Duration::from_secs(30);
         while self.child.try_wait().unwrap().is_none() && Instant::now() < deadline {
