@@ -50,6 +50,9 @@ pub fn compress_blocks(parts: &[&[u8]], scratch: &mut Scratch) -> Option<Vec<u8>
     }
     let Scratch { input, output } = scratch;
     input.clear();
+    // Exact sizes: what a thread keeps is then at most one record's input
+    // and LZ4's worst case for it, not what doubling rounds them up to.
+    input.reserve_exact(len);
     for p in parts {
         input.extend_from_slice(p);
     }
@@ -57,6 +60,7 @@ pub fn compress_blocks(parts: &[&[u8]], scratch: &mut Scratch) -> Option<Vec<u8>
     // writes is read back below; the rest may hold an earlier frame's bytes.
     let room = FRAME_HEADER_BYTES + lz4_flex::block::get_maximum_output_size(len);
     if output.len() < room {
+        output.reserve_exact(room - output.len());
         output.resize(room, 0);
     }
     let packed = lz4_flex::block::compress_into(input, &mut output[FRAME_HEADER_BYTES..])

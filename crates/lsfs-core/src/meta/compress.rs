@@ -394,6 +394,15 @@ mod tests {
         }
         assert_eq!(scratch.len(), MAX_THREADS);
         assert_eq!(compress_jobs(&jobs, &mut scratch), serial);
+        // The memory bound docs/PERFORMANCE.md states: per thread, one
+        // record's blocks and LZ4's worst case for them.
+        let record = crate::log::record::MAX_RECORD_PAYLOAD * BLOCK_BYTES;
+        let bound =
+            record + frame::FRAME_HEADER_BYTES + lz4_flex::block::get_maximum_output_size(record);
+        assert_eq!(bound, 8_808_090);
+        for s in &scratch {
+            assert!(s.capacity() <= bound, "{} bytes kept", s.capacity());
+        }
     }
 
     #[test]
