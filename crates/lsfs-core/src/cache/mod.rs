@@ -127,6 +127,13 @@ impl BlockCache {
         }
     }
 
+    /// `k`'s bytes without counting a hit or touching the policy: for a
+    /// second look at blocks `get` has just returned, from threads that
+    /// share the cache read-only (meta/compress.rs).
+    pub fn peek(&self, k: CacheKey) -> Option<&[u8]> {
+        self.map.get(&k).map(|e| &e.data[..])
+    }
+
     pub fn contains(&self, k: CacheKey) -> bool {
         self.map.contains_key(&k)
     }

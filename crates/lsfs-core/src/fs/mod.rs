@@ -353,12 +353,15 @@ impl Lsfs {
 
     /// Write every dirty inode into the IFILE.
     pub(crate) fn flush_inodes(&mut self) -> Result<()> {
-        let dirty: Vec<u64> = self
+        let mut dirty: Vec<u64> = self
             .inodes
             .iter()
             .filter(|(_, c)| c.dirty)
             .map(|(&i, _)| i)
             .collect();
+        // In inode order, not the map's (which differs from run to run), so
+        // that a run writes the IFILE the same way each time.
+        dirty.sort_unstable();
         for ino in dirty {
             let img = self.inodes[&ino].inode.encode();
             self.store.inode_write(ino, Some(&img))?;

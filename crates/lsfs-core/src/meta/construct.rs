@@ -601,11 +601,16 @@ impl Store {
     /// raw: its blocks were written once already, and are likely cold.
     fn compress_checkpoint(&mut self, closed: &ClosedSet, placed: &Placed) {
         self.drop_pending_frames();
-        for st in [Stream::Meta, Stream::HotUser, Stream::ColdUser] {
-            let i = st as usize;
-            let part = &placed.items[placed.bounds[i]..placed.bounds[i + 1]];
-            self.compress_plan(&closed.plans[i], part);
-        }
+        // One batch, so that the streams' records are compressed together.
+        let parts: Vec<(&Plan, &[Item])> = [Stream::Meta, Stream::HotUser, Stream::ColdUser]
+            .into_iter()
+            .map(|st| {
+                let i = st as usize;
+                let part = &placed.items[placed.bounds[i]..placed.bounds[i + 1]];
+                (&closed.plans[i], part)
+            })
+            .collect();
+        self.compress_plans(&parts);
     }
 
     /// Step 2b: point the DAT at the places, count them in the segment

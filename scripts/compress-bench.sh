@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Sequential write through the mount with compressed records off and lz4
+# (docs/PERFORMANCE.md, "Compressed records"): FILE copied with
+# `dd bs=1M conv=fsync` onto a fresh 4 GiB image made with
+# `lsfs mkfs --compress off|lz4`, default mount. Then the server is killed
+# (SIGKILL, after the fsync) and the image mounted again: that mount's time
+# is recovery's, reading the log from the last checkpoint.
+#
+# Usage: scripts/compress-bench.sh FILE ROUNDS LSFS [LSFS...]
+# Each round runs every binary in both modes, the order turned round every
+# other round, since other jobs' load moves while a round runs. Prints one
+# line per run, then per binary and mode the medians, and lz4's write speed
+# as a share of off's (median against median).
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+file=$(realpath "${1:?usage: compress-bench.sh FILE ROUNDS LSFS [LSFS...]}")
+rounds=${2:?rounds}
+shift 2
+bins=()
+for b in "$@"; do bins+=("$(realpath "$b")"); done
+((${#bins[@]} > 0)) || {
+    echo "usage: compress-bench.sh FILE ROUNDS LSFS [LSFS...]" >&2
+    exit 2
+}
+
+# shellcheck source=lib/lsfs-mount.sh
+source "$here/lib/lsfs-mount.sh"
+lsfs_workdir compress-bench
+results=$work/results
+
+now() { date +%s.%N; }
+
+# run BIN_INDEX MODE: one copy and one recovery; appends a result line.
+run() {
+    local i=$1 mode=$2 lsfs=${bins[$1]} t0 t1 dev pid r0 r1
+    rm -f "$img"
+    "$lsfs" mkfs "$img" --size 4G --compress "$mode" >/dev/null
+    LSFS_LOG=warn "$lsfs" mount "$img" "$mnt" --background >/dev/null 2>&1
+    t0=$(now)
+    dd if="$file" of="$mnt/f" bs=1M conv=fsync status=none
+    t1=$(now)
+    dev=$("$lsfs" stats --mount "$mnt" --json |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["device"]["write_bytes"])')
+    pid=$(pgrep -f "lsfs mount $img" | head -1)
+    kill -9 "$pid"
+    wait_pid_exit "$pid" 10
+    fuse_unmount "$mnt"
+    r0=$(now)
+    LSFS_LOG=warn "$lsfs" mount "$img" "$mnt" --background >/dev/null 2>&1
+    r1=$(now)
+    fuse_unmount "$mnt"
+    wait_lsfs_exit "$img" 30
+    printf '%s %s %.3f %s %.3f\n' "$i" "$mode" "$(awk "BEGIN{print $t1 - $t0}")" "$dev" \
+        "$(awk "BEGIN{print $r1 - $r0}")" | tee -a "$results" >&2
+}
+
+echo "binary mode write_s device_bytes recovery_s" >&2
+for ((r = 0; r < rounds; r++)); do
+    modes=(off lz4)
+    ((r % 2)) && modes=(lz4 off)
+    for m in "${modes[@]}"; do
+        for i in "${!bins[@]}"; do run "$i" "$m"; done
+    done
+done
+
+python3 - "$results" "$(stat -c %s "$file")" "${bins[@]}" <<'EOF'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1])]
+size, bins = int(sys.argv[2]), sys.argv[3:]
+for i, b in enumerate(bins):
+    med = {}
+    for mode in ("off", "lz4"):
+        rs = [r for r in rows if r[0] == str(i) and r[1] == mode]
+        w = statistics.median(float(r[2]) for r in rs)
+        d = statistics.median(int(r[3]) for r in rs)
+        rec = statistics.median(float(r[4]) for r in rs)
+        med[mode] = w
+        print(f"{b} {mode}: write {w:.3f} s ({size / w / 2**20:.0f} MiB/s), "
+              f"device {d} B, recovery {rec:.3f} s, "
+              f"writes {' '.join(r[2] for r in rs)}")
+    print(f"{b}: lz4/off write speed {med['off'] / med['lz4']:.2f}")
+EOF
