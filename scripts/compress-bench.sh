@@ -41,7 +41,9 @@ run() {
     t1=$(now)
     dev=$("$lsfs" stats --mount "$mnt" --json |
         python3 -c 'import json,sys; print(json.load(sys.stdin)["device"]["write_bytes"])')
-    pid=$(pgrep -f "lsfs mount $img" | head -1)
+    # By the image, not the binary's name: a binary under test may be called anything.
+    pid=$(pgrep -f -- " mount $img " | head -1)
+    [[ -n $pid ]] || { echo "compress-bench.sh: no server found for $img" >&2; exit 1; }
     kill -9 "$pid"
     wait_pid_exit "$pid" 10
     fuse_unmount "$mnt"

@@ -18,10 +18,10 @@ fuse_unmount() {
 wait_lsfs_exit() {
     local i
     for ((i = 0; i < $2 * 10; i++)); do
-        pgrep -f "lsfs mount $1" >/dev/null || return 0
+        pgrep -f -- " mount $1 " >/dev/null || return 0
         sleep 0.1
     done
-    ! pgrep -f "lsfs mount $1" >/dev/null
+    ! pgrep -f -- " mount $1 " >/dev/null
 }
 
 # wait_pid_exit PID SECONDS: the same for one process.
