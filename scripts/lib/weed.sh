@@ -43,7 +43,7 @@ print(*[x.getsockname()[1] for x in s])')
         (
             while read -r v; do unset "$v"; done < <(compgen -e | grep -E '^(AWS|S3)_')
             export AWS_ACCESS_KEY_ID=$WEED_KEY_ID AWS_SECRET_ACCESS_KEY=$WEED_SECRET
-            exec lsfs-weed mini -dir="$dir/data" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
+            exec lsfs-weed -logdir="$dir" mini -dir="$dir/data" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
                 -s3.port="${p[0]}" -s3.port.grpc="${p[1]}" \
                 -master.port="${p[2]}" -master.port.grpc="${p[3]}" \
                 -volume.port="${p[4]}" -volume.port.grpc="${p[5]}" \

@@ -290,7 +290,9 @@ impl Weed {
             .open(self.dir.path().join("weed.log"))
             .unwrap();
         let mut cmd = Command::new(WEED);
-        cmd.arg("mini")
+        // glog writes its files to /tmp unless told: keep them with the run.
+        cmd.arg(format!("-logdir={}", self.dir.path().display()))
+            .arg("mini")
             .arg(format!("-dir={}", self.data_dir().display()))
             .args(["-ip=127.0.0.1", "-ip.bind=127.0.0.1"])
             .arg(format!("-s3.port={}", p.s3))
