@@ -101,7 +101,7 @@ pub fn superblock(dev: &mut dyn BlockDevice) -> Result<Vec<SuperblockCopy>> {
 }
 
 /// The valid superblock copy with the highest sequence number.
-fn newest_superblock(dev: &mut dyn BlockDevice) -> Result<Superblock> {
+pub fn newest_superblock(dev: &mut dyn BlockDevice) -> Result<Superblock> {
     let size = dev.size_bytes();
     if size < 2 * BLOCK_BYTES as u64 {
         return Err(Error::corrupt(format!(

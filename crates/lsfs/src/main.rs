@@ -8,6 +8,7 @@ mod device_target;
 mod gc_cmd;
 mod inspect_cmd;
 mod man_pages;
+mod migrate_cmd;
 mod mount_helper;
 mod mount_opts;
 mod power;
@@ -72,6 +73,9 @@ enum Cmd {
     Fsck(FsckArgs),
     /// Show an unmounted image's superblocks, segments, checkpoints or log records.
     Inspect(InspectArgs),
+    /// Copy an unmounted file system to another device: an image file into
+    /// an object store or back, block for block, then check the copy.
+    Migrate(migrate_cmd::MigrateArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
         /// The shell.
@@ -438,6 +442,7 @@ fn main() -> ExitCode {
         Cmd::Gc(a) => gc(a),
         Cmd::Trim(a) => trim_cmd(a),
         Cmd::Defrag(a) => defrag_cmd::run(a),
+        Cmd::Migrate(a) => migrate_cmd::run(a),
         Cmd::Sim(c) => lsfs_sim::cli::run(c).map_err(|e| e.to_string()),
         Cmd::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "lsfs", &mut std::io::stdout());
