@@ -436,19 +436,6 @@ impl Checker {
         for (i, &a) in journal.iter().enumerate() {
             self.claim_phys(s, owner_of, dat, a, true, format!("DAT journal block {i}"));
         }
-        // The last checkpoint's DAT blocks that passes copied for move
-        // records: recovery reads them there until the next checkpoint.
-        let copies = s.dat_copies_live().to_vec();
-        for a in copies {
-            self.claim_phys(
-                s,
-                owner_of,
-                dat,
-                a,
-                true,
-                "DAT block copied for a move record".into(),
-            );
-        }
         // A DAT block the roll-forward copied on write keeps its base live
         // until the next checkpoint writes it or journals the change.
         let bases: Vec<(u64, u64)> = s

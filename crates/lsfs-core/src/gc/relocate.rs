@@ -42,14 +42,8 @@ pub struct Relocated {
     /// Virtual blocks whose DAT entries were freed.
     #[serde(skip)]
     pub freed: Vec<u64>,
-    /// Blocks of the last checkpoint's DAT the victim held (DAT blocks,
-    /// tree nodes, journal blocks), copied byte for byte for the move
-    /// record: (DAT block index or 0, address in the victim).
-    #[serde(skip)]
-    pub dat_moves: Vec<(u64, u64)>,
-    /// Nothing but copies of virtual blocks, freed entries and the DAT's
-    /// blocks copied for the record: a move record may free the segment
-    /// (if the copies left the cache).
+    /// Nothing but copies of virtual blocks and freed entries: a move
+    /// record may free the segment (if the copies left the cache).
     #[serde(skip)]
     pub move_record_ok: bool,
     /// Some freed blocks are seen by the latest checkpoint, their deaths
@@ -67,9 +61,8 @@ enum Action {
     MoveProtected(u64, DatEntry, Owner, u64),
     /// Dead and needed by nothing: free its DAT entry.
     Free(u64, DatEntry),
-    /// A DAT block the current DAT still uses (index, address in the
-    /// victim): rewrite.
-    CowDat(u64, u64),
+    /// A DAT block the current DAT still uses: rewrite.
+    CowDat(u64),
     /// A DAT tree node, rewritten with the block below it.
     DatNode(u64),
     /// A block of the last checkpoint's DAT journal: the next checkpoint
@@ -238,7 +231,7 @@ impl Store {
     }
 
     /// Make DAT block `idx` and the tree path above it writable (moves them).
-    pub(crate) fn dat_block_cow(&mut self, idx: u64) -> Result<()> {
+    fn dat_block_cow(&mut self, idx: u64) -> Result<()> {
         if self.dat_journal().base_of(idx).is_none() {
             let v = idx * crate::meta::dat_entry::DAT_PER_BLOCK;
             // Any entry of the block will do: dat_set of an unchanged
@@ -299,7 +292,7 @@ impl Store {
                     if !self.dat_block_in_use_at(ent.offset, pos)? {
                         continue;
                     }
-                    Action::CowDat(ent.offset, pos)
+                    Action::CowDat(ent.offset)
                 }
                 BlockKind::DatNode => Action::DatNode(pos),
                 BlockKind::DatJournal if self.dat_journal().written.contains(&pos) => {
@@ -452,37 +445,15 @@ impl Store {
                     rep.freed_entries += 1;
                     rep.freed.push(v);
                 }
-                Action::CowDat(idx, pos) => {
-                    if rep.move_record_ok {
-                        // Recovery's DAT (the last checkpoint's) still
-                        // reads the block here: the move record names a
-                        // copy of it instead (meta/move_record.rs).
-                        self.queue_dat_copy(BlockKind::DatBlock, idx, pos)?;
-                        rep.dat_moves.push((idx, pos));
-                    }
+                Action::CowDat(idx) => {
                     self.with_dat_cause("cleaner copy", |s| s.dat_block_cow(idx))?;
                     rep.dat_copied += 1;
                 }
                 Action::DatNode(pos) => dat_nodes_here.push(pos),
                 Action::DropJournal(pos) => {
-                    if rep.move_record_ok {
-                        self.queue_dat_copy(BlockKind::DatJournal, 0, pos)?;
-                        rep.dat_moves.push((0, pos));
-                    }
                     self.drop_journal_block(pos);
                     self.kill_live(seg, false, now)?;
                     rep.dat_copied += 1;
-                }
-            }
-        }
-        if rep.move_record_ok && !dat_nodes_here.is_empty() {
-            // Nodes recovery's map may use: the current map's, and those
-            // let go since the last checkpoint (the rest are long dead).
-            let firsts = self.dat_node_first_keys()?;
-            for &pos in &dat_nodes_here {
-                if firsts.contains_key(&pos) || self.dat_node_let_go(pos) {
-                    self.queue_dat_copy(BlockKind::DatNode, 0, pos)?;
-                    rep.dat_moves.push((0, pos));
                 }
             }
         }
@@ -534,24 +505,19 @@ impl Store {
     /// Why the victim of `plan` must wait for the next checkpoint rather
     /// than be freed by the pass's move record (meta/move_record.rs), if it
     /// must: blocks recovery's base sees, freed without a copy; the
-    /// out-of-band summaries of a plugged segment. The last checkpoint's
-    /// DAT blocks, tree nodes and journal blocks, which only a checkpoint
-    /// rewrites, the record carries: they are copied as they are on disk
-    /// and the record names the copies (meta/move_record.rs); without move
-    /// records they wait too.
+    /// out-of-band summaries of a plugged segment; DAT blocks, which only a
+    /// checkpoint rewrites.
     fn move_record_wait(&self, plan: &RelocationPlan) -> Option<&'static str> {
         if plan.freed_at_next_checkpoint > 0 {
             Some("blocks the latest checkpoint sees")
         } else if self.segment_is_plugged(plan.segno) {
             Some("plugged")
-        } else if !self.move_records_enabled()
-            && plan.actions.iter().any(|a| {
-                matches!(
-                    a,
-                    Action::CowDat(..) | Action::DatNode(..) | Action::DropJournal(..)
-                )
-            })
-        {
+        } else if plan.actions.iter().any(|a| {
+            matches!(
+                a,
+                Action::CowDat(..) | Action::DatNode(..) | Action::DropJournal(..)
+            )
+        }) {
             Some("DAT blocks")
         } else {
             None

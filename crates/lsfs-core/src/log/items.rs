@@ -108,8 +108,7 @@ pub enum Item {
     /// blocks at their copies, frees the DAT entries in `freed` (dead
     /// blocks nothing needed), drops the checkpoints in `dropped` (given up
     /// or expired since the last checkpoint, so they no longer kept their
-    /// blocks), points the DAT's blocks in `dat_moves` at their copies and
-    /// counts the victims free.
+    /// blocks) and counts the victims free.
     Moved {
         /// Blocks the latest checkpoint sees were freed because the writes
         /// that killed them are durable: every plain checkpoint up to the
@@ -118,10 +117,6 @@ pub enum Item {
         victims: Vec<u64>,
         dropped: Vec<u64>,
         freed: Vec<u64>,
-        /// DAT blocks of the last checkpoint found in the victims, copied
-        /// byte for byte into the named records: (DAT block index, its
-        /// address in a victim, the copy's). Flag bit 1; absent before.
-        dat_moves: Vec<(u64, u64, u64)>,
     },
 }
 
@@ -137,8 +132,6 @@ const T_REMOVEXATTR: u8 = 9;
 const T_STREAM_RECORD: u8 = 10;
 const T_PUNCH: u8 = 11;
 const T_MOVED: u8 = 12;
-/// `Item::Moved`'s flag: a list of moved DAT blocks follows the others.
-const MOVED_DAT: u32 = 2;
 
 impl Item {
     fn type_code(&self) -> u8 {
@@ -242,32 +235,22 @@ impl Item {
         }
     }
 
-    /// The body of an `Item::Moved`: its flags, then three lists, and the
-    /// DAT's moved blocks if flag bit 1 says so (records without any keep
-    /// the older layout).
+    /// The body of an `Item::Moved`: its flag, then three lists.
     fn moved_body(&self, w: &mut Writer) {
         let Item::Moved {
             give_up_base,
             victims,
             dropped,
             freed,
-            dat_moves,
         } = self
         else {
             unreachable!("moved_body of a {}", self.type_name())
         };
-        let flags = *give_up_base as u32 | if dat_moves.is_empty() { 0 } else { MOVED_DAT };
-        w.u32(flags);
+        w.u32(*give_up_base as u32);
         for list in [victims, dropped, freed] {
             w.u32(list.len() as u32);
             for &x in list {
                 w.u64(x);
-            }
-        }
-        if !dat_moves.is_empty() {
-            w.u32(dat_moves.len() as u32);
-            for &(idx, from, to) in dat_moves {
-                w.u64(idx).u64(from).u64(to);
             }
         }
     }
@@ -387,7 +370,16 @@ fn decode_body(t: u8, body: &[u8], ctx: &str) -> Result<Item> {
         },
         T_STREAM_RECORD => decode_stream_record(&mut r, ctx)?,
         T_PUNCH => decode_punch(&mut r, ctx)?,
-        T_MOVED => decode_moved(&mut r, ctx)?,
+        T_MOVED => Item::Moved {
+            give_up_base: match r.u32()? {
+                0 => false,
+                1 => true,
+                f => return Err(Error::corrupt(format!("{ctx}: flags {f:#x}"))),
+            },
+            victims: u64_list(&mut r, ctx)?,
+            dropped: u64_list(&mut r, ctx)?,
+            freed: u64_list(&mut r, ctx)?,
+        },
         _ => return Err(Error::corrupt(format!("{ctx}: unknown item type {t}"))),
     };
     if r.pos() != body.len() {
@@ -470,34 +462,6 @@ fn decode_setxattr(r: &mut Reader, ctx: &str) -> Result<Item> {
 
 /// A count, then that many u64s: the count is checked against the bytes
 /// left before anything is allocated for it.
-fn decode_moved(r: &mut Reader, ctx: &str) -> Result<Item> {
-    let flags = r.u32()?;
-    if flags & !(1 | MOVED_DAT) != 0 {
-        return Err(Error::corrupt(format!("{ctx}: flags {flags:#x}")));
-    }
-    let (victims, dropped, freed) = (u64_list(r, ctx)?, u64_list(r, ctx)?, u64_list(r, ctx)?);
-    let mut dat_moves = Vec::new();
-    if flags & MOVED_DAT != 0 {
-        let n = r.u32()? as usize;
-        let left = r.remaining();
-        if n == 0 || n > left / 24 {
-            return Err(Error::corrupt(format!(
-                "{ctx}: {n} moved DAT blocks in {left} bytes"
-            )));
-        }
-        for _ in 0..n {
-            dat_moves.push((r.u64()?, r.u64()?, r.u64()?));
-        }
-    }
-    Ok(Item::Moved {
-        give_up_base: flags & 1 != 0,
-        victims,
-        dropped,
-        freed,
-        dat_moves,
-    })
-}
-
 fn u64_list(r: &mut Reader, ctx: &str) -> Result<Vec<u64>> {
     let n = r.u32()? as usize;
     let left = r.remaining();
@@ -625,11 +589,9 @@ pub fn describe(it: &Item) -> String {
             victims,
             dropped,
             freed,
-            dat_moves,
         } => format!(
-            "moved: victims {victims:?} free, {} DAT entries freed, {} DAT blocks moved, checkpoints {dropped:?} dropped{}",
+            "moved: victims {victims:?} free, {} DAT entries freed, checkpoints {dropped:?} dropped{}",
             freed.len(),
-            dat_moves.len(),
             if *give_up_base {
                 ", checkpoints up to the base given up"
             } else {
@@ -703,20 +665,6 @@ mod tests {
             Item::Inode {
                 ino: 17,
                 image: vec![1; 140],
-            },
-            Item::Moved {
-                give_up_base: true,
-                victims: vec![3, 9],
-                dropped: vec![],
-                freed: vec![40, 41],
-                dat_moves: vec![],
-            },
-            Item::Moved {
-                give_up_base: false,
-                victims: vec![4],
-                dropped: vec![12],
-                freed: vec![],
-                dat_moves: vec![(2, 2100, 9000), (5, 2101, 9001)],
             },
         ]
     }

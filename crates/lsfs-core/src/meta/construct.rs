@@ -69,9 +69,6 @@ pub(super) enum Item {
     Dat(u64),
     /// Block `k` of the DAT journal (meta/dat_journal.rs).
     DatJournal(usize),
-    /// The `k`th DAT block a pass copied for its move record, as it was on
-    /// disk (meta/move_record.rs).
-    DatCopy(usize),
     SuperRoot,
 }
 
@@ -382,13 +379,6 @@ impl Store {
                 "a plain checkpoint before {cno} survived giving them up"
             );
         }
-        // So do the copies of its DAT's blocks that passes wrote for move
-        // records: this one writes those blocks anew (the cleaner copied
-        // them on write) and is recovery's base from now on.
-        for a in std::mem::take(&mut self.dat_copies.live) {
-            let seg = self.geo.segment_of(a).expect("copies are in the log");
-            self.kill_live(seg, false, now)?;
-        }
         // The last checkpoint's DAT journal dies with this one, which writes
         // the journal whole again.
         for a in std::mem::take(&mut self.dat_journal.written) {
@@ -663,7 +653,6 @@ impl Store {
                     journal_addrs.push(pos);
                     self.add_live(seg, now)?;
                 }
-                Item::DatCopy(_) => unreachable!("a checkpoint places no DAT copy"),
                 Item::SuperRoot => {}
             }
         }
@@ -853,7 +842,6 @@ impl Store {
         let freed = std::mem::take(&mut self.segs.pending_free);
         self.cps.removed_since_checkpoint.clear();
         self.segs.freed_by_move_records.clear();
-        self.dat_copies.nodes_let_go.clear();
         self.segs.opened_since_checkpoint = 0;
         self.kills.checkpoint_done();
         self.cps.flags_changed_since_checkpoint = false;
@@ -1192,17 +1180,6 @@ impl Store {
                     vblock: 0,
                     cno,
                     kind: BlockKind::SuperRoot,
-                }
-            }
-            Item::DatCopy(k) => {
-                let (kind, idx, _, b) = &self.dat_copies.pending[k];
-                out.extend_from_slice(b);
-                SummaryEntry {
-                    ino: DAT_INO,
-                    offset: *idx,
-                    vblock: 0,
-                    cno,
-                    kind: *kind,
                 }
             }
             Item::DatJournal(k) => {
@@ -1576,19 +1553,7 @@ impl Store {
         // failed construction may pass for theirs.
         self.drop_pending_frames();
         let mut refs = Vec::new();
-        self.dat_copies.written.clear();
-        if !self.streams_can_run() {
-            // Not written ahead: their victims wait for a checkpoint.
-            self.dat_copies.pending.clear();
-            return Ok(refs);
-        }
-        let mut written = self.write_dat_copies_ahead(&mut refs)?;
-        if self.plugs.cleaner_moved().next().is_none() {
-            if written > 0 {
-                self.dev.flush()?;
-                self.write_superblock_copy_due()?;
-                self.stats.blocks_written_ahead += written as u64;
-            }
+        if !self.streams_can_run() || self.plugs.cleaner_moved().next().is_none() {
             return Ok(refs);
         }
         let was_active = std::mem::replace(&mut self.streams.active, true);
@@ -1609,6 +1574,7 @@ impl Store {
         let now = self.now();
         let cno = self.cur_cno;
         let mut taken = HashSet::new();
+        let mut written = 0;
         for st in Stream::DATA {
             let mut blocks = std::mem::take(&mut per[st as usize]);
             if blocks.is_empty() {
@@ -1652,43 +1618,6 @@ impl Store {
             self.stats.blocks_written_ahead += written as u64;
         }
         Ok(refs)
-    }
-
-    /// Write the blocks of the last checkpoint's DAT this pass copied for
-    /// its move record to the cleaner's stream (they live until the next
-    /// checkpoint, which writes those blocks anew), adding the records to
-    /// `refs`. Returns how many.
-    fn write_dat_copies_ahead(&mut self, refs: &mut Vec<crate::log::items::Item>) -> Result<usize> {
-        let n = self.dat_copies.pending.len();
-        if n == 0 {
-            return Ok(0);
-        }
-        let now = self.now();
-        let cno = self.cur_cno;
-        let st = Stream::Cleaner;
-        let plan = self.plan_data(st, n, &mut HashSet::new())?;
-        let places = self.place(&plan, n);
-        for (k, &pos) in places.iter().enumerate() {
-            let seg = self.geo.segment_of(pos).expect("planned inside the log");
-            self.add_live(seg, now)?;
-            let from = self.dat_copies.pending[k].2;
-            let fresh = self.dat_copies.written.insert(from, pos).is_none();
-            assert!(fresh, "DAT block at {from} copied twice in one pass");
-            self.dat_copies.live.push(pos);
-        }
-        for r in &plan.records {
-            self.add_written(r.seg, (summary_blocks(r.npayload) + r.npayload) as u32, now)?;
-            let u = &mut self.segs.usage[r.seg as usize];
-            u.flags = (u.flags & !STREAM_MASK) | st.flags();
-            self.streams.blocks_written[st as usize] += r.npayload as u64;
-        }
-        let items: Vec<Item> = (0..n).map(Item::DatCopy).collect();
-        let first_seq = self.seq + 1;
-        self.write_records(&plan, &items, cno, FLAG_DATA_STREAM, None, &[])?;
-        refs.extend(self.stream_record_refs(&plan, first_seq));
-        self.commit_data(st, &plan);
-        self.dat_copies.pending.clear();
-        Ok(n)
     }
 
     /// Keys of dirty blocks, for tests and checks.

@@ -376,9 +376,7 @@ impl Store {
         for (i, &a) in addrs.iter().enumerate() {
             check_phys(&self.geo, a, &format!("DAT journal block {i}"))?;
             let mut b = vec![0; self.geo.block_bytes];
-            // At the copy a move record names, if a pass moved it.
-            let at = self.dat_copies.recovery_moved.get(&a).copied().unwrap_or(a);
-            self.dev.read_at(self.geo.byte_offset(at), &mut b)?;
+            self.dev.read_at(self.geo.byte_offset(a), &mut b)?;
             for (v, e) in decode_block(&b, &format!("block {a}"))? {
                 by_block
                     .entry(v / DAT_PER_BLOCK)

@@ -32,14 +32,8 @@
 //!   segment is, `gc/mod.rs`), so the last checkpoint's DAT describes all
 //!   of it, and no record recovery follows lies in it;
 //! - every block the pass kept was a virtually addressed block now written
-//!   to a data stream, and none is still waiting in the cache, or a block
-//!   of the last checkpoint's DAT (a DAT block, a node of its map, a
-//!   journal block). Those only a checkpoint rewrites, and recovery reads
-//!   them before any record: the pass copies them as they are on disk into
-//!   the cleaner's stream ([`DatCopies`]), the record names the copies
-//!   (`Item::Moved`'s `dat_moves`), and recovery reads them there from the
-//!   chain's start, then lets them go as the pass did. The copies live
-//!   until the next checkpoint;
+//!   to a data stream (no DAT block, DAT node or journal block: those the
+//!   checkpoint rewrites), and none is still waiting in the cache;
 //! - no block the last checkpoint sees was freed without a copy
 //!   (`freed_at_next_checkpoint`: that checkpoint is the recovery base);
 //! - it was not plugged (threaded logging keeps an out-of-band summary);
@@ -55,37 +49,14 @@ use crate::error::{Error, Result};
 use crate::gc::relocate::Relocated;
 use crate::log::chain::FoundRecord;
 use crate::log::items::{self, Item};
-use crate::log::record::{BlockKind, FLAG_MOVES, MAX_INLINE_BYTES};
+use crate::log::record::{FLAG_MOVES, MAX_INLINE_BYTES};
 use crate::meta::dat_entry::{DatEntry, CNO_MAX};
 use crate::meta::store::Store;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
-/// Bytes of an `Item::Moved` besides its numbers: the item's head, the
-/// flags and the four counts.
-const MOVED_FIXED_BYTES: usize = 5 + 4 + 4 * 4;
-
-/// The last checkpoint's DAT blocks that passes copied out of their
-/// victims for move records (see the module's comment).
-#[derive(Debug, Default)]
-pub struct DatCopies {
-    /// This pass's, to write ahead: (what the block is, the DAT block's
-    /// index or 0, address in a victim, the bytes there).
-    pub(crate) pending: Vec<(BlockKind, u64, u64, Vec<u8>)>,
-    /// Where this pass wrote them: address in a victim → the copy's.
-    pub(crate) written: HashMap<u64, u64>,
-    /// Copies written since the last checkpoint: live until the next one,
-    /// which writes those blocks (or the journal) anew (the cleaner copied
-    /// them on write) and is recovery's base from then on.
-    pub(crate) live: Vec<u64>,
-    /// Recovery: address in a victim → the copy's, for every move record
-    /// of the chain, read there from the start (the victim may have been
-    /// written over since; the copy holds the same bytes).
-    pub(crate) recovery_moved: HashMap<u64, u64>,
-    /// Nodes of the DAT's map let go since the last checkpoint, which
-    /// recovery's (the last checkpoint's) map may still use: with the
-    /// current map's, the nodes in a victim a move record must carry.
-    pub(crate) nodes_let_go: std::collections::HashSet<u64>,
-}
+/// Bytes of an `Item::Moved` besides its numbers: the item's head and the
+/// three counts.
+const MOVED_FIXED_BYTES: usize = 5 + 4 + 3 * 4;
 
 impl Store {
     /// Whether the log written since the last checkpoint holds so many
@@ -113,39 +84,11 @@ impl Store {
         if !r.move_record_ok {
             return false;
         }
-        if r.moved.iter().any(|&v| self.cache.is_dirty(vkey(v)))
-            || r.dat_moves
-                .iter()
-                .any(|(_, from)| !self.dat_copies.written.contains_key(from))
-        {
+        if r.moved.iter().any(|&v| self.cache.is_dirty(vkey(v))) {
             self.note_waiting_victim("copies not written ahead");
             return false;
         }
         true
-    }
-
-    /// Copy a block of the last checkpoint's DAT (`kind`: a DAT block,
-    /// index `idx`, a tree node or a journal block, `idx` 0), at `pos` in a
-    /// victim, for the pass's move record: the bytes on disk (a journaled
-    /// block's cached copy holds later entries), written ahead with the
-    /// pass's copies.
-    pub(crate) fn queue_dat_copy(&mut self, kind: BlockKind, idx: u64, pos: u64) -> Result<()> {
-        let mut b = vec![0; self.geo.block_bytes];
-        self.dev.read_at(self.geo.byte_offset(pos), &mut b)?;
-        self.dat_copies.pending.push((kind, idx, pos, b));
-        Ok(())
-    }
-
-    /// Whether the DAT map's node at `pos` was let go since the last
-    /// checkpoint (whose map may still use it).
-    pub(crate) fn dat_node_let_go(&self, pos: u64) -> bool {
-        self.dat_copies.nodes_let_go.contains(&pos)
-    }
-
-    /// The DAT blocks copied for move records since the last checkpoint
-    /// (live until the next one; fsck claims them).
-    pub fn dat_copies_live(&self) -> &[u64] {
-        &self.dat_copies.live
     }
 
     /// Count a victim left for the next checkpoint, by why (`lsfs stats`).
@@ -169,7 +112,7 @@ impl Store {
         let mut bytes = refs_bytes + MOVED_FIXED_BYTES + 8 * dropped;
         let mut out = Vec::new();
         for r in victims {
-            let more = 8 * (1 + r.freed.len()) + 24 * r.dat_moves.len();
+            let more = 8 * (1 + r.freed.len());
             if bytes + more > MAX_INLINE_BYTES {
                 self.note_waiting_victim("move record full");
                 continue;
@@ -209,12 +152,6 @@ impl Store {
             );
         }
         let segs: Vec<u64> = victims.iter().map(|r| r.segno).collect();
-        let dat_moves: Vec<(u64, u64, u64)> = victims
-            .iter()
-            .flat_map(|r| r.dat_moves.iter())
-            .map(|&(idx, from)| (idx, from, self.dat_copies.written[&from]))
-            .collect();
-        let ndat = dat_moves.len() as u64;
         refs.push(Item::Moved {
             give_up_base: victims.iter().any(|r| r.gives_up_base),
             victims: segs.clone(),
@@ -223,7 +160,6 @@ impl Store {
                 .iter()
                 .flat_map(|r| r.freed.iter().copied())
                 .collect(),
-            dat_moves,
         });
         let inline = items::encode(&refs);
         // The copies' records were flushed when they were written ahead;
@@ -237,7 +173,6 @@ impl Store {
         }
         self.stats.move_records_written += 1;
         self.stats.segments_freed_by_move_records += segs.len() as u64;
-        self.stats.dat_blocks_moved_by_move_records += ndat;
         self.segments_freed_durably(segs.iter().copied().collect());
         Ok(segs.len())
     }
@@ -265,9 +200,6 @@ impl Store {
         self.snapshots = self.cps.snapshots();
         self.apply_copies(&m, copies, &what)?;
         self.apply_frees(&m, &what)?;
-        for &(idx, from, to) in &m.dat_moves {
-            self.apply_dat_move(&m, copies, (idx, from, to), &what)?;
-        }
         let now = self.now();
         for &s in &m.victims {
             let u = self.segs.usage[s as usize];
@@ -317,95 +249,6 @@ impl Store {
             }
         }
         Ok(())
-    }
-
-    /// Recovery: every move record's moved DAT blocks, read at their copies
-    /// from the start (`chain`: the records after the last checkpoint),
-    /// before anything reads the DAT.
-    pub(crate) fn note_moved_dat_blocks(&mut self, chain: &[FoundRecord]) -> Result<()> {
-        for rec in chain.iter().filter(|r| r.header.flags & FLAG_MOVES != 0) {
-            let what = format!(
-                "move record at block {} (sequence {})",
-                rec.block, rec.header.seq
-            );
-            let m = Moved::of(rec, &what, self.geo.nsegments)?;
-            for &(idx, from, to) in &m.dat_moves {
-                crate::meta::store::check_phys(&self.geo, from, &what)?;
-                crate::meta::store::check_phys(&self.geo, to, &what)?;
-                if self.dat_copies.recovery_moved.insert(from, to).is_some() {
-                    return Err(Error::corrupt(format!(
-                        "{what} moves DAT block {idx} from block {from}, which an earlier record moved"
-                    )));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Recovery: the block of the last checkpoint's DAT at `from` in a
-    /// victim (a DAT block, index `idx`, a tree node or a journal block,
-    /// read at its copy `to` since the chain's start) leaves the victim as
-    /// the pass had it leave: a DAT block, and the path to a node, copied on
-    /// write (the next checkpoint writes them), a journal block dropped
-    /// (every checkpoint writes the journal whole). The copy, which only
-    /// recovery needed, is dead.
-    fn apply_dat_move(
-        &mut self,
-        m: &Moved,
-        copies: &[&FoundRecord],
-        (idx, from, to): (u64, u64, u64),
-        what: &str,
-    ) -> Result<()> {
-        let from_victim = self
-            .geo
-            .segment_of(from)
-            .is_some_and(|s| m.victims.contains(&s));
-        let kind = copies.iter().find_map(|c| {
-            c.header
-                .entries
-                .iter()
-                .enumerate()
-                .find(|&(i, e)| c.payload_block(i) == to && e.offset == idx)
-                .map(|(_, e)| e.kind)
-        });
-        let bad = |why: &str| {
-            Err(Error::corrupt(format!(
-                "{what} moves a block of the DAT ({idx}) from block {from} to {to}: {why}"
-            )))
-        };
-        if !from_victim {
-            return bad("not from a victim");
-        }
-        // A block recovery already let go (copied on write, or a node
-        // above one) is dead already; the victim's count says if not.
-        match kind {
-            Some(BlockKind::DatBlock) => {
-                if self.dat_block_in_use_at(idx, from)? {
-                    self.dat_block_cow(idx)?;
-                }
-            }
-            Some(BlockKind::DatNode) => {
-                if let Some(&key) = self.dat_node_first_keys()?.get(&from) {
-                    self.dat_block_cow(key)?;
-                }
-            }
-            Some(BlockKind::DatJournal) => {
-                if self.dat_journal.written.contains(&from) {
-                    self.drop_journal_block(from);
-                    let seg = self.geo.segment_of(from).expect("a victim");
-                    let now = self.now();
-                    self.segs.kill_live(seg, false, now)?;
-                }
-            }
-            _ => return bad("no such block in the records it names"),
-        }
-        Ok(())
-    }
-
-    /// Recovery, after the chain: the moved DAT blocks are read through
-    /// the DAT's own pointers from now on.
-    pub(crate) fn finish_moved_dat_blocks(&mut self) {
-        self.dat_copies.recovery_moved.clear();
     }
 
     /// Free the DAT entries the pass freed. One the base still holds live
@@ -468,7 +311,6 @@ struct Moved {
     victims: BTreeSet<u64>,
     dropped: Vec<u64>,
     freed: Vec<u64>,
-    dat_moves: Vec<(u64, u64, u64)>,
 }
 
 impl Moved {
@@ -483,13 +325,11 @@ impl Moved {
                     victims,
                     dropped,
                     freed,
-                    dat_moves,
                 } => Some(Moved {
                     give_up_base,
                     victims: victims.into_iter().collect(),
                     dropped,
                     freed,
-                    dat_moves,
                 }),
                 _ => None,
             })

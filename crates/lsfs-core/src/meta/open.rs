@@ -116,7 +116,6 @@ impl Store {
             moved_dead: Default::default(),
             kills: Default::default(),
             freed_after_replay: Default::default(),
-            dat_copies: Default::default(),
             give_up_plain_at_checkpoint: false,
             dat_map: Default::default(),
             recon: Default::default(),
@@ -231,9 +230,7 @@ impl Store {
         }
         let last = chain.last().unwrap_or(&start).clone();
         let mut store = Store::create_for_open(dev, geo, sb, &sr, slot_seq, config)?;
-        // Before anything reads a DAT entry: the DAT blocks move records
-        // moved are read at their copies, then the journal applied.
-        store.note_moved_dat_blocks(after)?;
+        // Before anything reads a DAT entry.
         store.dat_journal_load(&sr.dat_journal)?;
         store.check_dat_end(sr_block)?;
         store.load_sufile()?;
@@ -283,7 +280,6 @@ impl Store {
             }
             named.clear();
         }
-        store.finish_moved_dat_blocks();
         for r in std::iter::once(&start).chain(chain.iter()) {
             store.segs.last_seq[r.header.segno as usize] = r.header.seq;
         }

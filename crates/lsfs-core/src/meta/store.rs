@@ -120,9 +120,6 @@ pub struct StoreStats {
     pub segments_freed_by_move_records: u64,
     /// Of those, the ones written into again before the next checkpoint.
     pub victims_reused_before_checkpoint: u64,
-    /// DAT blocks of the last checkpoint those victims held, copied byte
-    /// for byte and named by the records (meta/move_record.rs).
-    pub dat_blocks_moved_by_move_records: u64,
     /// Dead blocks that plain checkpoints up to recovery's base saw,
     /// freed by passes without waiting for a checkpoint (giving those
     /// checkpoints up): the base itself saw them only if their deaths were
@@ -237,9 +234,6 @@ pub struct Store {
     /// still to be replayed brings (meta/move_record.rs); read as zeros
     /// until then, freed after the roll-forward.
     pub(super) freed_after_replay: std::collections::BTreeSet<u64>,
-    /// The last checkpoint's DAT blocks that passes copied out of their
-    /// victims for move records (meta/move_record.rs).
-    pub(super) dat_copies: crate::meta::move_record::DatCopies,
     /// The next checkpoint gives up every plain checkpoint before it: a
     /// cleaning pass freed dead blocks that only they (the latest among
     /// them) still see (gc/relocate.rs, [`Store::give_up_at_next_checkpoint`]).
@@ -292,12 +286,6 @@ pub(crate) struct DatNodes<'a> {
     pub geo: Geometry,
     pub next_temp: &'a mut u64,
     pub now: u64,
-    /// Recovery: the last checkpoint's DAT blocks that move records moved,
-    /// read at their copies (meta/move_record.rs).
-    pub moved: &'a std::collections::HashMap<u64, u64>,
-    /// Placed nodes copied on write or freed since the last checkpoint,
-    /// whose tree (recovery's) may still use them (meta/move_record.rs).
-    pub nodes_let_go: &'a mut std::collections::HashSet<u64>,
 }
 
 const DAT_NODE_OWNER: Owner = Owner {
@@ -318,8 +306,7 @@ impl DatNodes<'_> {
         }
         check_phys(&self.geo, addr, "DAT")?;
         let mut b = vec![0; self.geo.block_bytes];
-        let at = self.moved.get(&addr).copied().unwrap_or(addr);
-        self.dev.read_at(self.geo.byte_offset(at), &mut b)?;
+        self.dev.read_at(self.geo.byte_offset(addr), &mut b)?;
         self.cache.insert_clean(pkey(addr), &b, owner);
         Ok(b)
     }
@@ -361,9 +348,6 @@ impl NodeStore for DatNodes<'_> {
         Ok(b)
     }
     fn make_writable(&mut self, ptr: u64) -> Result<u64> {
-        if !is_temp(ptr) {
-            self.nodes_let_go.insert(ptr);
-        }
         self.cow(ptr, DAT_NODE_OWNER)
     }
     fn write_node(&mut self, ptr: u64, block: Vec<u8>) -> Result<()> {
@@ -376,7 +360,6 @@ impl NodeStore for DatNodes<'_> {
     }
     fn free_node(&mut self, ptr: u64) -> Result<()> {
         if !is_temp(ptr) {
-            self.nodes_let_go.insert(ptr);
             self.kill_phys(ptr)?;
         }
         self.cache.remove(pkey(ptr));
@@ -534,8 +517,6 @@ impl Store {
             geo: self.geo,
             next_temp: &mut self.next_temp,
             now,
-            moved: &self.dat_copies.recovery_moved,
-            nodes_let_go: &mut self.dat_copies.nodes_let_go,
         }
     }
 
