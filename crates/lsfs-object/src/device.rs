@@ -15,9 +15,22 @@
 //! durable early; only a flush promises it).
 //!
 //! What this costs: an fsync uploads the segments its records went into
-//! whole (up to the segment size, 2 MiB by default, per fsync), where
-//! records of their own folded later would upload only the record; that
-//! is left for later (docs/OBJECT_STORE.md). Every request holds the
+//! whole (up to the segment size, 2 MiB by default, per fsync). So a mount
+//! may choose a write-ahead file instead ([`WalConfig`], `wal.rs`): a
+//! flush appends the ranges written since the last one to a local file
+//! and fdatasyncs it, and the changed objects go up later, all of them at
+//! once ([`ObjectDevice::sync_all`]): when the log starts a segment (the
+//! last one is complete), when a superblock changed and a segment not
+//! changed since the last upload is written (the checkpoint that freed it
+//! must reach the store before its new contents do), when changed objects
+//! would fill half the cache, when the file passes its bound, and at
+//! unmount; then the file restarts empty. Segment objects go up before
+//! superblock objects, in either mode, so that no reader or crash finds a
+//! superblock naming a checkpoint whose segments are not stored; with the
+//! write-ahead file, deletes of discarded segments wait for the next
+//! upload too. Opening with a file a crash left replays its records into
+//! the objects and uploads them before anything else. What each mode can
+//! lose is in docs/CRASH.md. Every request holds the
 //! device's lock, so reads and writes do not overlap one another's
 //! round trips; the FUSE adapter still finishes device work outside the
 //! engine's lock.
@@ -30,18 +43,29 @@
 use crate::layout::{Geometry, Obj, Piece, FORMAT};
 use crate::lease;
 use crate::target::Target;
+use crate::wal::Wal;
 use lsfs_core::device::{BlockDevice, DeviceStats};
 use lsfs_core::error::{Error, Result};
 use object_store::{PutMode, PutOptions, PutPayload};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use tokio::runtime::Runtime;
 
 /// Default bound on the objects kept in memory (64 MiB: 32 segments of
 /// the default 2 MiB).
 pub const DEFAULT_CACHE_BYTES: u64 = 64 << 20;
+
+/// A write-ahead file for a read-write open (`wal.rs`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WalConfig {
+    pub path: PathBuf,
+    /// Past this size a flush uploads every changed object and restarts
+    /// the file.
+    pub max_bytes: u64,
+}
 
 /// `geometry.json`.
 #[derive(Debug, Serialize, Deserialize)]
@@ -60,6 +84,11 @@ pub struct ObjectStats {
     pub puts: AtomicU64,
     pub put_bytes: AtomicU64,
     pub deletes: AtomicU64,
+    /// Records appended to the write-ahead file, and their bytes.
+    pub wal_records: AtomicU64,
+    pub wal_bytes: AtomicU64,
+    /// Uploads of every changed object that restarted the file.
+    pub wal_syncs: AtomicU64,
 }
 
 /// A copy of [`ObjectStats`] at one moment.
@@ -70,6 +99,9 @@ pub struct ObjectCounters {
     pub puts: u64,
     pub put_bytes: u64,
     pub deletes: u64,
+    pub wal_records: u64,
+    pub wal_bytes: u64,
+    pub wal_syncs: u64,
 }
 
 struct Entry {
@@ -85,6 +117,38 @@ struct Cache {
     uses: u64,
     bytes: u64,
     dirty_bytes: u64,
+    wal: Option<WalState>,
+}
+
+struct WalState {
+    wal: Wal,
+    max_bytes: u64,
+    /// Device ranges written since the last flush (start to end, merged).
+    ranges: BTreeMap<u64, u64>,
+    /// Segments discarded since the last upload: their objects are deleted
+    /// after it (the superblocks that freed them are stored by then), and
+    /// read as zeros meanwhile.
+    deletes: HashSet<Obj>,
+}
+
+impl WalState {
+    fn note(&mut self, offset: u64, len: u64) {
+        let (mut start, mut end) = (offset, offset + len);
+        // Merge with every range that touches [start, end).
+        let touching: Vec<(u64, u64)> = self
+            .ranges
+            .range(..=end)
+            .rev()
+            .take_while(|(_, &e)| e >= start)
+            .map(|(&s, &e)| (s, e))
+            .collect();
+        for (s, e) in touching {
+            self.ranges.remove(&s);
+            start = start.min(s);
+            end = end.max(e);
+        }
+        self.ranges.insert(start, end);
+    }
 }
 
 pub struct ObjectDevice {
@@ -95,6 +159,7 @@ pub struct ObjectDevice {
     cache_bytes: u64,
     /// Holding the lease (a writable device until it is released).
     leased: AtomicBool,
+    dead: Arc<AtomicBool>,
     stats: DeviceStats,
     ostats: ObjectStats,
 }
@@ -166,21 +231,43 @@ impl ObjectDevice {
         writable: bool,
         cache_bytes: u64,
     ) -> std::result::Result<ObjectDevice, String> {
+        Self::open_with(t, writable, cache_bytes, None)
+    }
+
+    /// [`ObjectDevice::open`], read-write with the write-ahead file `wal`
+    /// if given (a read-only open reads the store alone and ignores it).
+    pub fn open_with(
+        t: &Target,
+        writable: bool,
+        cache_bytes: u64,
+        wal: Option<&WalConfig>,
+    ) -> std::result::Result<ObjectDevice, String> {
         let rt = runtime()?;
         let geo = read_geometry(t, &rt)?;
-        if writable {
-            lease::acquire(t, &rt)?;
+        let wal = wal.filter(|_| writable);
+        if writable && wal.is_none() {
+            lease::acquire(t, &rt, &lease::Holder::me())?;
         }
-        Ok(ObjectDevice {
+        let dev = ObjectDevice {
             target: t.clone(),
             geo,
             rt,
             cache: Mutex::new(Cache::default()),
             cache_bytes: cache_bytes.max(4 * geo.segment_blocks * crate::layout::BLOCK),
-            leased: AtomicBool::new(writable),
+            leased: AtomicBool::new(writable && wal.is_none()),
+            dead: Arc::new(AtomicBool::new(false)),
             stats: DeviceStats::default(),
             ostats: ObjectStats::default(),
-        })
+        };
+        if let Some(w) = wal {
+            dev.open_wal(w)?;
+        }
+        Ok(dev)
+    }
+
+    /// Whether writes go through a write-ahead file.
+    pub fn has_wal(&self) -> bool {
+        self.cache.lock().unwrap().wal.is_some()
     }
 
     pub fn geometry(&self) -> Geometry {
@@ -197,6 +284,9 @@ impl ObjectDevice {
             puts: l(&s.puts),
             put_bytes: l(&s.put_bytes),
             deletes: l(&s.deletes),
+            wal_records: l(&s.wal_records),
+            wal_bytes: l(&s.wal_bytes),
+            wal_syncs: l(&s.wal_syncs),
         }
     }
 
@@ -207,9 +297,16 @@ impl ObjectDevice {
         if !c.objs.contains_key(&o) {
             let want = self.geo.obj_bytes(o);
             let path = self.target.path(&o.name());
-            let got = self
-                .rt
-                .block_on(async { self.target.store.get(&path).await?.bytes().await });
+            let discarded = c.wal.as_ref().is_some_and(|w| w.deletes.contains(&o));
+            let got = if discarded {
+                Err(object_store::Error::NotFound {
+                    path: path.to_string(),
+                    source: "discarded".into(),
+                })
+            } else {
+                self.rt
+                    .block_on(async { self.target.store.get(&path).await?.bytes().await })
+            };
             let data = match got {
                 Ok(b) => {
                     self.ostats.gets.fetch_add(1, Ordering::Relaxed);
@@ -259,13 +356,21 @@ impl ObjectDevice {
         }
     }
 
-    /// Upload every changed object, all at once; returns when the store
-    /// has all of them.
+    /// Upload every changed object: the segments (and the tail) all at
+    /// once, then the superblocks, so that a superblock never reaches the
+    /// store before the segments its checkpoint needs. Returns when the
+    /// store has all of them.
     fn upload_dirty(&self, c: &mut Cache) -> Result<()> {
+        self.upload_where(c, |o| !is_super(o))?;
+        self.upload_where(c, is_super)
+    }
+
+    /// Upload the changed objects `which` picks, all at once.
+    fn upload_where(&self, c: &mut Cache, which: fn(Obj) -> bool) -> Result<()> {
         let jobs: Vec<_> = c
             .objs
             .iter()
-            .filter(|(_, e)| e.dirty)
+            .filter(|(o, e)| e.dirty && which(**o))
             .map(|(o, e)| {
                 let (store, path) = (self.target.store.clone(), self.target.path(&o.name()));
                 let body = PutPayload::from(e.data.clone());
@@ -302,6 +407,209 @@ impl ObjectDevice {
         }
     }
 
+    /// Store everything (write-ahead mode): upload every changed object
+    /// (segments, then superblocks), delete the discarded segments' objects,
+    /// and restart the write-ahead file, whose records the store now holds.
+    fn sync_all(&self, c: &mut Cache) -> Result<()> {
+        self.upload_dirty(c)?;
+        let Some(w) = c.wal.as_mut() else {
+            return Ok(());
+        };
+        let mut deletes: Vec<Obj> = w.deletes.iter().copied().collect();
+        deletes.sort();
+        for o in deletes {
+            let path = self.target.path(&o.name());
+            match self.rt.block_on(self.target.store.delete(&path)) {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(io(format!("deleting object {path}"), e)),
+            }
+            self.ostats.deletes.fetch_add(1, Ordering::Relaxed);
+            c.wal
+                .as_mut()
+                .expect("in write-ahead mode")
+                .deletes
+                .remove(&o);
+        }
+        let fs_id = self.fs_id(c)?;
+        let w = c.wal.as_mut().expect("in write-ahead mode");
+        w.ranges.clear();
+        w.wal.restart(&self.target.url, fs_id).map_err(|e| {
+            Error::io(
+                format!("restarting the write-ahead file {}", w.wal.path.display()),
+                e,
+            )
+        })?;
+        self.ostats.wal_syncs.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The file system's id, from the newer superblock copy that decodes
+    /// (0 if none does: nothing made here yet).
+    fn fs_id(&self, c: &mut Cache) -> Result<u64> {
+        let mut best: Option<(u64, u64)> = None;
+        for o in [Obj::SuperA, Obj::SuperB] {
+            let e = self.load(c, o)?;
+            if let Ok(sb) = lsfs_core::log::superblock::Superblock::decode(
+                &e.data,
+                &o.name(),
+                self.geo.device_bytes,
+            ) {
+                if best.is_none_or(|(seq, _)| sb.sb_seq > seq) {
+                    best = Some((sb.sb_seq, sb.fs_id));
+                }
+            }
+        }
+        Ok(best.map_or(0, |(_, id)| id))
+    }
+
+    /// Whether a write of `pieces` must wait for everything changed so far
+    /// to be stored (write-ahead mode): it starts a segment (the log moved
+    /// on) while other objects are changed, or it changes a segment not
+    /// changed since the last upload while a superblock is changed. The
+    /// latter keeps a segment that a checkpoint freed from being stored
+    /// with new contents before that checkpoint's superblock is: the
+    /// store's own superblock may still need the old ones.
+    fn must_sync_before(&self, c: &Cache, pieces: &[Piece]) -> bool {
+        let changed = |o: Obj| c.objs.get(&o).is_some_and(|e| e.dirty);
+        let super_changed = changed(Obj::SuperA) || changed(Obj::SuperB);
+        pieces.iter().any(|p| {
+            matches!(p.obj, Obj::Segment(_))
+                && !changed(p.obj)
+                && (super_changed || (p.at == 0 && c.dirty_bytes > 0))
+        })
+    }
+
+    /// The bytes of `[offset, offset + len)` as the cache has them.
+    fn cached(&self, c: &mut Cache, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let mut out = Vec::with_capacity(len as usize);
+        for Piece { obj, at, len } in self.geo.pieces(offset, len) {
+            let e = self.load(c, obj)?;
+            out.extend_from_slice(&e.data[at as usize..(at + len) as usize]);
+        }
+        Ok(out)
+    }
+
+    /// Open with the write-ahead file `w`: check that it is this file
+    /// system's, take the lease, replay what a crash left in it, and
+    /// restart it.
+    fn open_wal(&self, w: &WalConfig) -> std::result::Result<(), String> {
+        let p = w.path.display();
+        let (wal, found) = Wal::open(&w.path)?;
+        let mut c = self.cache.lock().unwrap();
+        let fs_id = self
+            .fs_id(&mut c)
+            .map_err(|e| format!("{}: {e}", self.target.url))?;
+        if let Some(h) = &found.header {
+            if !h.url.is_empty()
+                && h.url.trim_end_matches('/') != self.target.url.trim_end_matches('/')
+            {
+                return Err(format!(
+                    "object_wal {p} belongs to the file system at {}, not {}; \
+                     give each file system its own write-ahead file",
+                    h.url, self.target.url
+                ));
+            }
+            if h.fs_id != 0 && h.fs_id != fs_id {
+                return Err(format!(
+                    "object_wal {p} belongs to file system id {:#x}, but {} holds file system \
+                     id {fs_id:#x} (made again since?); its writes cannot be replayed there",
+                    h.fs_id, self.target.url
+                ));
+            }
+        }
+        let me = lease::Holder::with_wal(&w.path, wal.header.id);
+        if !found.records.is_empty() {
+            // Replaying over a store someone else wrote since would undo
+            // their writes: only the lease this file's mount left proves
+            // that nobody did.
+            let held = lease::holder(&self.target, &self.rt)?;
+            if held.as_ref().and_then(|h| h.wal_id) != Some(wal.header.id) {
+                return Err(format!(
+                    "object_wal {p} holds {} flushes not yet in the store, but the store's lease \
+                     is not the one this file's mount left ({}): the file system may have been \
+                     written since, and replaying would undo that. To give those flushes up, \
+                     delete {p}",
+                    found.records.len(),
+                    held.map_or("there is none".into(), |h| format!(
+                        "host {} pid {}",
+                        h.host, h.pid
+                    ))
+                ));
+            }
+        }
+        lease::acquire(&self.target, &self.rt, &me)?;
+        self.leased.store(true, Ordering::Relaxed);
+        if found.torn_bytes > 0 {
+            tracing::warn!(
+                "object_wal {p}: ignoring {} bytes after its last whole record (a flush that \
+                 never returned)",
+                found.torn_bytes
+            );
+        }
+        let replayed = found.records.len();
+        c.wal = Some(WalState {
+            wal,
+            max_bytes: w.max_bytes,
+            ranges: BTreeMap::new(),
+            deletes: HashSet::new(),
+        });
+        let r = (|| {
+            for rec in &found.records {
+                for (off, bytes) in &rec.ranges {
+                    self.check(*off, bytes.len(), "replayed write")?;
+                    self.apply(&mut c, *off, bytes)?;
+                }
+            }
+            self.sync_all(&mut c)
+        })();
+        r.map_err(|e| format!("object_wal {p}: replaying it into {}: {e}", self.target.url))?;
+        if replayed > 0 {
+            tracing::info!("object_wal {p}: stored {replayed} flushes a crash left in it");
+        }
+        Ok(())
+    }
+
+    /// Change the cached objects (the write itself, without the rules of
+    /// when to upload).
+    fn apply(&self, c: &mut Cache, offset: u64, buf: &[u8]) -> Result<()> {
+        let mut done = 0;
+        for Piece { obj, at, len } in self.geo.pieces(offset, buf.len() as u64) {
+            let e = self.load(c, obj)?;
+            let (at, len) = (at as usize, len as usize);
+            e.data[at..at + len].copy_from_slice(&buf[done..done + len]);
+            let newly = !e.dirty;
+            e.dirty = true;
+            let size = e.data.len() as u64;
+            if newly {
+                c.dirty_bytes += size;
+            }
+            if let Some(w) = c.wal.as_mut() {
+                // Written again: stored by the next upload, not deleted.
+                w.deletes.remove(&obj);
+            }
+            done += len;
+        }
+        Ok(())
+    }
+
+    /// A switch that makes the device behave as if its process died: once
+    /// set, every request fails, nothing more is uploaded or appended, the
+    /// lease stays, and dropping the device closes the write-ahead file as
+    /// it is. For tests of what a crash leaves.
+    pub fn kill_switch(&self) -> Arc<AtomicBool> {
+        self.dead.clone()
+    }
+
+    fn alive(&self) -> Result<()> {
+        if self.dead.load(Ordering::Relaxed) {
+            return Err(Error::io(
+                "object store device".to_string(),
+                std::io::Error::other("stopped by its kill switch"),
+            ));
+        }
+        Ok(())
+    }
+
     fn check(&self, offset: u64, len: usize, what: &str) -> Result<()> {
         if offset
             .checked_add(len as u64)
@@ -314,6 +622,10 @@ impl ObjectDevice {
         }
         Ok(())
     }
+}
+
+fn is_super(o: Obj) -> bool {
+    matches!(o, Obj::SuperA | Obj::SuperB)
 }
 
 fn read_geometry(t: &Target, rt: &Runtime) -> std::result::Result<Geometry, String> {
@@ -362,6 +674,7 @@ impl BlockDevice for ObjectDevice {
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.alive()?;
         self.check(offset, buf.len(), "read")?;
         let mut c = self.cache.lock().unwrap();
         let mut done = 0;
@@ -376,31 +689,58 @@ impl BlockDevice for ObjectDevice {
     }
 
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<()> {
+        self.alive()?;
         self.check(offset, buf.len(), "write")?;
         let mut c = self.cache.lock().unwrap();
-        let mut done = 0;
-        for Piece { obj, at, len } in self.geo.pieces(offset, buf.len() as u64) {
-            let e = self.load(&mut c, obj)?;
-            let (at, len) = (at as usize, len as usize);
-            e.data[at..at + len].copy_from_slice(&buf[done..done + len]);
-            let newly = !e.dirty;
-            e.dirty = true;
-            let size = e.data.len() as u64;
-            if newly {
-                c.dirty_bytes += size;
-            }
-            done += len;
+        if c.wal.is_some() && self.must_sync_before(&c, &self.geo.pieces(offset, buf.len() as u64))
+        {
+            self.sync_all(&mut c)?;
+        }
+        self.apply(&mut c, offset, buf)?;
+        if let Some(w) = c.wal.as_mut() {
+            w.note(offset, buf.len() as u64);
         }
         self.stats.note_write(buf.len());
         if c.dirty_bytes * 2 > self.cache_bytes {
-            self.upload_dirty(&mut c)?;
+            if c.wal.is_some() {
+                self.sync_all(&mut c)?;
+            } else {
+                self.upload_dirty(&mut c)?;
+            }
         }
         Ok(())
     }
 
+    /// Without a write-ahead file: upload every changed object. With one:
+    /// append the ranges written since the last flush to it and fdatasync
+    /// it; upload everything if it passed its bound.
     fn flush(&self) -> Result<()> {
+        self.alive()?;
         let mut c = self.cache.lock().unwrap();
-        self.upload_dirty(&mut c)?;
+        let Some(w) = c.wal.as_mut() else {
+            self.upload_dirty(&mut c)?;
+            self.stats.note_flush();
+            return Ok(());
+        };
+        let ranges = std::mem::take(&mut w.ranges);
+        if !ranges.is_empty() {
+            let mut rec = Vec::with_capacity(ranges.len());
+            for (start, end) in ranges {
+                rec.push((start, self.cached(&mut c, start, end - start)?));
+            }
+            let w = c.wal.as_mut().expect("in write-ahead mode");
+            let n = w.wal.append(&rec).map_err(|e| {
+                Error::io(
+                    format!("appending to the write-ahead file {}", w.wal.path.display()),
+                    e,
+                )
+            })?;
+            self.ostats.wal_records.fetch_add(1, Ordering::Relaxed);
+            self.ostats.wal_bytes.fetch_add(n, Ordering::Relaxed);
+            if w.wal.len() > w.max_bytes {
+                self.sync_all(&mut c)?;
+            }
+        }
         self.stats.note_flush();
         Ok(())
     }
@@ -408,6 +748,7 @@ impl BlockDevice for ObjectDevice {
     /// A whole segment's object is deleted (its space in the store given
     /// back); anything else is not taken.
     fn discard(&self, offset: u64, len: u64) -> Result<u64> {
+        self.alive()?;
         let Some(obj) = self.geo.whole_segment(offset, len) else {
             return Ok(0);
         };
@@ -417,6 +758,13 @@ impl BlockDevice for ObjectDevice {
             if e.dirty {
                 c.dirty_bytes -= e.data.len() as u64;
             }
+        }
+        if let Some(w) = c.wal.as_mut() {
+            // The superblock that freed the segment may not be stored yet:
+            // the store's own may still need the object.
+            w.deletes.insert(obj);
+            self.stats.note_discard(len);
+            return Ok(len);
         }
         let path = self.target.path(&obj.name());
         match self.rt.block_on(self.target.store.delete(&path)) {
@@ -435,20 +783,46 @@ impl BlockDevice for ObjectDevice {
     /// Requests to the store and their bytes (`lsfs stats`, `lsfs gc stats`).
     fn extra_counters(&self) -> Vec<(&'static str, u64)> {
         let c = self.object_counters();
-        vec![
+        let mut v = vec![
             ("gets", c.gets),
             ("get_bytes", c.get_bytes),
             ("puts", c.puts),
             ("put_bytes", c.put_bytes),
             ("deletes", c.deletes),
-        ]
+        ];
+        if self.has_wal() {
+            v.extend([
+                ("wal_records", c.wal_records),
+                ("wal_bytes", c.wal_bytes),
+                ("wal_syncs", c.wal_syncs),
+            ]);
+        }
+        v
     }
 
-    /// Give the lease back: the file system unmounted.
+    /// Give the lease back: the file system unmounted. With a write-ahead
+    /// file, everything is stored first; if that fails the lease is kept,
+    /// since the file still holds acknowledged writes and only a mount
+    /// with it may go on (`lease.rs`).
     fn release(&self) -> Result<()> {
-        if self.leased.swap(false, Ordering::Relaxed) {
-            lease::release(&self.target, &self.rt);
+        if self.dead.load(Ordering::Relaxed) || !self.leased.swap(false, Ordering::Relaxed) {
+            return Ok(());
         }
+        let mut c = self.cache.lock().unwrap();
+        if c.wal.is_some() {
+            if let Err(e) = self.sync_all(&mut c) {
+                // Kept, and tried again at the next release (or the drop).
+                self.leased.store(true, Ordering::Relaxed);
+                tracing::error!(
+                    "{}: storing what the write-ahead file holds failed; the lease is kept \
+                     for a mount with that file: {e}",
+                    self.target.url
+                );
+                return Err(e);
+            }
+        }
+        drop(c);
+        lease::release(&self.target, &self.rt);
         Ok(())
     }
 }

@@ -34,6 +34,12 @@ pub struct FileConfig {
     /// An object store's objects kept in memory, in bytes (default 64 MiB;
     /// 8 MiB..=64 GiB; docs/OBJECT_STORE.md). Image files ignore it.
     pub object_cache_bytes: Option<u64>,
+    /// An object store's write-ahead file: an absolute path on local disk
+    /// (default none: every flush uploads the changed objects).
+    /// `-o object_wal=PATH` and `LSFS_OBJECT_WAL` set it too.
+    pub object_wal: Option<std::path::PathBuf>,
+    /// Its bound in bytes (default 64 MiB; 1 MiB..=64 GiB).
+    pub object_wal_bytes: Option<u64>,
     /// The cleaner (see lsfs_core::gc::CleanerConfig for every key, default and range).
     #[serde(default)]
     pub cleaner: lsfs_core::gc::CleanerConfig,
@@ -87,6 +93,47 @@ impl FileConfig {
             64 << 30,
             "bytes",
         )
+    }
+
+    /// The write-ahead file for an object store, if one is asked for: a
+    /// mount option (`path`, `bytes`) wins over this file, which wins over
+    /// `LSFS_OBJECT_WAL` and `LSFS_OBJECT_WAL_BYTES`.
+    pub fn object_wal(
+        &self,
+        path: Option<std::path::PathBuf>,
+        bytes: Option<u64>,
+    ) -> Result<Option<lsfs_object::WalConfig>, String> {
+        let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+        let (path_from, path) = match (path, &self.object_wal, env("LSFS_OBJECT_WAL")) {
+            (Some(p), _, _) => ("object_wal", p),
+            (None, Some(p), _) => ("object_wal", p.clone()),
+            (None, None, Some(p)) => ("LSFS_OBJECT_WAL", p.into()),
+            (None, None, None) => {
+                if let Some(b) = bytes.or(self.object_wal_bytes) {
+                    return Err(format!(
+                        "object_wal_bytes = {b} without object_wal: name the write-ahead file too"
+                    ));
+                }
+                return Ok(None);
+            }
+        };
+        if !path.is_absolute() {
+            return Err(format!(
+                "{path_from} = {:?}: the write-ahead file must be an absolute path",
+                path.display()
+            ));
+        }
+        let bytes = match (
+            bytes.or(self.object_wal_bytes),
+            env("LSFS_OBJECT_WAL_BYTES"),
+        ) {
+            (Some(b), _) => b,
+            (None, Some(v)) => crate::size::parse_size(&v.to_string_lossy())
+                .map_err(|e| format!("LSFS_OBJECT_WAL_BYTES={v:?}: {e}"))?,
+            (None, None) => lsfs_object::wal::DEFAULT_WAL_BYTES,
+        };
+        let max_bytes = check("object_wal_bytes", bytes, 1 << 20, 64 << 30, "bytes")?;
+        Ok(Some(lsfs_object::WalConfig { path, max_bytes }))
     }
 
     /// The mount configuration, validating every value.
@@ -195,6 +242,41 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("`off`, `on`, `batched`"), "{err}");
+    }
+
+    /// The write-ahead file: an absolute path, a bound in range, a bound
+    /// alone refused; the mount option wins over the file.
+    #[test]
+    fn object_wal_is_checked_and_named() {
+        let none = FileConfig::default();
+        if std::env::var_os("LSFS_OBJECT_WAL").is_none() {
+            assert_eq!(none.object_wal(None, None).unwrap(), None);
+        }
+        let f: FileConfig = toml::from_str("object_wal = \"/var/lib/x.wal\"").unwrap();
+        let w = f.object_wal(None, None).unwrap().unwrap();
+        assert_eq!(w.path, std::path::PathBuf::from("/var/lib/x.wal"));
+        assert_eq!(w.max_bytes, lsfs_object::wal::DEFAULT_WAL_BYTES);
+        let w = f
+            .object_wal(Some("/o.wal".into()), Some(2 << 20))
+            .unwrap()
+            .unwrap();
+        assert_eq!((w.path.to_str(), w.max_bytes), (Some("/o.wal"), 2 << 20));
+        let err = f.object_wal(None, Some(1000)).unwrap_err();
+        assert!(
+            err.contains("object_wal_bytes") && err.contains("1048576"),
+            "{err}"
+        );
+        let rel: FileConfig = toml::from_str("object_wal = \"x.wal\"").unwrap();
+        let err = rel.object_wal(None, None).unwrap_err();
+        assert!(
+            err.contains("object_wal") && err.contains("absolute"),
+            "{err}"
+        );
+        let alone: FileConfig = toml::from_str("object_wal_bytes = 2097152").unwrap();
+        if std::env::var_os("LSFS_OBJECT_WAL").is_none() {
+            let err = alone.object_wal(None, None).unwrap_err();
+            assert!(err.contains("without object_wal"), "{err}");
+        }
     }
 
     #[test]

@@ -241,7 +241,10 @@ struct MountArgs {
     /// is `on`, `nodiscard` is `off`; default batched, or the config
     /// file's); `compress=lz4|off` (records of user data written as LZ4
     /// frames; `nocompress` is `off`; default: as the image says, or the
-    /// config file); the generic `nosuid`,
+    /// config file); `object_wal=PATH` (an object store's flushes go to
+    /// this local write-ahead file and its objects are uploaded later:
+    /// docs/OBJECT_STORE.md) and `object_wal_bytes=SIZE` (its bound,
+    /// default 64M); the generic `nosuid`,
     /// `nodev`, `noexec`, `noatime`, `sync`, … and their opposites; and,
     /// ignored, what fstab says to mount(8) or systemd (`defaults`,
     /// `noauto`, `nofail`, `user`, `_netdev`, `x-*`, `comment=*`).
@@ -700,10 +703,12 @@ fn mount(a: MountArgs) -> Result<(), String> {
     if let Some(c) = o.compress {
         cfg.store.compress = Some(c);
     }
+    let wal = file_cfg.object_wal(o.object_wal.clone(), o.object_wal_bytes)?;
     let dev = device_target::open_cached(
         &a.image,
         !cfg.store.read_only,
         file_cfg.object_cache_bytes()?,
+        wal.as_ref(),
     )?;
     let mut fs =
         Lsfs::open(dev, cfg).map_err(|e| format!("cannot mount {}: {e}", a.image.display()))?;
