@@ -500,20 +500,37 @@ impl ObjectDevice {
             .fs_id(&mut c)
             .map_err(|e| format!("{}: {e}", self.target.url))?;
         if let Some(h) = &found.header {
-            if !h.url.is_empty()
-                && h.url.trim_end_matches('/') != self.target.url.trim_end_matches('/')
-            {
+            let other_url = !h.url.is_empty()
+                && h.url.trim_end_matches('/') != self.target.url.trim_end_matches('/');
+            let other_fs = h.fs_id != 0 && h.fs_id != fs_id;
+            if found.records.is_empty() {
+                // Holding nothing, it has nothing to lose: taken over (a
+                // file system made again at the same URL, say).
+                if other_url || other_fs {
+                    tracing::info!(
+                        "object_wal {p}: empty, last used for {} (file system id {:#x}); \
+                         taken over for {}",
+                        h.url,
+                        h.fs_id,
+                        self.target.url
+                    );
+                }
+            } else if other_url {
                 return Err(format!(
-                    "object_wal {p} belongs to the file system at {}, not {}; \
+                    "object_wal {p} holds {} flushes of the file system at {}, not {}; \
                      give each file system its own write-ahead file",
-                    h.url, self.target.url
+                    found.records.len(),
+                    h.url,
+                    self.target.url
                 ));
-            }
-            if h.fs_id != 0 && h.fs_id != fs_id {
+            } else if other_fs {
                 return Err(format!(
-                    "object_wal {p} belongs to file system id {:#x}, but {} holds file system \
-                     id {fs_id:#x} (made again since?); its writes cannot be replayed there",
-                    h.fs_id, self.target.url
+                    "object_wal {p} holds {} flushes of file system id {:#x}, but {} holds file \
+                     system id {fs_id:#x} (made again since?); they cannot be replayed there. \
+                     To give them up, delete {p}",
+                    found.records.len(),
+                    h.fs_id,
+                    self.target.url
                 ));
             }
         }
