@@ -40,6 +40,7 @@
 //! `target::retry_config`) are device errors: the engine fails the request
 //! with EIO and turns the mount read-only, as for a disk.
 
+use crate::disk_cache::{DiskCache, StoreMark};
 use crate::layout::{Geometry, Obj, Piece, FORMAT};
 use crate::lease;
 use crate::target::Target;
@@ -54,9 +55,20 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::runtime::Runtime;
 
+/// The object naming the last read-write open (a random id).
+pub const WRITER: &str = "writer";
+
 /// Default bound on the objects kept in memory (64 MiB: 32 segments of
 /// the default 2 MiB).
 pub const DEFAULT_CACHE_BYTES: u64 = 64 << 20;
+
+/// A cache of segment objects on local disk for a read-write open
+/// (`disk_cache.rs`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiskCacheConfig {
+    pub dir: PathBuf,
+    pub max_bytes: u64,
+}
 
 /// A write-ahead file for a read-write open (`wal.rs`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -118,6 +130,7 @@ struct Cache {
     bytes: u64,
     dirty_bytes: u64,
     wal: Option<WalState>,
+    disk: Option<DiskCache>,
 }
 
 struct WalState {
@@ -160,6 +173,8 @@ pub struct ObjectDevice {
     /// Holding the lease (a writable device until it is released).
     leased: AtomicBool,
     dead: Arc<AtomicBool>,
+    /// The id this open wrote to the `writer` object (read-write opens).
+    writer_id: AtomicU64,
     stats: DeviceStats,
     ostats: ObjectStats,
 }
@@ -242,6 +257,18 @@ impl ObjectDevice {
         cache_bytes: u64,
         wal: Option<&WalConfig>,
     ) -> std::result::Result<ObjectDevice, String> {
+        Self::open_full(t, writable, cache_bytes, wal, None)
+    }
+
+    /// [`ObjectDevice::open_with`], and with a cache of segment objects
+    /// on local disk if `disk` is given (read-write opens only).
+    pub fn open_full(
+        t: &Target,
+        writable: bool,
+        cache_bytes: u64,
+        wal: Option<&WalConfig>,
+        disk: Option<&DiskCacheConfig>,
+    ) -> std::result::Result<ObjectDevice, String> {
         let rt = runtime()?;
         let geo = read_geometry(t, &rt)?;
         let wal = wal.filter(|_| writable);
@@ -256,13 +283,52 @@ impl ObjectDevice {
             cache_bytes: cache_bytes.max(4 * geo.segment_blocks * crate::layout::BLOCK),
             leased: AtomicBool::new(writable && wal.is_none()),
             dead: Arc::new(AtomicBool::new(false)),
+            writer_id: AtomicU64::new(0),
             stats: DeviceStats::default(),
             ostats: ObjectStats::default(),
         };
         if let Some(w) = wal {
             dev.open_wal(w)?;
         }
+        if writable {
+            // Which writer opened last, for a disk cache to tell whether
+            // another one may have changed objects since it closed.
+            let before = dev.stamp_writer()?;
+            if let Some(d) = disk {
+                let mut c = dev.cache.lock().unwrap();
+                let mut now = dev.mark(&mut c).map_err(|e| format!("{}: {e}", t.url))?;
+                now.writer = before;
+                c.disk = Some(DiskCache::open(&d.dir, d.max_bytes, &t.url, now)?);
+            }
+        }
         Ok(dev)
+    }
+
+    /// Replace the `writer` object with a new random id (this open's);
+    /// returns the one it held (0 if none).
+    fn stamp_writer(&self) -> std::result::Result<u64, String> {
+        let path = self.target.path(WRITER);
+        let before = match self
+            .rt
+            .block_on(async { self.target.store.get(&path).await?.bytes().await })
+        {
+            Ok(b) => std::str::from_utf8(&b)
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(0),
+            Err(object_store::Error::NotFound { .. }) => 0,
+            Err(e) => return Err(format!("{}: reading {path}: {e}", self.target.url)),
+        };
+        let id = crate::wal::random_id();
+        self.rt
+            .block_on(
+                self.target
+                    .store
+                    .put(&path, PutPayload::from(format!("{id}\n").into_bytes())),
+            )
+            .map_err(|e| format!("{}: writing {path}: {e}", self.target.url))?;
+        self.writer_id.store(id, Ordering::Relaxed);
+        Ok(before)
     }
 
     /// Whether writes go through a write-ahead file.
@@ -298,21 +364,39 @@ impl ObjectDevice {
             let want = self.geo.obj_bytes(o);
             let path = self.target.path(&o.name());
             let discarded = c.wal.as_ref().is_some_and(|w| w.deletes.contains(&o));
-            let got = if discarded {
+            let on_disk = match c.disk.as_mut() {
+                Some(d) if !discarded && matches!(o, Obj::Segment(_)) => d.get(o, want),
+                _ => None,
+            };
+            let got = if let Some(b) = on_disk {
+                Ok(b.into())
+            } else if discarded {
                 Err(object_store::Error::NotFound {
                     path: path.to_string(),
                     source: "discarded".into(),
                 })
             } else {
-                self.rt
-                    .block_on(async { self.target.store.get(&path).await?.bytes().await })
-            };
-            let data = match got {
-                Ok(b) => {
+                let got = self
+                    .rt
+                    .block_on(async { self.target.store.get(&path).await?.bytes().await });
+                if let (Ok(b), Some(d)) = (&got, c.disk.as_mut()) {
                     self.ostats.gets.fetch_add(1, Ordering::Relaxed);
                     self.ostats
                         .get_bytes
                         .fetch_add(b.len() as u64, Ordering::Relaxed);
+                    if b.len() as u64 == want {
+                        d.put(o, b);
+                    }
+                } else if let Ok(b) = &got {
+                    self.ostats.gets.fetch_add(1, Ordering::Relaxed);
+                    self.ostats
+                        .get_bytes
+                        .fetch_add(b.len() as u64, Ordering::Relaxed);
+                }
+                got
+            };
+            let data = match got {
+                Ok(b) => {
                     if b.len() as u64 != want {
                         return Err(Error::corrupt(format!(
                             "object {path} holds {} bytes; the layout in geometry.json says {want}",
@@ -372,6 +456,10 @@ impl ObjectDevice {
             .iter()
             .filter(|(o, e)| e.dirty && which(**o))
             .map(|(o, e)| {
+                // Gone from the disk cache while the store's object changes.
+                if let Some(d) = c.disk.as_mut() {
+                    d.remove(*o);
+                }
                 let (store, path) = (self.target.store.clone(), self.target.path(&o.name()));
                 let body = PutPayload::from(e.data.clone());
                 let h = self.rt.spawn(async move { store.put(&path, body).await });
@@ -391,6 +479,9 @@ impl ObjectDevice {
                     let e = c.objs.get_mut(&o).expect("uploaded from the cache");
                     e.dirty = false;
                     c.dirty_bytes -= e.data.len() as u64;
+                    if let Some(d) = c.disk.as_mut() {
+                        d.put(o, &e.data);
+                    }
                     self.ostats.puts.fetch_add(1, Ordering::Relaxed);
                     self.ostats
                         .put_bytes
@@ -446,6 +537,12 @@ impl ObjectDevice {
     /// The file system's id, from the newer superblock copy that decodes
     /// (0 if none does: nothing made here yet).
     fn fs_id(&self, c: &mut Cache) -> Result<u64> {
+        Ok(self.mark(c)?.fs_id)
+    }
+
+    /// The file system's id and the newest superblock's sequence number
+    /// (0 and 0 if no copy decodes).
+    fn mark(&self, c: &mut Cache) -> Result<StoreMark> {
         let mut best: Option<(u64, u64)> = None;
         for o in [Obj::SuperA, Obj::SuperB] {
             let e = self.load(c, o)?;
@@ -459,7 +556,12 @@ impl ObjectDevice {
                 }
             }
         }
-        Ok(best.map_or(0, |(_, id)| id))
+        let (sb_seq, fs_id) = best.unwrap_or((0, 0));
+        Ok(StoreMark {
+            fs_id,
+            sb_seq,
+            writer: 0,
+        })
     }
 
     /// Whether a write of `pieces` must wait for everything changed so far
@@ -776,6 +878,9 @@ impl BlockDevice for ObjectDevice {
                 c.dirty_bytes -= e.data.len() as u64;
             }
         }
+        if let Some(d) = c.disk.as_mut() {
+            d.remove(obj);
+        }
         if let Some(w) = c.wal.as_mut() {
             // The superblock that freed the segment may not be stored yet:
             // the store's own may still need the object.
@@ -807,6 +912,13 @@ impl BlockDevice for ObjectDevice {
             ("put_bytes", c.put_bytes),
             ("deletes", c.deletes),
         ];
+        if let Some(d) = self.cache.lock().unwrap().disk.as_ref() {
+            v.extend([
+                ("disk_cache_hits", d.hits),
+                ("disk_cache_misses", d.misses),
+                ("disk_cache_bytes", d.bytes()),
+            ]);
+        }
         if self.has_wal() {
             v.extend([
                 ("wal_records", c.wal_records),
@@ -836,6 +948,14 @@ impl BlockDevice for ObjectDevice {
                     self.target.url
                 );
                 return Err(e);
+            }
+        }
+        // Everything stored: the disk cache matches the store as it is now.
+        if c.dirty_bytes == 0 && c.disk.is_some() {
+            let mut mark = self.mark(&mut c)?;
+            mark.writer = self.writer_id.load(Ordering::Relaxed);
+            if let Err(e) = c.disk.as_ref().expect("checked").close(mark) {
+                tracing::warn!("{e}");
             }
         }
         drop(c);

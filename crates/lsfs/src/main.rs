@@ -244,7 +244,9 @@ struct MountArgs {
     /// config file); `object_wal=PATH` (an object store's flushes go to
     /// this local write-ahead file and its objects are uploaded later:
     /// docs/OBJECT_STORE.md) and `object_wal_bytes=SIZE` (its bound,
-    /// default 64M); the generic `nosuid`,
+    /// default 64M); `object_disk_cache=DIR` and `object_disk_cache_bytes=SIZE`
+    /// (an object store's segments cached on local disk, default bound
+    /// 1G); the generic `nosuid`,
     /// `nodev`, `noexec`, `noatime`, `sync`, … and their opposites; and,
     /// ignored, what fstab says to mount(8) or systemd (`defaults`,
     /// `noauto`, `nofail`, `user`, `_netdev`, `x-*`, `comment=*`).
@@ -704,11 +706,14 @@ fn mount(a: MountArgs) -> Result<(), String> {
         cfg.store.compress = Some(c);
     }
     let wal = file_cfg.object_wal(o.object_wal.clone(), o.object_wal_bytes)?;
+    let disk_cache =
+        file_cfg.object_disk_cache(o.object_disk_cache.clone(), o.object_disk_cache_bytes)?;
     let dev = device_target::open_cached(
         &a.image,
         !cfg.store.read_only,
         file_cfg.object_cache_bytes()?,
         wal.as_ref(),
+        disk_cache.as_ref(),
     )?;
     let mut fs =
         Lsfs::open(dev, cfg).map_err(|e| format!("cannot mount {}: {e}", a.image.display()))?;
