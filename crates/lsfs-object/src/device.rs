@@ -138,6 +138,9 @@ struct WalState {
     max_bytes: u64,
     /// Device ranges written since the last flush (start to end, merged).
     ranges: BTreeMap<u64, u64>,
+    /// How far into each segment object this mount wrote, at most: a
+    /// write below it changes what the log wrote before, not its end.
+    high: HashMap<Obj, u64>,
     /// Segments discarded since the last upload: their objects are deleted
     /// after it (the superblocks that freed them are stored by then), and
     /// read as zeros meanwhile.
@@ -566,18 +569,30 @@ impl ObjectDevice {
 
     /// Whether a write of `pieces` must wait for everything changed so far
     /// to be stored (write-ahead mode): it starts a segment (the log moved
-    /// on) while other objects are changed, or it changes a segment not
-    /// changed since the last upload while a superblock is changed. The
-    /// latter keeps a segment that a checkpoint freed from being stored
-    /// with new contents before that checkpoint's superblock is: the
-    /// store's own superblock may still need the old ones.
+    /// on) while other objects are changed; or, while a superblock is
+    /// changed, it changes a segment not changed since the last upload, or
+    /// a segment below where this mount's writes into it reached (a hole
+    /// filled, not the log's end). The latter two keep blocks that a
+    /// checkpoint freed from being stored with new contents before that
+    /// checkpoint's superblock is: the store's own superblock may still
+    /// need the old ones. Appends at the log's end need no such wait: no
+    /// checkpoint needs what lies past it.
     fn must_sync_before(&self, c: &Cache, pieces: &[Piece]) -> bool {
         let changed = |o: Obj| c.objs.get(&o).is_some_and(|e| e.dirty);
         let super_changed = changed(Obj::SuperA) || changed(Obj::SuperB);
+        let high = |o: Obj| {
+            c.wal
+                .as_ref()
+                .and_then(|w| w.high.get(&o).copied())
+                .unwrap_or(0)
+        };
         pieces.iter().any(|p| {
             matches!(p.obj, Obj::Segment(_))
-                && !changed(p.obj)
-                && (super_changed || (p.at == 0 && c.dirty_bytes > 0))
+                && if changed(p.obj) {
+                    super_changed && p.at < high(p.obj)
+                } else {
+                    super_changed || (p.at == 0 && c.dirty_bytes > 0)
+                }
         })
     }
 
@@ -670,6 +685,7 @@ impl ObjectDevice {
             wal,
             max_bytes: w.max_bytes,
             ranges: BTreeMap::new(),
+            high: HashMap::new(),
             deletes: HashSet::new(),
         });
         let r = (|| {
@@ -818,6 +834,10 @@ impl BlockDevice for ObjectDevice {
         self.apply(&mut c, offset, buf)?;
         if let Some(w) = c.wal.as_mut() {
             w.note(offset, buf.len() as u64);
+            for p in self.geo.pieces(offset, buf.len() as u64) {
+                let h = w.high.entry(p.obj).or_insert(0);
+                *h = (*h).max(p.at + p.len);
+            }
         }
         self.stats.note_write(buf.len());
         if c.dirty_bytes * 2 > self.cache_bytes {
@@ -885,6 +905,8 @@ impl BlockDevice for ObjectDevice {
             // The superblock that freed the segment may not be stored yet:
             // the store's own may still need the object.
             w.deletes.insert(obj);
+            // Written again, it is written from its start.
+            w.high.remove(&obj);
             self.stats.note_discard(len);
             return Ok(len);
         }

@@ -306,6 +306,21 @@ fn the_bound_and_a_new_segment_start_uploads_superblocks_last() {
     dev.write_at(SEG2 + 2 * SEG_BYTES, &[4; 4096]).unwrap();
     let ro = ObjectDevice::open(&t, false, 8 << 20).unwrap();
     assert_eq!(read(&ro, SEG2 + SEG_BYTES + 4096, 4096), vec![3; 4096]);
+
+    // With a superblock changed, the log's end may grow without an
+    // upload, but a hole below it is filled only after one.
+    let seg4 = SEG2 + 2 * SEG_BYTES;
+    dev.write_at(seg4 + 40 * 4096, &[5; 4096]).unwrap();
+    dev.write_at(0, &[0x5c; 4096]).unwrap();
+    dev.flush().unwrap();
+    let puts = dev.object_counters().puts;
+    dev.write_at(seg4 + 41 * 4096, &[6; 4096]).unwrap();
+    assert_eq!(dev.object_counters().puts, puts, "an append waits");
+    dev.write_at(seg4 + 8 * 4096, &[7; 4096]).unwrap();
+    assert_eq!(dev.object_counters().puts, puts + 2, "segment 4, super-a");
+    let ro = ObjectDevice::open(&t, false, 8 << 20).unwrap();
+    assert_eq!(read(&ro, 0, 4096), vec![0x5c; 4096]);
+    assert_eq!(read(&ro, seg4 + 41 * 4096, 4096), vec![6; 4096]);
 }
 
 /// Superblocks go up only once the segments did, in either mode: with
