@@ -21,8 +21,9 @@
 //! and fdatasyncs it, and the changed objects go up later, all of them at
 //! once ([`ObjectDevice::sync_all`]): when the log starts a segment (the
 //! last one is complete), when a superblock changed and a segment not
-//! changed since the last upload is written (the checkpoint that freed it
-//! must reach the store before its new contents do), when changed objects
+//! changed since the last upload, or a hole below the log's end, is
+//! written (the checkpoint that freed those blocks must reach the store
+//! before their new contents do), when changed objects
 //! would fill half the cache, when the file passes its bound, and at
 //! unmount; then the file restarts empty. Segment objects go up before
 //! superblock objects, in either mode, so that no reader or crash finds a
