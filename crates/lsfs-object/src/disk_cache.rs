@@ -22,12 +22,14 @@
 use crate::layout::Obj;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
 /// Default bound: 1 GiB.
 pub const DEFAULT_DISK_CACHE_BYTES: u64 = 1 << 30;
 
 const OWNER: &str = "owner.json";
+const LOCK: &str = "lock";
 
 /// The store's state the entries match, written at a clean close.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,6 +54,8 @@ struct Entry {
 }
 
 pub struct DiskCache {
+    /// Locked (`flock`) while open: two mounts must not share a cache.
+    _lock: std::fs::File,
     dir: PathBuf,
     max_bytes: u64,
     entries: HashMap<Obj, Entry>,
@@ -86,6 +90,19 @@ impl DiskCache {
         now: StoreMark,
     ) -> Result<DiskCache, String> {
         std::fs::create_dir_all(dir).map_err(|e| err(dir, e))?;
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(LOCK))
+            .map_err(|e| err(dir, e))?;
+        // SAFETY: flock on a descriptor this function owns.
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Err(format!(
+                "object_disk_cache {} is in use by another mount",
+                dir.display()
+            ));
+        }
         let owner: Option<Owner> = std::fs::read(dir.join(OWNER))
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok());
@@ -96,7 +113,7 @@ impl DiskCache {
         for e in std::fs::read_dir(dir).map_err(|e| err(dir, e))? {
             let e = e.map_err(|e| err(dir, e))?;
             let name = e.file_name().to_string_lossy().into_owned();
-            if name == OWNER {
+            if name == OWNER || name == LOCK {
                 continue;
             }
             match obj_of(&name) {
@@ -120,6 +137,7 @@ impl DiskCache {
         }
         found.sort();
         let mut c = DiskCache {
+            _lock: lock,
             dir: dir.to_path_buf(),
             max_bytes,
             entries: HashMap::new(),

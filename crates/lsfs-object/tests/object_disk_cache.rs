@@ -89,6 +89,13 @@ fn segments_come_back_from_disk_within_the_bound() {
     let c = cfg(&d.0);
     five_segments(&t, &c, 0);
     let dev = open(&t, &c);
+    // One mount per cache.
+    let other = Target::on(Arc::new(InMemory::new()), "other");
+    ObjectDevice::create(&other, geo(), false).unwrap();
+    let err = ObjectDevice::open_full(&other, true, 8 << 20, None, Some(&c))
+        .err()
+        .unwrap();
+    assert!(err.contains("in use by another mount"), "{err}");
     let gets = dev.object_counters().gets;
     for n in 4..7 {
         assert_eq!(read_seg(&dev, n), fill(n, 0), "segment {n}");
@@ -103,6 +110,7 @@ fn segments_come_back_from_disk_within_the_bound() {
     let counters: std::collections::HashMap<_, _> = dev.extra_counters().into_iter().collect();
     assert_eq!(counters["disk_cache_hits"], 3);
     dev.release().unwrap();
+    drop(dev);
 
     // A damaged entry is fetched again, and right.
     let f = c.dir.join("seg-5");
