@@ -13,16 +13,16 @@
 //! over, with a PUT conditional on the lease being the one read, so that
 //! two mounts taking it over at once cannot both win. Any other lease is
 //! refused, and the refusal says which object to delete once that mount
-//! is known to be gone.
+//! is known to be gone. (Containers that share a kernel, a hostname and a
+//! bucket but not their process ids would see each other's holders as
+//! gone: give them hostnames of their own.)
 //!
 //! A mount with a write-ahead file (`wal.rs`) names the file and its id in
 //! the lease: its acknowledged writes may be in that file only, so a
 //! mount without it does not take such a lease over (it would write over
-//! what the file still has to store), and a mount with it does, also
-//! after a reboot: that mount holds the file's lock, so the lease's
-//! holder is not running. (Containers that share a kernel, a hostname and a
-//! bucket but not their process ids would see each other's holders as
-//! gone: give them hostnames of their own.)
+//! what the file still has to store), and a mount with it on the same
+//! host does, also after a reboot: that mount holds the file's lock, so
+//! the lease's holder is not running.
 
 use crate::target::Target;
 use object_store::{PutMode, PutOptions, PutPayload, UpdateVersion};
@@ -142,9 +142,11 @@ pub fn acquire(t: &Target, rt: &Runtime, me: &Holder) -> Result<(), String> {
                 Err(_) => (None, None),
             };
             if let (Some(h), Some(meta)) = (&held, meta) {
-                // The lease of this very write-ahead file: whoever wrote
-                // it is gone, as its lock is ours.
-                let same_wal = me.wal_id.is_some() && h.wal_id == me.wal_id;
+                // The lease of this very write-ahead file, written on this
+                // host: whoever wrote it is gone, as the file's lock is
+                // ours. (A copy of the file on another host proves
+                // nothing about the mount there.)
+                let same_wal = me.wal_id.is_some() && h.wal_id == me.wal_id && h.host == host();
                 if h.wal.is_some() && !same_wal && h.is_gone() {
                     return Err(format!(
                         "{}: the mount that held it (pid {} on host {}) is gone, but its \
