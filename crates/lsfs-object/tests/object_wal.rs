@@ -375,8 +375,8 @@ impl Rng {
     }
 }
 
-/// Random writes (anywhere, superblocks included, of any length) and
-/// flushes, with a small bound so that uploads come often, then a crash
+/// Random writes (anywhere, superblocks included, of any length),
+/// discards of whole segments and flushes, with a small bound so that uploads come often, then a crash
 /// at a random point: after the replay, every byte is what the last
 /// flush covered, or for a byte written after it, that or a value written
 /// since (the disk model of docs/CRASH.md: writes after the last flush
@@ -394,6 +394,8 @@ fn random_writes_and_a_crash_keep_every_flush() {
         let mut flushed = vec![0u8; size];
         let mut now = vec![0u8; size];
         let mut since: Vec<(usize, Vec<u8>)> = Vec::new();
+        // Segments discarded: what they hold is anything from then on.
+        let mut discarded = std::collections::HashSet::new();
         let dev = open(&t, &w).unwrap();
         let ops = 100 + rng.below(300);
         for op in 0..ops {
@@ -401,6 +403,13 @@ fn random_writes_and_a_crash_keep_every_flush() {
                 dev.flush().unwrap();
                 flushed.copy_from_slice(&now);
                 since.clear();
+                continue;
+            }
+            if rng.below(20) == 0 {
+                let n = rng.below(geo().nsegments());
+                let off = (1 + n * SEG_BLOCKS) * 4096;
+                assert_eq!(dev.discard(off, SEG_BYTES).unwrap(), SEG_BYTES);
+                discarded.insert(n);
                 continue;
             }
             let max = if rng.below(8) == 0 { 600_000 } else { 9000 };
@@ -423,7 +432,11 @@ fn random_writes_and_a_crash_keep_every_flush() {
         drop(dev);
         let dev = open(&t, &w).unwrap();
         let got = read(&dev, 0, size);
-        for i in (0..size).filter(|&i| got[i] != flushed[i]) {
+        let in_discarded = |i: usize| {
+            let b = i as u64 / 4096;
+            b >= 1 && discarded.contains(&((b - 1) / SEG_BLOCKS))
+        };
+        for i in (0..size).filter(|&i| got[i] != flushed[i] && !in_discarded(i)) {
             let ok = since
                 .iter()
                 .any(|(at, b)| (*at..at + b.len()).contains(&i) && b[i - at] == got[i]);
