@@ -199,6 +199,13 @@ impl Wal {
         let mut b = Vec::new();
         file.read_to_end(&mut b)
             .map_err(|e| format!("object_wal {p}: {e}"))?;
+        // The file's name must outlive a crash as its records do: a file
+        // made just now is not durable until its directory is.
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| format!("object_wal {p}: syncing its directory: {e}"))?;
+        }
         let found = parse(path, &b)?;
         let header = found.header.clone().unwrap_or(Header {
             url: String::new(),
