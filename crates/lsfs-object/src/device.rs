@@ -19,22 +19,26 @@
 //! may choose a write-ahead file instead ([`WalConfig`], `wal.rs`): a
 //! flush appends the ranges written since the last one to a local file
 //! and fdatasyncs it, and the changed objects go up later, all of them at
-//! once ([`ObjectDevice::sync_all`]): when the log starts a segment (the
-//! last one is complete), when a superblock changed and a segment not
-//! changed since the last upload, or a hole below the log's end, is
-//! written (the checkpoint that freed those blocks must reach the store
-//! before their new contents do), when changed objects
-//! would fill half the cache, when the file passes its bound, and at
-//! unmount; then the file restarts empty. Segment objects go up before
-//! superblock objects, in either mode, so that no reader or crash finds a
-//! superblock naming a checkpoint whose segments are not stored; with the
-//! write-ahead file, deletes of discarded segments wait for the next
-//! upload too. Opening with a file a crash left replays its records into
-//! the objects and uploads them before anything else. What each mode can
-//! lose is in docs/CRASH.md. Every request holds the
-//! device's lock, so reads and writes do not overlap one another's
-//! round trips; the FUSE adapter still finishes device work outside the
-//! engine's lock.
+//! once (`sync_all`): when the log starts a segment (the last one is
+//! complete); when, with a superblock changed, a segment not changed since
+//! the last upload, or a hole below the log's end, is written (the
+//! checkpoint that freed those blocks must reach the store before their
+//! new contents do); when changed objects would fill half the cache; when
+//! the file passes its bound; and at unmount. Then the file restarts
+//! empty. Segment objects go up before superblock objects, in either mode,
+//! so that no reader or crash finds a superblock naming a checkpoint whose
+//! segments are not stored; with the write-ahead file, deletes of
+//! discarded segments wait for the next upload too. Opening with a file a
+//! crash left replays its records into the objects and uploads them
+//! before anything else. What each mode can lose is in docs/CRASH.md.
+//!
+//! A read-write mount may also keep segment objects on local disk
+//! ([`DiskCacheConfig`], `disk_cache.rs`), between the memory cache and
+//! the store.
+//!
+//! Every request holds the device's lock, so reads and writes do not
+//! overlap one another's round trips; the FUSE adapter still finishes
+//! device work outside the engine's lock.
 //!
 //! Errors from the store (after the store's own retries with backoff,
 //! bounded by `LSFS_OBJECT_RETRIES` and `LSFS_OBJECT_RETRY_SECS` for S3:
