@@ -15,33 +15,74 @@
 //! durable early; only a flush promises it).
 //!
 //! What this costs: an fsync uploads the segments its records went into
-//! whole (up to the segment size, 2 MiB by default, per fsync), where
-//! records of their own folded later would upload only the record; that
-//! is left for later (docs/OBJECT_STORE.md). Every request holds the
-//! device's lock, so reads and writes do not overlap one another's
-//! round trips; the FUSE adapter still finishes device work outside the
-//! engine's lock.
+//! whole (up to the segment size, 2 MiB by default, per fsync). So a mount
+//! may choose a write-ahead file instead ([`WalConfig`], `wal.rs`): a
+//! flush appends the ranges written since the last one to a local file
+//! and fdatasyncs it, and the changed objects go up later, all of them at
+//! once (`sync_all`): when the log starts a segment (the last one is
+//! complete); when, with a superblock changed, a segment not changed since
+//! the last upload, or a hole below the log's end, is written (the
+//! checkpoint that freed those blocks must reach the store before their
+//! new contents do); when changed objects would fill half the cache; when
+//! the file passes its bound; and at unmount. Then the file restarts
+//! empty. Segment objects go up before superblock objects, in either mode,
+//! so that no reader or crash finds a superblock naming a checkpoint whose
+//! segments are not stored; with the write-ahead file, deletes of
+//! discarded segments wait for the next upload too. Opening with a file a
+//! crash left replays its records into the objects and uploads them
+//! before anything else. What each mode can lose is in docs/CRASH.md.
+//!
+//! A read-write mount may also keep segment objects on local disk
+//! ([`DiskCacheConfig`], `disk_cache.rs`), between the memory cache and
+//! the store.
+//!
+//! Every request holds the device's lock, so reads and writes do not
+//! overlap one another's round trips; the FUSE adapter still finishes
+//! device work outside the engine's lock.
 //!
 //! Errors from the store (after the store's own retries with backoff,
 //! bounded by `LSFS_OBJECT_RETRIES` and `LSFS_OBJECT_RETRY_SECS` for S3:
 //! `target::retry_config`) are device errors: the engine fails the request
 //! with EIO and turns the mount read-only, as for a disk.
 
+use crate::disk_cache::{DiskCache, StoreMark};
 use crate::layout::{Geometry, Obj, Piece, FORMAT};
 use crate::lease;
 use crate::target::Target;
+use crate::wal::Wal;
 use lsfs_core::device::{BlockDevice, DeviceStats};
 use lsfs_core::error::{Error, Result};
 use object_store::{PutMode, PutOptions, PutPayload};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use tokio::runtime::Runtime;
+
+/// The object naming the last read-write open (a random id).
+pub const WRITER: &str = "writer";
 
 /// Default bound on the objects kept in memory (64 MiB: 32 segments of
 /// the default 2 MiB).
 pub const DEFAULT_CACHE_BYTES: u64 = 64 << 20;
+
+/// A cache of segment objects on local disk for a read-write open
+/// (`disk_cache.rs`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiskCacheConfig {
+    pub dir: PathBuf,
+    pub max_bytes: u64,
+}
+
+/// A write-ahead file for a read-write open (`wal.rs`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WalConfig {
+    pub path: PathBuf,
+    /// Past this size a flush uploads every changed object and restarts
+    /// the file.
+    pub max_bytes: u64,
+}
 
 /// `geometry.json`.
 #[derive(Debug, Serialize, Deserialize)]
@@ -60,6 +101,11 @@ pub struct ObjectStats {
     pub puts: AtomicU64,
     pub put_bytes: AtomicU64,
     pub deletes: AtomicU64,
+    /// Records appended to the write-ahead file, and their bytes.
+    pub wal_records: AtomicU64,
+    pub wal_bytes: AtomicU64,
+    /// Uploads of every changed object that restarted the file.
+    pub wal_syncs: AtomicU64,
 }
 
 /// A copy of [`ObjectStats`] at one moment.
@@ -70,6 +116,9 @@ pub struct ObjectCounters {
     pub puts: u64,
     pub put_bytes: u64,
     pub deletes: u64,
+    pub wal_records: u64,
+    pub wal_bytes: u64,
+    pub wal_syncs: u64,
 }
 
 struct Entry {
@@ -85,6 +134,42 @@ struct Cache {
     uses: u64,
     bytes: u64,
     dirty_bytes: u64,
+    wal: Option<WalState>,
+    disk: Option<DiskCache>,
+}
+
+struct WalState {
+    wal: Wal,
+    max_bytes: u64,
+    /// Device ranges written since the last flush (start to end, merged).
+    ranges: BTreeMap<u64, u64>,
+    /// How far into each segment object this mount wrote, at most: a
+    /// write below it changes what the log wrote before, not its end.
+    high: HashMap<Obj, u64>,
+    /// Segments discarded since the last upload: their objects are deleted
+    /// after it (the superblocks that freed them are stored by then), and
+    /// read as zeros meanwhile.
+    deletes: HashSet<Obj>,
+}
+
+impl WalState {
+    fn note(&mut self, offset: u64, len: u64) {
+        let (mut start, mut end) = (offset, offset + len);
+        // Merge with every range that touches [start, end).
+        let touching: Vec<(u64, u64)> = self
+            .ranges
+            .range(..=end)
+            .rev()
+            .take_while(|(_, &e)| e >= start)
+            .map(|(&s, &e)| (s, e))
+            .collect();
+        for (s, e) in touching {
+            self.ranges.remove(&s);
+            start = start.min(s);
+            end = end.max(e);
+        }
+        self.ranges.insert(start, end);
+    }
 }
 
 pub struct ObjectDevice {
@@ -95,6 +180,9 @@ pub struct ObjectDevice {
     cache_bytes: u64,
     /// Holding the lease (a writable device until it is released).
     leased: AtomicBool,
+    dead: Arc<AtomicBool>,
+    /// The id this open wrote to the `writer` object (read-write opens).
+    writer_id: AtomicU64,
     stats: DeviceStats,
     ostats: ObjectStats,
 }
@@ -166,21 +254,94 @@ impl ObjectDevice {
         writable: bool,
         cache_bytes: u64,
     ) -> std::result::Result<ObjectDevice, String> {
+        Self::open_with(t, writable, cache_bytes, None)
+    }
+
+    /// [`ObjectDevice::open`], read-write with the write-ahead file `wal`
+    /// if given (a read-only open reads the store alone and ignores it).
+    pub fn open_with(
+        t: &Target,
+        writable: bool,
+        cache_bytes: u64,
+        wal: Option<&WalConfig>,
+    ) -> std::result::Result<ObjectDevice, String> {
+        Self::open_full(t, writable, cache_bytes, wal, None)
+    }
+
+    /// [`ObjectDevice::open_with`], and with a cache of segment objects
+    /// on local disk if `disk` is given (read-write opens only).
+    pub fn open_full(
+        t: &Target,
+        writable: bool,
+        cache_bytes: u64,
+        wal: Option<&WalConfig>,
+        disk: Option<&DiskCacheConfig>,
+    ) -> std::result::Result<ObjectDevice, String> {
         let rt = runtime()?;
         let geo = read_geometry(t, &rt)?;
-        if writable {
-            lease::acquire(t, &rt)?;
+        let wal = wal.filter(|_| writable);
+        if writable && wal.is_none() {
+            lease::acquire(t, &rt, &lease::Holder::me())?;
         }
-        Ok(ObjectDevice {
+        let dev = ObjectDevice {
             target: t.clone(),
             geo,
             rt,
             cache: Mutex::new(Cache::default()),
             cache_bytes: cache_bytes.max(4 * geo.segment_blocks * crate::layout::BLOCK),
-            leased: AtomicBool::new(writable),
+            leased: AtomicBool::new(writable && wal.is_none()),
+            dead: Arc::new(AtomicBool::new(false)),
+            writer_id: AtomicU64::new(0),
             stats: DeviceStats::default(),
             ostats: ObjectStats::default(),
-        })
+        };
+        if let Some(w) = wal {
+            dev.open_wal(w)?;
+        }
+        if writable {
+            // Which writer opened last, for a disk cache to tell whether
+            // another one may have changed objects since it closed.
+            let before = dev.stamp_writer()?;
+            if let Some(d) = disk {
+                let mut c = dev.cache.lock().unwrap();
+                let mut now = dev.mark(&mut c).map_err(|e| format!("{}: {e}", t.url))?;
+                now.writer = before;
+                c.disk = Some(DiskCache::open(&d.dir, d.max_bytes, &t.url, now)?);
+            }
+        }
+        Ok(dev)
+    }
+
+    /// Replace the `writer` object with a new random id (this open's);
+    /// returns the one it held (0 if none).
+    fn stamp_writer(&self) -> std::result::Result<u64, String> {
+        let path = self.target.path(WRITER);
+        let before = match self
+            .rt
+            .block_on(async { self.target.store.get(&path).await?.bytes().await })
+        {
+            Ok(b) => std::str::from_utf8(&b)
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(0),
+            Err(object_store::Error::NotFound { .. }) => 0,
+            Err(e) => return Err(format!("{}: reading {path}: {e}", self.target.url)),
+        };
+        let id = crate::wal::random_id();
+        self.rt
+            .block_on(
+                self.target
+                    .store
+                    .put(&path, PutPayload::from(format!("{id}\n").into_bytes())),
+            )
+            .map_err(|e| format!("{}: writing {path}: {e}", self.target.url))?;
+        self.writer_id.store(id, Ordering::Relaxed);
+        Ok(before)
+    }
+
+    /// Whether writes go through a write-ahead file.
+    pub fn has_wal(&self) -> bool {
+        self.cache.lock().unwrap().wal.is_some()
     }
 
     pub fn geometry(&self) -> Geometry {
@@ -197,6 +358,9 @@ impl ObjectDevice {
             puts: l(&s.puts),
             put_bytes: l(&s.put_bytes),
             deletes: l(&s.deletes),
+            wal_records: l(&s.wal_records),
+            wal_bytes: l(&s.wal_bytes),
+            wal_syncs: l(&s.wal_syncs),
         }
     }
 
@@ -207,15 +371,40 @@ impl ObjectDevice {
         if !c.objs.contains_key(&o) {
             let want = self.geo.obj_bytes(o);
             let path = self.target.path(&o.name());
-            let got = self
-                .rt
-                .block_on(async { self.target.store.get(&path).await?.bytes().await });
-            let data = match got {
-                Ok(b) => {
+            let discarded = c.wal.as_ref().is_some_and(|w| w.deletes.contains(&o));
+            let on_disk = match c.disk.as_mut() {
+                Some(d) if !discarded && matches!(o, Obj::Segment(_)) => d.get(o, want),
+                _ => None,
+            };
+            let got = if let Some(b) = on_disk {
+                Ok(b.into())
+            } else if discarded {
+                Err(object_store::Error::NotFound {
+                    path: path.to_string(),
+                    source: "discarded".into(),
+                })
+            } else {
+                let got = self
+                    .rt
+                    .block_on(async { self.target.store.get(&path).await?.bytes().await });
+                if let (Ok(b), Some(d)) = (&got, c.disk.as_mut()) {
                     self.ostats.gets.fetch_add(1, Ordering::Relaxed);
                     self.ostats
                         .get_bytes
                         .fetch_add(b.len() as u64, Ordering::Relaxed);
+                    if b.len() as u64 == want {
+                        d.put(o, b);
+                    }
+                } else if let Ok(b) = &got {
+                    self.ostats.gets.fetch_add(1, Ordering::Relaxed);
+                    self.ostats
+                        .get_bytes
+                        .fetch_add(b.len() as u64, Ordering::Relaxed);
+                }
+                got
+            };
+            let data = match got {
+                Ok(b) => {
                     if b.len() as u64 != want {
                         return Err(Error::corrupt(format!(
                             "object {path} holds {} bytes; the layout in geometry.json says {want}",
@@ -259,14 +448,26 @@ impl ObjectDevice {
         }
     }
 
-    /// Upload every changed object, all at once; returns when the store
-    /// has all of them.
+    /// Upload every changed object: the segments (and the tail) all at
+    /// once, then the superblocks, so that a superblock never reaches the
+    /// store before the segments its checkpoint needs. Returns when the
+    /// store has all of them.
     fn upload_dirty(&self, c: &mut Cache) -> Result<()> {
+        self.upload_where(c, |o| !is_super(o))?;
+        self.upload_where(c, is_super)
+    }
+
+    /// Upload the changed objects `which` picks, all at once.
+    fn upload_where(&self, c: &mut Cache, which: fn(Obj) -> bool) -> Result<()> {
         let jobs: Vec<_> = c
             .objs
             .iter()
-            .filter(|(_, e)| e.dirty)
+            .filter(|(o, e)| e.dirty && which(**o))
             .map(|(o, e)| {
+                // Gone from the disk cache while the store's object changes.
+                if let Some(d) = c.disk.as_mut() {
+                    d.remove(*o);
+                }
                 let (store, path) = (self.target.store.clone(), self.target.path(&o.name()));
                 let body = PutPayload::from(e.data.clone());
                 let h = self.rt.spawn(async move { store.put(&path, body).await });
@@ -286,6 +487,9 @@ impl ObjectDevice {
                     let e = c.objs.get_mut(&o).expect("uploaded from the cache");
                     e.dirty = false;
                     c.dirty_bytes -= e.data.len() as u64;
+                    if let Some(d) = c.disk.as_mut() {
+                        d.put(o, &e.data);
+                    }
                     self.ostats.puts.fetch_add(1, Ordering::Relaxed);
                     self.ostats
                         .put_bytes
@@ -302,6 +506,250 @@ impl ObjectDevice {
         }
     }
 
+    /// Store everything (write-ahead mode): upload every changed object
+    /// (segments, then superblocks), delete the discarded segments' objects,
+    /// and restart the write-ahead file, whose records the store now holds.
+    fn sync_all(&self, c: &mut Cache) -> Result<()> {
+        self.upload_dirty(c)?;
+        let Some(w) = c.wal.as_mut() else {
+            return Ok(());
+        };
+        let mut deletes: Vec<Obj> = w.deletes.iter().copied().collect();
+        deletes.sort();
+        for o in deletes {
+            let path = self.target.path(&o.name());
+            match self.rt.block_on(self.target.store.delete(&path)) {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(io(format!("deleting object {path}"), e)),
+            }
+            self.ostats.deletes.fetch_add(1, Ordering::Relaxed);
+            c.wal
+                .as_mut()
+                .expect("in write-ahead mode")
+                .deletes
+                .remove(&o);
+        }
+        let fs_id = self.fs_id(c)?;
+        let w = c.wal.as_mut().expect("in write-ahead mode");
+        w.ranges.clear();
+        w.wal.restart(&self.target.url, fs_id).map_err(|e| {
+            Error::io(
+                format!("restarting the write-ahead file {}", w.wal.path.display()),
+                e,
+            )
+        })?;
+        self.ostats.wal_syncs.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The file system's id, from the newer superblock copy that decodes
+    /// (0 if none does: nothing made here yet).
+    fn fs_id(&self, c: &mut Cache) -> Result<u64> {
+        Ok(self.mark(c)?.fs_id)
+    }
+
+    /// The file system's id and the newest superblock's sequence number
+    /// (0 and 0 if no copy decodes).
+    fn mark(&self, c: &mut Cache) -> Result<StoreMark> {
+        let mut best: Option<(u64, u64)> = None;
+        for o in [Obj::SuperA, Obj::SuperB] {
+            let e = self.load(c, o)?;
+            if let Ok(sb) = lsfs_core::log::superblock::Superblock::decode(
+                &e.data,
+                &o.name(),
+                self.geo.device_bytes,
+            ) {
+                if best.is_none_or(|(seq, _)| sb.sb_seq > seq) {
+                    best = Some((sb.sb_seq, sb.fs_id));
+                }
+            }
+        }
+        let (sb_seq, fs_id) = best.unwrap_or((0, 0));
+        Ok(StoreMark {
+            fs_id,
+            sb_seq,
+            writer: 0,
+        })
+    }
+
+    /// Whether a write of `pieces` must wait for everything changed so far
+    /// to be stored (write-ahead mode): it starts a segment (the log moved
+    /// on) while other objects are changed; or, while a superblock is
+    /// changed, it changes a segment not changed since the last upload, or
+    /// a segment below where this mount's writes into it reached (a hole
+    /// filled, not the log's end). The latter two keep blocks that a
+    /// checkpoint freed from being stored with new contents before that
+    /// checkpoint's superblock is: the store's own superblock may still
+    /// need the old ones. Appends at the log's end need no such wait: no
+    /// checkpoint needs what lies past it.
+    fn must_sync_before(&self, c: &Cache, pieces: &[Piece]) -> bool {
+        let changed = |o: Obj| c.objs.get(&o).is_some_and(|e| e.dirty);
+        let super_changed = changed(Obj::SuperA) || changed(Obj::SuperB);
+        let high = |o: Obj| {
+            c.wal
+                .as_ref()
+                .and_then(|w| w.high.get(&o).copied())
+                .unwrap_or(0)
+        };
+        pieces.iter().any(|p| {
+            matches!(p.obj, Obj::Segment(_))
+                && if changed(p.obj) {
+                    super_changed && p.at < high(p.obj)
+                } else {
+                    super_changed || (p.at == 0 && c.dirty_bytes > 0)
+                }
+        })
+    }
+
+    /// The bytes of `[offset, offset + len)` as the cache has them.
+    fn cached(&self, c: &mut Cache, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let mut out = Vec::with_capacity(len as usize);
+        for Piece { obj, at, len } in self.geo.pieces(offset, len) {
+            let e = self.load(c, obj)?;
+            out.extend_from_slice(&e.data[at as usize..(at + len) as usize]);
+        }
+        Ok(out)
+    }
+
+    /// Open with the write-ahead file `w`: check that it is this file
+    /// system's, take the lease, replay what a crash left in it, and
+    /// restart it.
+    fn open_wal(&self, w: &WalConfig) -> std::result::Result<(), String> {
+        let p = w.path.display();
+        let (wal, found) = Wal::open(&w.path)?;
+        let mut c = self.cache.lock().unwrap();
+        let fs_id = self
+            .fs_id(&mut c)
+            .map_err(|e| format!("{}: {e}", self.target.url))?;
+        if let Some(h) = &found.header {
+            let other_url = !h.url.is_empty()
+                && h.url.trim_end_matches('/') != self.target.url.trim_end_matches('/');
+            let other_fs = h.fs_id != 0 && h.fs_id != fs_id;
+            if found.records.is_empty() {
+                // Holding nothing, it has nothing to lose: taken over (a
+                // file system made again at the same URL, say).
+                if other_url || other_fs {
+                    tracing::info!(
+                        "object_wal {p}: empty, last used for {} (file system id {:#x}); \
+                         taken over for {}",
+                        h.url,
+                        h.fs_id,
+                        self.target.url
+                    );
+                }
+            } else if other_url {
+                return Err(format!(
+                    "object_wal {p} holds {} flushes of the file system at {}, not {}; \
+                     give each file system its own write-ahead file",
+                    found.records.len(),
+                    h.url,
+                    self.target.url
+                ));
+            } else if other_fs {
+                return Err(format!(
+                    "object_wal {p} holds {} flushes of file system id {:#x}, but {} holds file \
+                     system id {fs_id:#x} (made again since?); they cannot be replayed there. \
+                     To give them up, delete {p}",
+                    found.records.len(),
+                    h.fs_id,
+                    self.target.url
+                ));
+            }
+        }
+        let me = lease::Holder::with_wal(&w.path, wal.header.id);
+        if !found.records.is_empty() {
+            // Replaying over a store someone else wrote since would undo
+            // their writes: only the lease this file's mount left proves
+            // that nobody did.
+            let held = lease::holder(&self.target, &self.rt)?;
+            if held.as_ref().and_then(|h| h.wal_id) != Some(wal.header.id) {
+                return Err(format!(
+                    "object_wal {p} holds {} flushes not yet in the store, but the store's lease \
+                     is not the one this file's mount left ({}): the file system may have been \
+                     written since, and replaying would undo that. To give those flushes up, \
+                     delete {p}",
+                    found.records.len(),
+                    held.map_or("there is none".into(), |h| format!(
+                        "host {} pid {}",
+                        h.host, h.pid
+                    ))
+                ));
+            }
+        }
+        lease::acquire(&self.target, &self.rt, &me)?;
+        self.leased.store(true, Ordering::Relaxed);
+        if found.torn_bytes > 0 {
+            tracing::warn!(
+                "object_wal {p}: ignoring {} bytes after its last whole record (a flush that \
+                 never returned)",
+                found.torn_bytes
+            );
+        }
+        let replayed = found.records.len();
+        c.wal = Some(WalState {
+            wal,
+            max_bytes: w.max_bytes,
+            ranges: BTreeMap::new(),
+            high: HashMap::new(),
+            deletes: HashSet::new(),
+        });
+        let r = (|| {
+            for rec in &found.records {
+                for (off, bytes) in &rec.ranges {
+                    self.check(*off, bytes.len(), "replayed write")?;
+                    self.apply(&mut c, *off, bytes)?;
+                }
+            }
+            self.sync_all(&mut c)
+        })();
+        r.map_err(|e| format!("object_wal {p}: replaying it into {}: {e}", self.target.url))?;
+        if replayed > 0 {
+            tracing::info!("object_wal {p}: stored {replayed} flushes a crash left in it");
+        }
+        Ok(())
+    }
+
+    /// Change the cached objects (the write itself, without the rules of
+    /// when to upload).
+    fn apply(&self, c: &mut Cache, offset: u64, buf: &[u8]) -> Result<()> {
+        let mut done = 0;
+        for Piece { obj, at, len } in self.geo.pieces(offset, buf.len() as u64) {
+            let e = self.load(c, obj)?;
+            let (at, len) = (at as usize, len as usize);
+            e.data[at..at + len].copy_from_slice(&buf[done..done + len]);
+            let newly = !e.dirty;
+            e.dirty = true;
+            let size = e.data.len() as u64;
+            if newly {
+                c.dirty_bytes += size;
+            }
+            if let Some(w) = c.wal.as_mut() {
+                // Written again: stored by the next upload, not deleted.
+                w.deletes.remove(&obj);
+            }
+            done += len;
+        }
+        Ok(())
+    }
+
+    /// A switch that makes the device behave as if its process died: once
+    /// set, every request fails, nothing more is uploaded or appended, the
+    /// lease stays, and dropping the device closes the write-ahead file as
+    /// it is. For tests of what a crash leaves.
+    pub fn kill_switch(&self) -> Arc<AtomicBool> {
+        self.dead.clone()
+    }
+
+    fn alive(&self) -> Result<()> {
+        if self.dead.load(Ordering::Relaxed) {
+            return Err(Error::io(
+                "object store device".to_string(),
+                std::io::Error::other("stopped by its kill switch"),
+            ));
+        }
+        Ok(())
+    }
+
     fn check(&self, offset: u64, len: usize, what: &str) -> Result<()> {
         if offset
             .checked_add(len as u64)
@@ -314,6 +762,10 @@ impl ObjectDevice {
         }
         Ok(())
     }
+}
+
+fn is_super(o: Obj) -> bool {
+    matches!(o, Obj::SuperA | Obj::SuperB)
 }
 
 fn read_geometry(t: &Target, rt: &Runtime) -> std::result::Result<Geometry, String> {
@@ -362,6 +814,7 @@ impl BlockDevice for ObjectDevice {
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.alive()?;
         self.check(offset, buf.len(), "read")?;
         let mut c = self.cache.lock().unwrap();
         let mut done = 0;
@@ -376,31 +829,62 @@ impl BlockDevice for ObjectDevice {
     }
 
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<()> {
+        self.alive()?;
         self.check(offset, buf.len(), "write")?;
         let mut c = self.cache.lock().unwrap();
-        let mut done = 0;
-        for Piece { obj, at, len } in self.geo.pieces(offset, buf.len() as u64) {
-            let e = self.load(&mut c, obj)?;
-            let (at, len) = (at as usize, len as usize);
-            e.data[at..at + len].copy_from_slice(&buf[done..done + len]);
-            let newly = !e.dirty;
-            e.dirty = true;
-            let size = e.data.len() as u64;
-            if newly {
-                c.dirty_bytes += size;
+        if c.wal.is_some() && self.must_sync_before(&c, &self.geo.pieces(offset, buf.len() as u64))
+        {
+            self.sync_all(&mut c)?;
+        }
+        self.apply(&mut c, offset, buf)?;
+        if let Some(w) = c.wal.as_mut() {
+            w.note(offset, buf.len() as u64);
+            for p in self.geo.pieces(offset, buf.len() as u64) {
+                let h = w.high.entry(p.obj).or_insert(0);
+                *h = (*h).max(p.at + p.len);
             }
-            done += len;
         }
         self.stats.note_write(buf.len());
         if c.dirty_bytes * 2 > self.cache_bytes {
-            self.upload_dirty(&mut c)?;
+            if c.wal.is_some() {
+                self.sync_all(&mut c)?;
+            } else {
+                self.upload_dirty(&mut c)?;
+            }
         }
         Ok(())
     }
 
+    /// Without a write-ahead file: upload every changed object. With one:
+    /// append the ranges written since the last flush to it and fdatasync
+    /// it; upload everything if it passed its bound.
     fn flush(&self) -> Result<()> {
+        self.alive()?;
         let mut c = self.cache.lock().unwrap();
-        self.upload_dirty(&mut c)?;
+        let Some(w) = c.wal.as_mut() else {
+            self.upload_dirty(&mut c)?;
+            self.stats.note_flush();
+            return Ok(());
+        };
+        let ranges = std::mem::take(&mut w.ranges);
+        if !ranges.is_empty() {
+            let mut rec = Vec::with_capacity(ranges.len());
+            for (start, end) in ranges {
+                rec.push((start, self.cached(&mut c, start, end - start)?));
+            }
+            let w = c.wal.as_mut().expect("in write-ahead mode");
+            let n = w.wal.append(&rec).map_err(|e| {
+                Error::io(
+                    format!("appending to the write-ahead file {}", w.wal.path.display()),
+                    e,
+                )
+            })?;
+            self.ostats.wal_records.fetch_add(1, Ordering::Relaxed);
+            self.ostats.wal_bytes.fetch_add(n, Ordering::Relaxed);
+            if w.wal.len() > w.max_bytes {
+                self.sync_all(&mut c)?;
+            }
+        }
         self.stats.note_flush();
         Ok(())
     }
@@ -408,6 +892,7 @@ impl BlockDevice for ObjectDevice {
     /// A whole segment's object is deleted (its space in the store given
     /// back); anything else is not taken.
     fn discard(&self, offset: u64, len: u64) -> Result<u64> {
+        self.alive()?;
         let Some(obj) = self.geo.whole_segment(offset, len) else {
             return Ok(0);
         };
@@ -417,6 +902,18 @@ impl BlockDevice for ObjectDevice {
             if e.dirty {
                 c.dirty_bytes -= e.data.len() as u64;
             }
+        }
+        if let Some(d) = c.disk.as_mut() {
+            d.remove(obj);
+        }
+        if let Some(w) = c.wal.as_mut() {
+            // The superblock that freed the segment may not be stored yet:
+            // the store's own may still need the object.
+            w.deletes.insert(obj);
+            // Written again, it is written from its start.
+            w.high.remove(&obj);
+            self.stats.note_discard(len);
+            return Ok(len);
         }
         let path = self.target.path(&obj.name());
         match self.rt.block_on(self.target.store.delete(&path)) {
@@ -435,20 +932,61 @@ impl BlockDevice for ObjectDevice {
     /// Requests to the store and their bytes (`lsfs stats`, `lsfs gc stats`).
     fn extra_counters(&self) -> Vec<(&'static str, u64)> {
         let c = self.object_counters();
-        vec![
+        let mut v = vec![
             ("gets", c.gets),
             ("get_bytes", c.get_bytes),
             ("puts", c.puts),
             ("put_bytes", c.put_bytes),
             ("deletes", c.deletes),
-        ]
+        ];
+        if let Some(d) = self.cache.lock().unwrap().disk.as_ref() {
+            v.extend([
+                ("disk_cache_hits", d.hits),
+                ("disk_cache_misses", d.misses),
+                ("disk_cache_bytes", d.bytes()),
+            ]);
+        }
+        if self.has_wal() {
+            v.extend([
+                ("wal_records", c.wal_records),
+                ("wal_bytes", c.wal_bytes),
+                ("wal_syncs", c.wal_syncs),
+            ]);
+        }
+        v
     }
 
-    /// Give the lease back: the file system unmounted.
+    /// Give the lease back: the file system unmounted. With a write-ahead
+    /// file, everything is stored first; if that fails the lease is kept,
+    /// since the file still holds acknowledged writes and only a mount
+    /// with it may go on (`lease.rs`).
     fn release(&self) -> Result<()> {
-        if self.leased.swap(false, Ordering::Relaxed) {
-            lease::release(&self.target, &self.rt);
+        if self.dead.load(Ordering::Relaxed) || !self.leased.swap(false, Ordering::Relaxed) {
+            return Ok(());
         }
+        let mut c = self.cache.lock().unwrap();
+        if c.wal.is_some() {
+            if let Err(e) = self.sync_all(&mut c) {
+                // Kept, and tried again at the next release (or the drop).
+                self.leased.store(true, Ordering::Relaxed);
+                tracing::error!(
+                    "{}: storing what the write-ahead file holds failed; the lease is kept \
+                     for a mount with that file: {e}",
+                    self.target.url
+                );
+                return Err(e);
+            }
+        }
+        // Everything stored: the disk cache matches the store as it is now.
+        if c.dirty_bytes == 0 && c.disk.is_some() {
+            let mut mark = self.mark(&mut c)?;
+            mark.writer = self.writer_id.load(Ordering::Relaxed);
+            if let Err(e) = c.disk.as_ref().expect("checked").close(mark) {
+                tracing::warn!("{e}");
+            }
+        }
+        drop(c);
+        lease::release(&self.target, &self.rt);
         Ok(())
     }
 }

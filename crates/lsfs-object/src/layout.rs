@@ -9,7 +9,9 @@
 //! * `seg/N` (N in decimal): segment N, `segment_blocks` blocks, at block
 //!   `1 + N·segment_blocks`;
 //! * `tail`: the blocks between the last segment and the last block (the
-//!   file system never writes them).
+//!   file system never writes them);
+//! * `lease` (`lease.rs`) and `writer` (the last read-write open's random
+//!   id, `device.rs`): not blocks of the device.
 //!
 //! An object that does not exist reads as zeros.
 

@@ -16,6 +16,13 @@
 //! is known to be gone. (Containers that share a kernel, a hostname and a
 //! bucket but not their process ids would see each other's holders as
 //! gone: give them hostnames of their own.)
+//!
+//! A mount with a write-ahead file (`wal.rs`) names the file and its id in
+//! the lease: its acknowledged writes may be in that file only, so a
+//! mount without it does not take such a lease over (it would write over
+//! what the file still has to store), and a mount with it on the same
+//! host does, also after a reboot: that mount holds the file's lock, so
+//! the lease's holder is not running.
 
 use crate::target::Target;
 use object_store::{PutMode, PutOptions, PutPayload, UpdateVersion};
@@ -40,6 +47,12 @@ pub struct Holder {
     /// tells the holder from a later process given the same pid.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start: Option<u64>,
+    /// The write-ahead file of the mount (`HOST:PATH`), if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wal: Option<String>,
+    /// That file's id (random, in its header).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wal_id: Option<u64>,
 }
 
 fn host() -> String {
@@ -76,6 +89,18 @@ impl Holder {
                 .map_or(0, |d| d.as_secs()),
             boot: boot_id(),
             start: process_start(pid),
+            wal: None,
+            wal_id: None,
+        }
+    }
+
+    /// This process, as a holder writing the write-ahead file `path`
+    /// whose id is `id`.
+    pub fn with_wal(path: &std::path::Path, id: u64) -> Holder {
+        Holder {
+            wal: Some(format!("{}:{}", host(), path.display())),
+            wal_id: Some(id),
+            ..Holder::me()
         }
     }
 
@@ -93,9 +118,9 @@ impl Holder {
     }
 }
 
-/// Take the lease of `t`, or say who holds it.
-pub fn acquire(t: &Target, rt: &Runtime) -> Result<(), String> {
-    let body = serde_json::to_vec(&Holder::me()).expect("a holder serializes");
+/// Take the lease of `t` as `me`, or say who holds it.
+pub fn acquire(t: &Target, rt: &Runtime, me: &Holder) -> Result<(), String> {
+    let body = serde_json::to_vec(me).expect("a holder serializes");
     let opts = PutOptions {
         mode: PutMode::Create,
         ..Default::default()
@@ -117,7 +142,25 @@ pub fn acquire(t: &Target, rt: &Runtime) -> Result<(), String> {
                 Err(_) => (None, None),
             };
             if let (Some(h), Some(meta)) = (&held, meta) {
-                if h.is_gone() {
+                // The lease of this very write-ahead file, written on this
+                // host: whoever wrote it is gone, as the file's lock is
+                // ours. (A copy of the file on another host proves
+                // nothing about the mount there.)
+                let same_wal = me.wal_id.is_some() && h.wal_id == me.wal_id && h.host == host();
+                if h.wal.is_some() && !same_wal && h.is_gone() {
+                    return Err(format!(
+                        "{}: the mount that held it (pid {} on host {}) is gone, but its \
+                         write-ahead file {} may hold acknowledged writes not yet in the store. \
+                         Mount read-write on that host with object_wal set to that file to store \
+                         them; or, to give them up, delete the object {}/{LEASE}",
+                        t.url,
+                        h.pid,
+                        h.host,
+                        h.wal.as_deref().unwrap_or_default(),
+                        t.url.trim_end_matches('/')
+                    ));
+                }
+                if same_wal || h.is_gone() {
                     // Replace exactly the lease read: if another mount took
                     // it over meanwhile, this PUT fails and this one is
                     // refused.
@@ -131,7 +174,8 @@ pub fn acquire(t: &Target, rt: &Runtime) -> Result<(), String> {
                     match rt.block_on(t.store.put_opts(&path, PutPayload::from(body), opts)) {
                         Ok(_) => {
                             tracing::warn!(
-                                "{}: took over the lease of pid {} on this host since {},                                  which is no longer running (it did not give the lease back)",
+                                "{}: took over the lease of pid {} on this host since {}, \
+                                 which is no longer running (it did not give the lease back)",
                                 t.url,
                                 h.pid,
                                 h.since
@@ -139,7 +183,8 @@ pub fn acquire(t: &Target, rt: &Runtime) -> Result<(), String> {
                             return Ok(());
                         }
                         Err(e) => tracing::warn!(
-                            "{}: the lease's holder, pid {} on this host, is gone,                              but taking the lease over failed: {e}",
+                            "{}: the lease's holder, pid {} on this host, is gone, \
+                             but taking the lease over failed: {e}",
                             t.url,
                             h.pid
                         ),
@@ -148,8 +193,13 @@ pub fn acquire(t: &Target, rt: &Runtime) -> Result<(), String> {
             }
             let who = held.map_or("an unreadable lease".to_string(), |h| {
                 format!(
-                    "host {} pid {} since {} (seconds since the epoch)",
-                    h.host, h.pid, h.since
+                    "host {} pid {} since {} (seconds since the epoch){}",
+                    h.host,
+                    h.pid,
+                    h.since,
+                    h.wal
+                        .map(|w| format!(", with the write-ahead file {w}"))
+                        .unwrap_or_default()
                 )
             });
             Err(format!(
@@ -160,6 +210,16 @@ pub fn acquire(t: &Target, rt: &Runtime) -> Result<(), String> {
             ))
         }
         Err(e) => Err(format!("{}: taking the lease: {e}", t.url)),
+    }
+}
+
+/// Who holds the lease of `t` now, if anyone (`None` also when it does
+/// not parse).
+pub fn holder(t: &Target, rt: &Runtime) -> Result<Option<Holder>, String> {
+    match rt.block_on(async { t.store.get(&t.path(LEASE)).await?.bytes().await }) {
+        Ok(b) => Ok(serde_json::from_slice(&b).ok()),
+        Err(object_store::Error::NotFound { .. }) => Ok(None),
+        Err(e) => Err(format!("{}: reading the lease: {e}", t.url)),
     }
 }
 

@@ -6,12 +6,18 @@
 //! the objects it touches in memory, uploads the changed ones whole at
 //! every flush, and deletes a segment's object when the segment is
 //! discarded (`device.rs`). A lease object lets one read-write mount in at
-//! a time (`lease.rs`). See docs/OBJECT_STORE.md.
+//! a time (`lease.rs`). A mount may instead keep what a flush covers in a
+//! local write-ahead file (`wal.rs`) and upload the objects later, and
+//! keep segment objects in a bounded cache on local disk
+//! (`disk_cache.rs`). See
+//! docs/OBJECT_STORE.md.
 
 pub mod device;
+pub mod disk_cache;
 pub mod layout;
 pub mod lease;
 pub mod target;
+pub mod wal;
 
-pub use device::{ObjectDevice, ObjectStats};
+pub use device::{DiskCacheConfig, ObjectDevice, ObjectStats, WalConfig};
 pub use target::{is_object_url, Target};

@@ -3,6 +3,7 @@
 
 use lsfs_core::fs::MountConfig;
 use serde::Deserialize;
+use std::path::PathBuf;
 
 /// `lsfs.toml`. Every field is optional.
 #[derive(Debug, Default, Deserialize)]
@@ -34,6 +35,18 @@ pub struct FileConfig {
     /// An object store's objects kept in memory, in bytes (default 64 MiB;
     /// 8 MiB..=64 GiB; docs/OBJECT_STORE.md). Image files ignore it.
     pub object_cache_bytes: Option<u64>,
+    /// An object store's write-ahead file: an absolute path on local disk
+    /// (default none: every flush uploads the changed objects).
+    /// `-o object_wal=PATH` and `LSFS_OBJECT_WAL` set it too.
+    pub object_wal: Option<PathBuf>,
+    /// Its bound in bytes (default 64 MiB; 1 MiB..=64 GiB).
+    pub object_wal_bytes: Option<u64>,
+    /// An object store's cache of segment objects on local disk: a
+    /// directory, absolute (default none). `-o object_disk_cache=DIR` and
+    /// `LSFS_OBJECT_DISK_CACHE` set it too.
+    pub object_disk_cache: Option<PathBuf>,
+    /// Its bound in bytes (default 1 GiB; 16 MiB..=16 TiB).
+    pub object_disk_cache_bytes: Option<u64>,
     /// The cleaner (see lsfs_core::gc::CleanerConfig for every key, default and range).
     #[serde(default)]
     pub cleaner: lsfs_core::gc::CleanerConfig,
@@ -59,6 +72,46 @@ impl From<UringSetting> for lsfs_fuse::UringMode {
 }
 
 pub const CACHE_BYTES_DEFAULT: u64 = 64 << 20;
+
+/// A local path setting `name` and its bound `name_bytes`: from a mount
+/// option, else this file, else the environment (`env`, `env_BYTES`).
+/// The path must be absolute; a bound without a path is refused.
+fn path_and_bound(
+    (name, env): (&str, &str),
+    (opt_path, file_path): (Option<PathBuf>, &Option<PathBuf>),
+    (opt_bytes, file_bytes): (Option<u64>, Option<u64>),
+    (default, lo, hi): (u64, u64, u64),
+) -> Result<Option<(PathBuf, u64)>, String> {
+    let var = |n: &str| std::env::var_os(n).filter(|v| !v.is_empty());
+    let env_bytes = format!("{env}_BYTES");
+    let (from, path) = match (opt_path, file_path, var(env)) {
+        (Some(p), _, _) => (name.to_string(), p),
+        (None, Some(p), _) => (name.to_string(), p.clone()),
+        (None, None, Some(p)) => (env.to_string(), p.into()),
+        (None, None, None) => {
+            if let Some(b) = opt_bytes.or(file_bytes) {
+                return Err(format!(
+                    "{name}_bytes = {b} without {name}: name the {name} too"
+                ));
+            }
+            return Ok(None);
+        }
+    };
+    if !path.is_absolute() {
+        return Err(format!(
+            "{from} = {:?}: must be an absolute path",
+            path.display()
+        ));
+    }
+    let bytes = match (opt_bytes.or(file_bytes), var(&env_bytes)) {
+        (Some(b), _) => b,
+        (None, Some(v)) => crate::size::parse_size(&v.to_string_lossy())
+            .map_err(|e| format!("{env_bytes}={v:?}: {e}"))?,
+        (None, None) => default,
+    };
+    let bytes = check(&format!("{name}_bytes"), bytes, lo, hi, "bytes")?;
+    Ok(Some((path, bytes)))
+}
 
 fn check(name: &str, v: u64, lo: u64, hi: u64, unit: &str) -> Result<u64, String> {
     if (lo..=hi).contains(&v) {
@@ -87,6 +140,43 @@ impl FileConfig {
             64 << 30,
             "bytes",
         )
+    }
+
+    /// The write-ahead file for an object store, if one is asked for: a
+    /// mount option (`path`, `bytes`) wins over this file, which wins over
+    /// `LSFS_OBJECT_WAL` and `LSFS_OBJECT_WAL_BYTES`.
+    pub fn object_wal(
+        &self,
+        path: Option<PathBuf>,
+        bytes: Option<u64>,
+    ) -> Result<Option<lsfs_object::WalConfig>, String> {
+        let got = path_and_bound(
+            ("object_wal", "LSFS_OBJECT_WAL"),
+            (path, &self.object_wal),
+            (bytes, self.object_wal_bytes),
+            (lsfs_object::wal::DEFAULT_WAL_BYTES, 1 << 20, 64 << 30),
+        )?;
+        Ok(got.map(|(path, max_bytes)| lsfs_object::WalConfig { path, max_bytes }))
+    }
+
+    /// The cache of segment objects on local disk, if one is asked for;
+    /// sources as for [`FileConfig::object_wal`].
+    pub fn object_disk_cache(
+        &self,
+        dir: Option<PathBuf>,
+        bytes: Option<u64>,
+    ) -> Result<Option<lsfs_object::DiskCacheConfig>, String> {
+        let got = path_and_bound(
+            ("object_disk_cache", "LSFS_OBJECT_DISK_CACHE"),
+            (dir, &self.object_disk_cache),
+            (bytes, self.object_disk_cache_bytes),
+            (
+                lsfs_object::disk_cache::DEFAULT_DISK_CACHE_BYTES,
+                16 << 20,
+                16 << 40,
+            ),
+        )?;
+        Ok(got.map(|(dir, max_bytes)| lsfs_object::DiskCacheConfig { dir, max_bytes }))
     }
 
     /// The mount configuration, validating every value.
@@ -195,6 +285,49 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("`off`, `on`, `batched`"), "{err}");
+    }
+
+    /// The write-ahead file: an absolute path, a bound in range, a bound
+    /// alone refused; the mount option wins over the file.
+    #[test]
+    fn object_wal_is_checked_and_named() {
+        let none = FileConfig::default();
+        if std::env::var_os("LSFS_OBJECT_WAL").is_none() {
+            assert_eq!(none.object_wal(None, None).unwrap(), None);
+        }
+        let f: FileConfig = toml::from_str("object_wal = \"/var/lib/x.wal\"").unwrap();
+        let w = f.object_wal(None, None).unwrap().unwrap();
+        assert_eq!(w.path, std::path::PathBuf::from("/var/lib/x.wal"));
+        assert_eq!(w.max_bytes, lsfs_object::wal::DEFAULT_WAL_BYTES);
+        let w = f
+            .object_wal(Some("/o.wal".into()), Some(2 << 20))
+            .unwrap()
+            .unwrap();
+        assert_eq!((w.path.to_str(), w.max_bytes), (Some("/o.wal"), 2 << 20));
+        let err = f.object_wal(None, Some(1000)).unwrap_err();
+        assert!(
+            err.contains("object_wal_bytes") && err.contains("1048576"),
+            "{err}"
+        );
+        let rel: FileConfig = toml::from_str("object_wal = \"x.wal\"").unwrap();
+        let err = rel.object_wal(None, None).unwrap_err();
+        assert!(
+            err.contains("object_wal") && err.contains("absolute"),
+            "{err}"
+        );
+        let d: FileConfig = toml::from_str(
+            "object_disk_cache = \"/var/cache/lsfs\"\nobject_disk_cache_bytes = 1000",
+        )
+        .unwrap();
+        let err = d.object_disk_cache(None, None).unwrap_err();
+        assert!(err.contains("object_disk_cache_bytes"), "{err}");
+        let c = d.object_disk_cache(None, Some(64 << 20)).unwrap().unwrap();
+        assert_eq!(c.max_bytes, 64 << 20);
+        let alone: FileConfig = toml::from_str("object_wal_bytes = 2097152").unwrap();
+        if std::env::var_os("LSFS_OBJECT_WAL").is_none() {
+            let err = alone.object_wal(None, None).unwrap_err();
+            assert!(err.contains("without object_wal"), "{err}");
+        }
     }
 
     #[test]

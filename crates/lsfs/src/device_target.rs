@@ -4,7 +4,7 @@
 
 use lsfs_core::device::{BlockDevice, FileDevice};
 use lsfs_object::layout::Geometry;
-use lsfs_object::{is_object_url, ObjectDevice, Target};
+use lsfs_object::{is_object_url, DiskCacheConfig, ObjectDevice, Target, WalConfig};
 use std::path::Path;
 
 /// The object-store URL `image` spells, if it is one.
@@ -14,24 +14,46 @@ pub fn object_url(image: &Path) -> Option<&str> {
 
 /// Open the device `image` names; `writable` takes an object store's lease.
 pub fn open(image: &Path, writable: bool) -> Result<Box<dyn BlockDevice>, String> {
-    open_cached(image, writable, lsfs_object::device::DEFAULT_CACHE_BYTES)
+    open_cached(
+        image,
+        writable,
+        lsfs_object::device::DEFAULT_CACHE_BYTES,
+        None,
+        None,
+    )
 }
 
-/// [`open`], with the bound on an object store's objects kept in memory.
+/// [`open`], with the bound on an object store's objects kept in memory,
+/// its write-ahead file and its cache on disk, if any (an image file
+/// refuses those).
 pub fn open_cached(
     image: &Path,
     writable: bool,
     object_cache_bytes: u64,
+    wal: Option<&WalConfig>,
+    disk: Option<&DiskCacheConfig>,
 ) -> Result<Box<dyn BlockDevice>, String> {
     match object_url(image) {
         Some(url) => {
             let t = Target::parse(url)?;
-            Ok(Box::new(ObjectDevice::open(
+            Ok(Box::new(ObjectDevice::open_full(
                 &t,
                 writable,
                 object_cache_bytes,
+                wal,
+                disk,
             )?))
         }
+        None if wal.is_some() || disk.is_some() => Err(format!(
+            "{}: {} is not an object store URL; it is for s3://, file:// and memory:// \
+             file systems only",
+            if wal.is_some() {
+                "object_wal"
+            } else {
+                "object_disk_cache"
+            },
+            image.display()
+        )),
         None => Ok(Box::new(
             FileDevice::open(image, writable).map_err(|e| e.to_string())?,
         )),

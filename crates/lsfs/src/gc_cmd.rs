@@ -113,6 +113,12 @@ pub fn stats(mnt: &Path, json_out: bool) -> Result<Value, String> {
                 "object store: {} GETs ({} bytes), {} PUTs ({} bytes), {} DELETEs",
                 o["gets"], o["get_bytes"], o["puts"], o["put_bytes"], o["deletes"]
             );
+            if !o["wal_records"].is_null() {
+                println!(
+                    "write-ahead file: {} records ({} bytes) appended, {} uploads of everything",
+                    o["wal_records"], o["wal_bytes"], o["wal_syncs"]
+                );
+            }
         }
         if let Some(m) = s["by_stream"].as_object() {
             for (stream, t) in m {

@@ -245,7 +245,12 @@ struct MountArgs {
     /// is `on`, `nodiscard` is `off`; default batched, or the config
     /// file's); `compress=lz4|off` (records of user data written as LZ4
     /// frames; `nocompress` is `off`; default: as the image says, or the
-    /// config file); the generic `nosuid`,
+    /// config file); `object_wal=PATH` (an object store's flushes go to
+    /// this local write-ahead file and its objects are uploaded later:
+    /// docs/OBJECT_STORE.md) and `object_wal_bytes=SIZE` (its bound,
+    /// default 64M); `object_disk_cache=DIR` and `object_disk_cache_bytes=SIZE`
+    /// (an object store's segments cached on local disk, default bound
+    /// 1G); the generic `nosuid`,
     /// `nodev`, `noexec`, `noatime`, `sync`, … and their opposites; and,
     /// ignored, what fstab says to mount(8) or systemd (`defaults`,
     /// `noauto`, `nofail`, `user`, `_netdev`, `x-*`, `comment=*`).
@@ -705,10 +710,15 @@ fn mount(a: MountArgs) -> Result<(), String> {
     if let Some(c) = o.compress {
         cfg.store.compress = Some(c);
     }
+    let wal = file_cfg.object_wal(o.object_wal.clone(), o.object_wal_bytes)?;
+    let disk_cache =
+        file_cfg.object_disk_cache(o.object_disk_cache.clone(), o.object_disk_cache_bytes)?;
     let dev = device_target::open_cached(
         &a.image,
         !cfg.store.read_only,
         file_cfg.object_cache_bytes()?,
+        wal.as_ref(),
+        disk_cache.as_ref(),
     )?;
     let mut fs =
         Lsfs::open(dev, cfg).map_err(|e| format!("cannot mount {}: {e}", a.image.display()))?;

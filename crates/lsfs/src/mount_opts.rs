@@ -46,6 +46,14 @@ pub struct MountOpts {
     /// `compress=lz4|off` (`nocompress` is off): whether records of user
     /// data are compressed (docs/CONFIG.md).
     pub compress: Option<bool>,
+    /// `object_wal=PATH`: an object store's write-ahead file.
+    pub object_wal: Option<PathBuf>,
+    /// `object_wal_bytes=SIZE`: its bound.
+    pub object_wal_bytes: Option<u64>,
+    /// `object_disk_cache=DIR`: an object store's segments cached on disk.
+    pub object_disk_cache: Option<PathBuf>,
+    /// `object_disk_cache_bytes=SIZE`: its bound.
+    pub object_disk_cache_bytes: Option<u64>,
     /// `allow_other`: let other users in (root's mounts always do).
     pub allow_other: bool,
     /// The kernel's generic mount flags (`MS_NOSUID`, …) asked for.
@@ -70,6 +78,10 @@ impl Default for MountOpts {
             config: None,
             discard: None,
             compress: None,
+            object_wal: None,
+            object_wal_bytes: None,
+            object_disk_cache: None,
+            object_disk_cache_bytes: None,
             allow_other: false,
             kernel_flags: 0,
             ignored: Vec::new(),
@@ -81,6 +93,7 @@ impl Default for MountOpts {
 const KNOWN: &str = "ro, rw, writeback_cache, no_writeback_cache, atomic_writes, \
     no_atomic_writes, checkpoint=N, cache_size=SIZE, threads=N, spin_us=N, uring=off|auto|on, \
     config=FILE, discard=off|on|batched, [no]discard, compress=lz4|off, nocompress, \
+    object_wal=PATH, object_wal_bytes=SIZE, object_disk_cache=DIR, object_disk_cache_bytes=SIZE, \
     allow_other, default_permissions, \
     [no]suid, [no]dev, [no]exec, [no]atime, [no]diratime, relatime, strictatime, sync, \
     async, dirsync; ignored: defaults, [no]auto, nofail, [no]user, users, owner, group, \
@@ -181,6 +194,27 @@ impl MountOpts {
                 ("nodiscard", None) => o.discard = Some(DiscardMode::Off),
                 ("compress", Some(v)) => o.compress = Some(parse_compress(v)?),
                 ("nocompress", None) => o.compress = Some(false),
+                ("object_wal" | "object_disk_cache", Some(v)) => {
+                    if !v.starts_with('/') {
+                        return Err(format!("option '{opt}': must be an absolute path"));
+                    }
+                    let p = Some(PathBuf::from(v));
+                    if key == "object_wal" {
+                        o.object_wal = p
+                    } else {
+                        o.object_disk_cache = p
+                    }
+                }
+                ("object_wal_bytes" | "object_disk_cache_bytes", Some(v)) => {
+                    let b = Some(
+                        crate::size::parse_size(v).map_err(|e| format!("option '{opt}': {e}"))?,
+                    );
+                    if key == "object_wal_bytes" {
+                        o.object_wal_bytes = b
+                    } else {
+                        o.object_disk_cache_bytes = b
+                    }
+                }
                 ("allow_other", None) => o.allow_other = true,
                 // The kernel always checks permissions against the
                 // attributes lsfs reports.
@@ -249,6 +283,22 @@ mod tests {
             e.contains("'nosuchthing'") && e.contains("no_writeback_cache"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn object_wal_takes_an_absolute_path_and_a_size() {
+        let o: MountOpts = "object_wal=/var/lib/a.wal,object_wal_bytes=8M"
+            .parse()
+            .unwrap();
+        assert_eq!(o.object_wal, Some(PathBuf::from("/var/lib/a.wal")));
+        assert_eq!(o.object_wal_bytes, Some(8 << 20));
+        let e = "object_wal=a.wal".parse::<MountOpts>().unwrap_err();
+        assert!(
+            e.contains("'object_wal=a.wal'") && e.contains("absolute"),
+            "{e}"
+        );
+        let e = "object_wal_bytes=lots".parse::<MountOpts>().unwrap_err();
+        assert!(e.contains("object_wal_bytes=lots"), "{e}");
     }
 
     #[test]

@@ -10,7 +10,10 @@
 //!   fsynced before is there after the server comes back;
 //! * the server stopped (SIGSTOP) under a mount: the fsync fails with EIO
 //!   once the request times out, and after the server goes on, the
-//!   unmount gives the lease back as usual.
+//!   unmount gives the lease back as usual;
+//! * a write-ahead file: small fsyncs upload far fewer bytes than without
+//!   it, go on succeeding with the server killed, and survive the mount's
+//!   own crash (SIGKILL): the next mount with the file stores them.
 
 #[path = "../../lsfs-fuse/tests/common/mod.rs"]
 mod common;
@@ -474,4 +477,112 @@ fn s3_server_stopped_under_a_mount() {
     );
     m.unmount();
     fsck_clean(&w, &url, "after the stop");
+}
+
+/// `lsfs stats`'s object-store counters of the mount at `mnt`.
+fn object_counters(mnt: &Path) -> serde_json::Value {
+    mounted::lsfs_json("stats", mnt)["object_store"].clone()
+}
+
+/// `n` files of 4 KiB under `dir`, each written and fsynced; the put
+/// bytes of the mount at `mnt` and the time it took.
+fn small_fsyncs(mnt: &Path, dir: &str, n: usize) -> (u64, Duration) {
+    fs::create_dir(mnt.join(dir)).unwrap();
+    let before = object_counters(mnt)["put_bytes"].as_u64().unwrap();
+    let t0 = Instant::now();
+    for i in 0..n {
+        write_synced(&mnt.join(format!("{dir}/f{i}")), &data(i as u64, 4096));
+    }
+    let took = t0.elapsed();
+    let after = object_counters(mnt)["put_bytes"].as_u64().unwrap();
+    (after - before, took)
+}
+
+#[test]
+fn s3_write_ahead_file_uploads_less_and_survives_crashes() {
+    if !common::fuse_available() {
+        return;
+    }
+    let mut w = Weed::start("lsfs-wal");
+    let (tmp, mnt, _) = scratch();
+    let url = w.url("fs");
+    mkfs(&w, &url);
+    let wal = tmp.path().join("fs.wal");
+    let wal_opt = format!("object_wal={}", wal.display());
+    // No checkpoint by time during the test: what goes up is what the
+    // fsyncs and the log's segments make go up.
+    let cfg = tmp.path().join("lsfs.toml");
+    fs::write(&cfg, "checkpoint_interval_secs = 3600\n").unwrap();
+    let cfg_arg = format!("--config={}", cfg.display());
+    const N: usize = 30;
+
+    let m = mount(&w, &[], &url, &mnt, &[&cfg_arg], &tmp.path().join("m0.log"));
+    let (plain, plain_t) = small_fsyncs(&m.mnt, "plain", N);
+    m.unmount();
+    let m = mount(
+        &w,
+        FAST_FAIL,
+        &url,
+        &mnt,
+        &[&cfg_arg, "-o", &wal_opt],
+        &tmp.path().join("m1.log"),
+    );
+    let (logged, logged_t) = small_fsyncs(&m.mnt, "logged", N);
+    let c = object_counters(&m.mnt);
+    eprintln!(
+        "{N} fsyncs of 4 KiB: {plain} bytes put in {plain_t:?} without the write-ahead file, \
+         {logged} bytes put in {logged_t:?} with it ({c})"
+    );
+    assert!(c["wal_records"].as_u64().unwrap() >= N as u64, "{c}");
+    assert!(
+        logged * 5 < plain,
+        "with the file {logged} bytes put, without {plain}"
+    );
+
+    // The store gone: fsyncs go on succeeding into the file (until one
+    // needs an upload: the log starting a segment), then the mount dies.
+    w.kill();
+    let mut kept = Vec::new();
+    for i in 0..3 {
+        let name = format!("logged/after{i}");
+        let b = data(100 + i, 4096);
+        let mut f = fs::File::create(m.mnt.join(&name)).unwrap();
+        f.write_all(&b).unwrap();
+        if f.sync_all().is_err() {
+            break;
+        }
+        kept.push((name, b));
+    }
+    assert!(!kept.is_empty(), "no fsync succeeded with the store gone");
+    m.crash();
+
+    w.restart();
+    let log2 = tmp.path().join("m2.log");
+    let m = mount(&w, &[], &url, &mnt, &["-o", &wal_opt], &log2);
+    let said = fs::read_to_string(&log2).unwrap();
+    assert!(said.contains("took over the lease"), "{said}");
+    for i in 0..N {
+        assert_eq!(
+            fs::read(m.mnt.join(format!("logged/f{i}"))).unwrap(),
+            data(i as u64, 4096),
+            "logged/f{i}"
+        );
+    }
+    for (name, b) in &kept {
+        assert_eq!(&fs::read(m.mnt.join(name)).unwrap(), b, "{name}");
+    }
+    m.unmount();
+    fsck_clean(&w, &url, "after the replay");
+    // Everything is stored: a mount without the file reads it all.
+    let m = mount(
+        &w,
+        &[],
+        &url,
+        &mnt,
+        &["-o", "ro"],
+        &tmp.path().join("m3.log"),
+    );
+    for (name, b) in &kept {
+        assert_eq!(&fs::read(m.mnt.join(name)).unwrap(), b, "{name}");
+    }
 }

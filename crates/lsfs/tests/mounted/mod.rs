@@ -114,6 +114,14 @@ impl Mounted {
         self.child.try_wait().unwrap()
     }
 
+    /// Kill the server with SIGKILL (a crash: nothing written, nothing
+    /// given back) and detach the dead mount.
+    pub fn crash(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+    }
+
     fn take_down(&mut self) {
         // A file still open (a test's reader not yet gone, a shell's cwd)
         // makes the unmount fail with "busy" for a moment: try again.

@@ -1,0 +1,161 @@
+//! The cache of segment objects on local disk: segments read after a
+//! remount come from it, within its bound, least recently used first out;
+//! an entry that does not verify is fetched again; another writer since,
+//! or a mount that did not close, empties it.
+
+use lsfs_core::device::BlockDevice;
+use lsfs_object::layout::Geometry;
+use lsfs_object::{DiskCacheConfig, ObjectDevice, Target};
+use object_store::memory::InMemory;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+const SEG_BLOCKS: u64 = 64;
+const SEG_BYTES: u64 = SEG_BLOCKS * 4096;
+
+fn geo() -> Geometry {
+    Geometry {
+        device_bytes: 24 << 20,
+        segment_blocks: SEG_BLOCKS,
+    }
+}
+
+/// Segment `n`'s first byte.
+fn seg(n: u64) -> u64 {
+    (1 + n * SEG_BLOCKS) * 4096
+}
+
+struct Dir(PathBuf);
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn dir(name: &str) -> Dir {
+    let d = std::env::temp_dir().join(format!("lsfs-dc-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    Dir(d)
+}
+
+/// Room for three segments' entries.
+fn cfg(d: &Path) -> DiskCacheConfig {
+    DiskCacheConfig {
+        dir: d.join("cache"),
+        max_bytes: 3 * (SEG_BYTES + 4),
+    }
+}
+
+fn open(t: &Target, c: &DiskCacheConfig) -> ObjectDevice {
+    ObjectDevice::open_full(t, true, 8 << 20, None, Some(c)).unwrap()
+}
+
+fn fill(n: u64, round: u8) -> Vec<u8> {
+    vec![n as u8 ^ round; SEG_BYTES as usize]
+}
+
+fn read_seg(dev: &ObjectDevice, n: u64) -> Vec<u8> {
+    let mut b = vec![0; SEG_BYTES as usize];
+    dev.read_at(seg(n), &mut b).unwrap();
+    b
+}
+
+fn cache_bytes(c: &DiskCacheConfig) -> u64 {
+    std::fs::read_dir(&c.dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("seg-"))
+        .map(|e| e.metadata().unwrap().len())
+        .sum()
+}
+
+/// Five segments written; three come back from disk after a remount.
+fn five_segments(t: &Target, c: &DiskCacheConfig, round: u8) {
+    let dev = open(t, c);
+    for n in 2..7 {
+        dev.write_at(seg(n), &fill(n, round)).unwrap();
+        dev.flush().unwrap();
+    }
+    assert!(cache_bytes(c) <= c.max_bytes);
+    dev.release().unwrap();
+}
+
+#[test]
+fn segments_come_back_from_disk_within_the_bound() {
+    let d = dir("lru");
+    let t = Target::on(Arc::new(InMemory::new()), "fs");
+    ObjectDevice::create(&t, geo(), false).unwrap();
+    let c = cfg(&d.0);
+    five_segments(&t, &c, 0);
+    let dev = open(&t, &c);
+    // One mount per cache.
+    let other = Target::on(Arc::new(InMemory::new()), "other");
+    ObjectDevice::create(&other, geo(), false).unwrap();
+    let err = ObjectDevice::open_full(&other, true, 8 << 20, None, Some(&c))
+        .err()
+        .unwrap();
+    assert!(err.contains("in use by another mount"), "{err}");
+    let gets = dev.object_counters().gets;
+    for n in 4..7 {
+        assert_eq!(read_seg(&dev, n), fill(n, 0), "segment {n}");
+    }
+    assert_eq!(dev.object_counters().gets, gets, "the last three from disk");
+    // Segment 2 is fetched, and segment 4, the least recently used,
+    // leaves the disk for it.
+    assert_eq!(read_seg(&dev, 2), fill(2, 0));
+    assert_eq!(dev.object_counters().gets, gets + 1);
+    assert!(cache_bytes(&c) <= c.max_bytes);
+    assert!(!c.dir.join("seg-4").exists() && c.dir.join("seg-2").exists());
+    let counters: std::collections::HashMap<_, _> = dev.extra_counters().into_iter().collect();
+    assert_eq!(counters["disk_cache_hits"], 3);
+    dev.release().unwrap();
+    drop(dev);
+
+    // A damaged entry is fetched again, and right.
+    let f = c.dir.join("seg-5");
+    let mut b = std::fs::read(&f).unwrap();
+    b[100] ^= 1;
+    std::fs::write(&f, &b).unwrap();
+    let dev = open(&t, &c);
+    let gets = dev.object_counters().gets;
+    assert_eq!(read_seg(&dev, 5), fill(5, 0));
+    assert_eq!(dev.object_counters().gets, gets + 1);
+    assert_eq!(read_seg(&dev, 6), fill(6, 0));
+    assert_eq!(dev.object_counters().gets, gets + 1, "segment 6 from disk");
+    dev.release().unwrap();
+}
+
+#[test]
+fn another_writer_or_a_crash_empties_it() {
+    let d = dir("stale");
+    let t = Target::on(Arc::new(InMemory::new()), "fs");
+    ObjectDevice::create(&t, geo(), false).unwrap();
+    let c = cfg(&d.0);
+    five_segments(&t, &c, 0);
+    // Another writer, without the cache, changes segment 6.
+    let other = ObjectDevice::open(&t, true, 8 << 20).unwrap();
+    other.write_at(seg(6), &fill(6, 0x55)).unwrap();
+    other.flush().unwrap();
+    other.release().unwrap();
+    let dev = open(&t, &c);
+    assert_eq!(cache_bytes(&c), 0, "emptied");
+    assert_eq!(read_seg(&dev, 6), fill(6, 0x55));
+    dev.write_at(seg(5), &fill(5, 1)).unwrap();
+    dev.flush().unwrap();
+    // The mount dies: the next one does not trust the cache.
+    dev.kill_switch()
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    drop(dev);
+    assert!(cache_bytes(&c) > 0);
+    // Its lease names this (live) test process: given up by hand.
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(t.store.delete(&t.path("lease")))
+        .unwrap();
+    let dev = open(&t, &c);
+    assert_eq!(cache_bytes(&c), 0, "emptied after a crash");
+    assert_eq!(read_seg(&dev, 5), fill(5, 1));
+    dev.release().unwrap();
+}
