@@ -49,13 +49,21 @@ pub fn compress_blocks(parts: &[&[u8]], scratch: &mut Scratch) -> Option<Vec<u8>
         return None;
     }
     let Scratch { input, output } = scratch;
-    input.clear();
-    // Exact sizes: what a thread keeps is then at most one record's input
-    // and LZ4's worst case for it, not what doubling rounds them up to.
-    input.reserve_exact(len);
-    for p in parts {
-        input.extend_from_slice(p);
-    }
+    // One part (a record's run, already in its buffer) is compressed where
+    // it lies; several (blocks from the cache) are gathered first.
+    let input: &[u8] = if let [one] = parts {
+        one
+    } else {
+        input.clear();
+        // Exact sizes: what a thread keeps is then at most one record's
+        // input and LZ4's worst case for it, not what doubling rounds
+        // them up to.
+        input.reserve_exact(len);
+        for p in parts {
+            input.extend_from_slice(p);
+        }
+        input
+    };
     // Room for the header and LZ4's worst case. Only what this frame
     // writes is read back below; the rest may hold an earlier frame's bytes.
     let room = FRAME_HEADER_BYTES + lz4_flex::block::get_maximum_output_size(len);
