@@ -37,7 +37,6 @@ use crate::log::record::{RecordHeader, FLAG_COMPRESSED};
 use crate::meta::construct::{Item, Plan};
 use crate::meta::dat_entry::DatEntry;
 use crate::meta::store::{Store, StoreStats};
-use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -453,11 +452,23 @@ struct RecordLater {
 /// slots of the frame and the proof.
 type LaterInput = (RecordHeader, Vec<u8>, u32, frame::PrefixProof);
 
-thread_local! {
-    /// One scratch per thread that compresses records later (the writer
-    /// thread, mostly): a record's blocks and LZ4's worst case for them,
-    /// 8.4 MiB, kept rather than faulted in again for every record.
-    static LATER_SCRATCH: RefCell<frame::Scratch> = RefCell::default();
+/// Scratch buffers of the threads that compress records later (the
+/// thread running the I/O queue and its helpers, which start anew for each
+/// batch): a record's LZ4 worst case, 4.2 MiB for a full one, kept rather
+/// than faulted in again for every record. At most [`MAX_THREADS`] are
+/// kept, as many as compress at once.
+static LATER_SCRATCH: Mutex<Vec<frame::Scratch>> = Mutex::new(Vec::new());
+
+/// Run `f` with a scratch buffer from [`LATER_SCRATCH`], then give it back.
+fn with_later_scratch<T>(f: impl FnOnce(&mut frame::Scratch) -> T) -> T {
+    let pool = || LATER_SCRATCH.lock().unwrap_or_else(|p| p.into_inner());
+    let mut s = pool().pop().unwrap_or_default();
+    let r = f(&mut s);
+    let mut kept = pool();
+    if kept.len() < MAX_THREADS {
+        kept.push(s);
+    }
+    r
 }
 
 impl RecordLater {
@@ -470,8 +481,7 @@ impl RecordLater {
             .expect("a record's writes are made once");
         let nsum = h.nsum_blocks as usize;
         let run = nsum * BLOCK_BYTES..(nsum + k as usize) * BLOCK_BYTES;
-        let f = LATER_SCRATCH
-            .with(|s| frame::compress_proved(&buf[run.clone()], proof, &mut s.borrow_mut()));
+        let f = with_later_scratch(|s| frame::compress_proved(&buf[run.clone()], proof, s));
         let m = (f.len() / BLOCK_BYTES) as u32;
         buf.splice(run, f);
         (h.flags, h.frame_blocks, h.frame_slots) = (h.flags | FLAG_COMPRESSED, m, k);
