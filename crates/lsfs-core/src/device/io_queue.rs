@@ -42,7 +42,9 @@
 //! queued raw, whose frame is compressed there, outside the engine's lock
 //! (meta/compress.rs). They run in order like any write; helper threads
 //! make a batch's deferred writes ahead of the thread running it, and a
-//! read that overlaps one makes its bytes (once) to lay them over.
+//! read that overlaps one makes its bytes (once) to lay them over. One
+//! counts its span against the bound until its bytes are made, then what
+//! they hold; an append at the bound first makes the queued ones itself.
 //!
 //! **Discards** run in order like writes: one appended after a checkpoint's
 //! flush runs after it, and before any later write to the same range.
@@ -129,6 +131,9 @@ enum Op {
 struct Entry {
     ticket: Ticket,
     op: Op,
+    /// What it counts in `pending_bytes`: a deferred write its span until
+    /// its bytes are made, then their length.
+    counted: usize,
 }
 
 struct State {
@@ -179,7 +184,7 @@ impl State {
         self.done = upto;
         while self.entries.front().is_some_and(|e| e.ticket <= upto) {
             let e = self.entries.pop_front().expect("front exists");
-            self.pending_bytes -= e.op.queued_bytes();
+            self.pending_bytes -= e.counted;
         }
     }
 
@@ -418,6 +423,45 @@ impl IoQueue {
         self.append(Op::Deferred(w))
     }
 
+    /// The bytes of deferred write `t` are made: count what they hold
+    /// (a compressed record's frame, where its raw payload was counted).
+    fn note_made(&self, t: Ticket, w: &dyn DeferredWrite) {
+        let made: usize = w.writes().iter().map(|(_, d)| d.len()).sum();
+        let mut st = self.lock();
+        let st = &mut *st;
+        if let Some(e) = st.entries.iter_mut().find(|e| e.ticket == t) {
+            st.pending_bytes -= e.counted;
+            e.counted = made;
+            st.pending_bytes += made;
+        }
+    }
+
+    /// At the bound: make the queued deferred writes whose bytes are not
+    /// made yet, oldest first, on the appending thread, until the queue
+    /// is under `bound`. Their bytes are what holds the queue up (a
+    /// compressed record queued raw); waiting for the queue to run instead
+    /// would also wait for its flushes, with the appender's lock held.
+    fn make_queued(&self, bound: usize) {
+        let todo: Vec<(Ticket, Arc<dyn DeferredWrite>)> = {
+            let st = self.lock();
+            st.entries
+                .iter()
+                .filter_map(|e| match &e.op {
+                    Op::Deferred(w) if e.counted == w.span().1 as usize => {
+                        Some((e.ticket, w.clone()))
+                    }
+                    _ => None,
+                })
+                .collect()
+        };
+        for (t, w) in todo {
+            if self.lock().pending_bytes <= bound {
+                return;
+            }
+            self.note_made(t, w.as_ref());
+        }
+    }
+
     /// Run the writes of a deferred write on the device.
     fn run_deferred(&self, w: &dyn DeferredWrite) -> Result<()> {
         for (offset, data) in w.writes() {
@@ -473,6 +517,15 @@ impl IoQueue {
         }
         let len = op.queued_bytes();
         if len > 0 && st.pending_bytes > 0 && st.pending_bytes + len > st.limit {
+            let bound = st.limit.saturating_sub(len);
+            drop(st);
+            self.make_queued(bound);
+            st = self.lock();
+            if let Some(f) = &st.failed {
+                return Err(failed_error(f));
+            }
+        }
+        if len > 0 && st.pending_bytes > 0 && st.pending_bytes + len > st.limit {
             // At the bound: run what is queued first, here.
             self.counters.inline_drains.fetch_add(1, Ordering::Relaxed);
             let last = st.last();
@@ -489,7 +542,11 @@ impl IoQueue {
             st.entries.back().is_none_or(|e| e.ticket + 1 == t),
             "queued tickets are consecutive"
         );
-        st.entries.push_back(Entry { ticket: t, op });
+        st.entries.push_back(Entry {
+            ticket: t,
+            op,
+            counted: len,
+        });
         st.pending_bytes += len;
         assert!(
             st.pending_bytes <= st.limit.max(len),
@@ -673,10 +730,10 @@ impl IoQueue {
     /// in). The bytes are the same whoever makes them, and the device
     /// sees the batch in order.
     fn execute_batch(&self, batch: &[(Ticket, Op)], run: &mut BatchRun) -> Option<Error> {
-        let deferred: Vec<&dyn DeferredWrite> = batch
+        let deferred: Vec<(Ticket, &dyn DeferredWrite)> = batch
             .iter()
-            .filter_map(|(_, op)| match op {
-                Op::Deferred(w) => Some(w.as_ref()),
+            .filter_map(|(t, op)| match op {
+                Op::Deferred(w) => Some((*t, w.as_ref())),
                 _ => None,
             })
             .collect();
@@ -696,10 +753,11 @@ impl IoQueue {
             for _ in 0..helpers {
                 sc.spawn(|| {
                     while !stop.load(Ordering::Relaxed) {
-                        let Some(w) = deferred.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                        let Some(&(t, w)) = deferred.get(next.fetch_add(1, Ordering::Relaxed))
+                        else {
                             return;
                         };
-                        w.writes();
+                        self.note_made(t, w);
                     }
                 });
             }
@@ -729,6 +787,7 @@ impl IoQueue {
                     }
                 }
                 Op::Deferred(w) => {
+                    self.note_made(*t, w.as_ref());
                     if let Err(e) = self.run_deferred(w.as_ref()) {
                         return Some(e);
                     }
@@ -1088,6 +1147,72 @@ mod tests {
         q.complete(q.last_ticket()).unwrap();
         q.write(0, vec![9; 5 * B]).unwrap();
         assert_eq!(q.pending_bytes(), 5 * B);
+    }
+
+    /// A deferred write that spans `span` blocks and writes `value` into
+    /// its first block only (as a compressed record writes its frame).
+    struct Shrinks {
+        at: u64,
+        span: usize,
+        value: u8,
+        made: std::sync::OnceLock<Vec<(u64, Vec<u8>)>>,
+        makes: AtomicUsize,
+    }
+
+    impl DeferredWrite for Shrinks {
+        fn span(&self) -> (u64, u64) {
+            (self.at, (self.span * B) as u64)
+        }
+        fn writes(&self) -> &[(u64, Vec<u8>)] {
+            self.made.get_or_init(|| {
+                self.makes.fetch_add(1, Ordering::SeqCst);
+                vec![(self.at, vec![self.value; B])]
+            })
+        }
+    }
+
+    fn shrinks(at_block: u64, span: usize, value: u8) -> Arc<Shrinks> {
+        Arc::new(Shrinks {
+            at: at_block * B as u64,
+            span,
+            value,
+            made: Default::default(),
+            makes: AtomicUsize::new(0),
+        })
+    }
+
+    /// Deferred writes run in order with the others, reads see them (made
+    /// once, whoever asks first), and at the bound the appender makes the
+    /// queued ones, which then count what they write, rather than run the
+    /// queue with its flushes.
+    #[test]
+    fn deferred_writes_run_in_order_and_shrink_to_what_they_write() {
+        let (q, log) = queue();
+        q.set_limit(9 * B);
+        q.write(0, vec![1; 4 * B]).unwrap();
+        let a = shrinks(1, 4, 2);
+        q.write_deferred(a.clone()).unwrap();
+        q.barrier().unwrap();
+        assert_eq!(q.pending_bytes(), 8 * B);
+        // Read through: block 1 from the deferred write, 2..4 the earlier.
+        let mut back = vec![0; 4 * B];
+        q.read_at(0, &mut back).unwrap();
+        assert_eq!(back[..B], [1; B]);
+        assert_eq!(back[B..2 * B], [2; B]);
+        assert_eq!(back[2 * B..], [1; 2 * B]);
+        assert_eq!(a.makes.load(Ordering::SeqCst), 1);
+        // Over the bound: the deferred writes are made, here, not run.
+        let b = shrinks(8, 4, 3);
+        q.write_deferred(b.clone()).unwrap();
+        q.write(20 * B as u64, vec![4; B]).unwrap();
+        assert_eq!(b.makes.load(Ordering::SeqCst), 1);
+        assert_eq!(q.counters().inline_drains, 0, "ran the queue");
+        assert!(log.is_empty(), "wrote before completing");
+        assert_eq!(q.pending_bytes(), 4 * B + B + B + B);
+        q.complete(q.last_ticket()).unwrap();
+        assert_eq!(kinds(&log), "w0 w1 F w8 w20");
+        assert_eq!(a.makes.load(Ordering::SeqCst), 1, "made twice");
+        assert_eq!(q.pending_bytes(), 0);
     }
 
     /// Several threads completing at once: each ticket completes, in
