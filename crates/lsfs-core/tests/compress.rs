@@ -458,3 +458,141 @@ fn clones_of_compressed_files_share_their_frames() {
     assert_eq!(read_back(&mut fs, b, data.len()), data);
     assert_clean(&fsck_bytes(image(&mut fs)), "compressed clones");
 }
+
+/// A mount's setting: device work queued under the lock and finished
+/// after it (`Lsfs::defer_io`), with a cache big enough that a few MiB
+/// stay queued rather than drained by the queue's bound.
+fn deferred_cfg() -> MountConfig {
+    let mut c = ccfg();
+    c.store.cache_blocks = 4096;
+    c
+}
+
+/// Records whose frames are compressed when the queue writes them
+/// (meta/compress.rs, `RecordLater`): while they are still queued, raw, a
+/// read of their blocks, through the DAT's frame slots, gets the file's
+/// data (the read makes the frame the queue will write, and writes
+/// nothing); once written, the same; and the image is clean.
+#[test]
+fn blocks_of_records_not_yet_compressed_and_written_read_back() {
+    let mut fs = mkfs(64 * MIB, deferred_cfg());
+    fs.defer_io(true).unwrap();
+    let io = fs.store.io().clone();
+    let ino = file(&mut fs, b"f");
+    let data = text(5, 2 * MIB as usize);
+    fs.write(ino, 0, &data).unwrap();
+    fs.checkpoint().unwrap();
+    let queued = io.pending_bytes();
+    assert!(queued >= MIB as usize, "{queued} bytes queued");
+    let writes = fs.store.device_counters().writes;
+    // Frames made under the lock (a short record's, at a segment's end).
+    let before = fs.store.stats().compressed_records;
+    fs.store.drop_clean_cache();
+    assert_eq!(
+        read_back(&mut fs, ino, data.len()),
+        data,
+        "read while queued"
+    );
+    assert_eq!(io.pending_bytes(), queued, "the read completed the queue");
+    assert_eq!(fs.store.device_counters().writes, writes, "the read wrote");
+    let st = fs.store.stats();
+    assert!(
+        st.compressed_records >= before + 2,
+        "{} frames made by the read, {before} before",
+        st.compressed_records - before
+    );
+    assert!(
+        st.frames_decompressed >= 2,
+        "the read went around the frames"
+    );
+    io.complete(io.last_ticket()).unwrap();
+    assert_eq!(io.pending_bytes(), 0);
+    let made = fs.store.stats().compressed_records;
+    fs.store.drop_clean_cache();
+    assert_eq!(
+        read_back(&mut fs, ino, data.len()),
+        data,
+        "read once written"
+    );
+    assert_eq!(
+        fs.store.stats().compressed_records,
+        made,
+        "frames made twice"
+    );
+    fs.unmount().unwrap();
+    let img = image(&mut fs);
+    assert_clean(&fsck_bytes(img.clone()), "after the deferred records");
+    let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(img)), ccfg()).unwrap();
+    assert_eq!(read_back(&mut fs, ino, data.len()), data, "after a remount");
+}
+
+/// An fsync whose record is compressed after the engine's lock is let go
+/// (`locked::call`): a crash before the queue writes it loses only what
+/// was not acknowledged (the file reads its fsynced old contents), a
+/// crash at any flush on the way reads old or new, and once the call
+/// returns, every crash reads the new contents. fsck finds each image clean.
+#[test]
+fn a_crash_before_a_record_compressed_after_the_lock_is_written_loses_nothing_acknowledged() {
+    use lsfs_core::fs::locked::call;
+    let base = {
+        let mut fs = mkfs(64 * MIB, ccfg());
+        fs.unmount().unwrap();
+        image(&mut fs)
+    };
+    let (dev, log) = CrashDevice::new(MemDevice::from_bytes(base));
+    let mut fs = Lsfs::open(Box::new(dev), deferred_cfg()).unwrap();
+    fs.defer_io(true).unwrap();
+    let io = fs.store.io().clone();
+    let fs = std::sync::Mutex::new(fs);
+    let old = text(6, 256 * 4096);
+    let new = text(7, 256 * 4096);
+    let (ino, done) = call(&fs, true, |fs| {
+        let ino = file(fs, b"f");
+        fs.write(ino, 0, &old).unwrap();
+        fs.fsync(ino, false).unwrap();
+        ino
+    });
+    done.unwrap();
+    let acked_old = log.len();
+    // The new contents' fsync, under the lock; its device work not yet run.
+    // (Frames made under the lock are counted at once: a short record's.)
+    let under_lock = {
+        let mut g = fs.lock().unwrap();
+        g.write(ino, 0, &new).unwrap();
+        g.fsync(ino, false).unwrap();
+        g.store.stats().compressed_records
+    };
+    assert!(io.pending_bytes() > 0, "nothing queued");
+    assert_eq!(log.len(), acked_old, "written under the lock");
+    let recover = |nops: usize, seed: u64, what: &str| {
+        let img = log.crash_image(nops, seed).bytes();
+        assert_clean(&fsck_bytes(img.clone()), what);
+        let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(img)), ccfg()).unwrap();
+        read_back(&mut fs, ino, old.len())
+    };
+    for seed in [0, 1] {
+        let got = recover(log.len(), seed, "crash with the record queued");
+        assert!(got == old, "the acknowledged contents lost");
+    }
+    // What a request's call does after letting go of the lock.
+    let (_, done) = call(&fs, true, |_| ());
+    done.unwrap();
+    assert!(
+        fs.lock().unwrap().store.stats().compressed_records > under_lock,
+        "the fsync left no record to compress after the lock"
+    );
+    let acked_new = log.len();
+    let mut points = 0;
+    for (at, op) in log.ops().iter().enumerate().take(acked_new).skip(acked_old) {
+        if matches!(op, LoggedOp::Flush) {
+            let got = recover(at + 1, 2, &format!("crash at op {}", at + 1));
+            assert!(got == old || got == new, "crash at op {}: neither", at + 1);
+            points += 1;
+        }
+    }
+    assert!(points >= 1, "no flush on the way");
+    for seed in [0, 1, 2] {
+        let got = recover(acked_new, seed, "crash after the fsync returned");
+        assert!(got == new, "seed {seed}: the acknowledged contents lost");
+    }
+}

@@ -37,6 +37,15 @@
 //! picked before the device is read, so a write that completes in between
 //! is still laid over what may be an older read.
 //!
+//! **Deferred writes** ([`DeferredWrite`]) are writes whose bytes are made
+//! when they run, by the thread running the queue: a compressed record,
+//! queued raw, whose frame is compressed there, outside the engine's lock
+//! (meta/compress.rs). They run in order like any write; helper threads
+//! make a batch's deferred writes ahead of the thread running it, and a
+//! read that overlaps one makes its bytes (once) to lay them over. One
+//! counts its span against the bound until its bytes are made, then what
+//! they hold; an append at the bound first makes the queued ones itself.
+//!
 //! **Discards** run in order like writes: one appended after a checkpoint's
 //! flush runs after it, and before any later write to the same range.
 //! Reads lay a queued discard over the device as zeros, in order with the
@@ -67,13 +76,28 @@
 use super::{BlockDevice, DeviceStats};
 use crate::error::{Error, Result};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// Names one appended operation; tickets grow by one per append, from 1.
 /// An operation is complete when every operation up to it has run (and, for
 /// a flush, a flush at or after it has).
 pub type Ticket = u64;
+
+/// Threads that help a batch's executor make its deferred writes ahead:
+/// one less than the cores, at most three (four compressing in all, as
+/// under the lock before). Asked once.
+const MAKE_AHEAD_MAX: usize = 3;
+
+fn make_ahead_threads() -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .saturating_sub(1)
+            .min(MAKE_AHEAD_MAX)
+    })
+}
 
 /// Default bound of the bytes the queue holds (see the module's "Memory").
 pub const PENDING_BYTES_MAX: usize = 64 << 20;
@@ -83,9 +107,23 @@ pub const PENDING_BYTES_MAX: usize = 64 << 20;
 /// write with the default 2 MiB segments.
 const SPARE_BYTES_MAX: usize = 16 << 20;
 
+/// A write whose bytes are made when it runs, not when it is appended:
+/// a compressed record, whose frame is compressed by whoever runs the
+/// queue, outside the engine's lock (meta/compress.rs). A read that needs
+/// its bytes before then makes them (once; the run uses the same).
+pub trait DeferredWrite: Send + Sync {
+    /// The bytes it may write: (offset, length). The queue counts them
+    /// against its bound, and reads overlapping them make its bytes.
+    fn span(&self) -> (u64, u64);
+    /// Its writes, in order, each inside the span: made on the first call,
+    /// the same on every call.
+    fn writes(&self) -> &[(u64, Vec<u8>)];
+}
+
 #[derive(Clone)]
 enum Op {
     Write { offset: u64, data: Arc<Vec<u8>> },
+    Deferred(Arc<dyn DeferredWrite>),
     Flush { durable: bool },
     Discard { offset: u64, len: u64 },
 }
@@ -93,6 +131,9 @@ enum Op {
 struct Entry {
     ticket: Ticket,
     op: Op,
+    /// What it counts in `pending_bytes`: a deferred write its span until
+    /// its bytes are made, then their length.
+    counted: usize,
 }
 
 struct State {
@@ -120,6 +161,17 @@ struct State {
     spare: Vec<Vec<u8>>,
 }
 
+impl Op {
+    /// What it counts against the queue's bound.
+    fn queued_bytes(&self) -> usize {
+        match self {
+            Op::Write { data, .. } => data.len(),
+            Op::Deferred(w) => w.span().1 as usize,
+            Op::Flush { .. } | Op::Discard { .. } => 0,
+        }
+    }
+}
+
 impl State {
     /// Everything up to `upto` is complete: drop it from the queue.
     fn publish(&mut self, upto: Ticket) {
@@ -132,9 +184,7 @@ impl State {
         self.done = upto;
         while self.entries.front().is_some_and(|e| e.ticket <= upto) {
             let e = self.entries.pop_front().expect("front exists");
-            if let Op::Write { data, .. } = &e.op {
-                self.pending_bytes -= data.len();
-            }
+            self.pending_bytes -= e.counted;
         }
     }
 
@@ -365,6 +415,62 @@ impl IoQueue {
         })
     }
 
+    /// Append a write whose bytes are made when it runs (see
+    /// [`DeferredWrite`]).
+    pub fn write_deferred(&self, w: Arc<dyn DeferredWrite>) -> Result<Ticket> {
+        let (offset, len) = w.span();
+        super::check_range(self.dev.size_bytes(), offset, len as usize, "write")?;
+        self.append(Op::Deferred(w))
+    }
+
+    /// The bytes of deferred write `t` are made: count what they hold
+    /// (a compressed record's frame, where its raw payload was counted).
+    fn note_made(&self, t: Ticket, w: &dyn DeferredWrite) {
+        let made: usize = w.writes().iter().map(|(_, d)| d.len()).sum();
+        let mut st = self.lock();
+        let st = &mut *st;
+        if let Some(e) = st.entries.iter_mut().find(|e| e.ticket == t) {
+            st.pending_bytes -= e.counted;
+            e.counted = made;
+            st.pending_bytes += made;
+        }
+    }
+
+    /// At the bound: make the queued deferred writes whose bytes are not
+    /// made yet, oldest first, on the appending thread, until the queue
+    /// is under `bound`. Their bytes are what holds the queue up (a
+    /// compressed record queued raw); waiting for the queue to run instead
+    /// would also wait for its flushes, with the appender's lock held.
+    fn make_queued(&self, bound: usize) {
+        let todo: Vec<(Ticket, Arc<dyn DeferredWrite>)> = {
+            let st = self.lock();
+            st.entries
+                .iter()
+                .filter_map(|e| match &e.op {
+                    Op::Deferred(w) if e.counted == w.span().1 as usize => {
+                        Some((e.ticket, w.clone()))
+                    }
+                    _ => None,
+                })
+                .collect()
+        };
+        for (t, w) in todo {
+            if self.lock().pending_bytes <= bound {
+                return;
+            }
+            self.note_made(t, w.as_ref());
+        }
+    }
+
+    /// Run the writes of a deferred write on the device.
+    fn run_deferred(&self, w: &dyn DeferredWrite) -> Result<()> {
+        for (offset, data) in w.writes() {
+            self.dev.write_at(*offset, data)?;
+            self.counters.writes.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
     /// Append a discard of `len` bytes at `offset` (see the module's
     /// "Discards").
     pub fn discard(&self, offset: u64, len: u64) -> Result<Ticket> {
@@ -409,10 +515,16 @@ impl IoQueue {
         if !st.deferred {
             return self.run_now(st, op);
         }
-        let len = match &op {
-            Op::Write { data, .. } => data.len(),
-            Op::Flush { .. } | Op::Discard { .. } => 0,
-        };
+        let len = op.queued_bytes();
+        if len > 0 && st.pending_bytes > 0 && st.pending_bytes + len > st.limit {
+            let bound = st.limit.saturating_sub(len);
+            drop(st);
+            self.make_queued(bound);
+            st = self.lock();
+            if let Some(f) = &st.failed {
+                return Err(failed_error(f));
+            }
+        }
         if len > 0 && st.pending_bytes > 0 && st.pending_bytes + len > st.limit {
             // At the bound: run what is queued first, here.
             self.counters.inline_drains.fetch_add(1, Ordering::Relaxed);
@@ -430,7 +542,11 @@ impl IoQueue {
             st.entries.back().is_none_or(|e| e.ticket + 1 == t),
             "queued tickets are consecutive"
         );
-        st.entries.push_back(Entry { ticket: t, op });
+        st.entries.push_back(Entry {
+            ticket: t,
+            op,
+            counted: len,
+        });
         st.pending_bytes += len;
         assert!(
             st.pending_bytes <= st.limit.max(len),
@@ -459,6 +575,7 @@ impl IoQueue {
                 self.counters.writes.fetch_add(1, Ordering::Relaxed);
                 st.unflushed = true;
             }),
+            Op::Deferred(w) => self.run_deferred(w.as_ref()).map(|_| st.unflushed = true),
             Op::Flush { .. } => self.dev.flush().map(|_| {
                 self.counters.flushes.fetch_add(1, Ordering::Relaxed);
                 st.unflushed = false;
@@ -606,9 +723,54 @@ impl IoQueue {
     }
 
     /// Run the batch's operations in order, without the state's lock,
-    /// until one fails (returned). Only the batch's last flush and flushes
-    /// that are not for durability run; each one run publishes what it covers.
+    /// until one fails (returned), while up to [`MAKE_AHEAD_MAX`]
+    /// helpers make the bytes of its deferred writes ahead of it (a
+    /// sequential write queues many compressed records per batch, and one
+    /// thread compressing them could not keep up with one copying pages
+    /// in). The bytes are the same whoever makes them, and the device
+    /// sees the batch in order.
     fn execute_batch(&self, batch: &[(Ticket, Op)], run: &mut BatchRun) -> Option<Error> {
+        let deferred: Vec<(Ticket, &dyn DeferredWrite)> = batch
+            .iter()
+            .filter_map(|(t, op)| match op {
+                Op::Deferred(w) => Some((*t, w.as_ref())),
+                _ => None,
+            })
+            .collect();
+        let helpers = if deferred.len() >= 2 {
+            make_ahead_threads()
+        } else {
+            0
+        };
+        if helpers == 0 {
+            return self.execute_in_order(batch, run);
+        }
+        // The executor makes the first itself; helpers take the next ones
+        // not yet taken, and stop when the executor does.
+        let next = AtomicUsize::new(1);
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|sc| {
+            for _ in 0..helpers {
+                sc.spawn(|| {
+                    while !stop.load(Ordering::Relaxed) {
+                        let Some(&(t, w)) = deferred.get(next.fetch_add(1, Ordering::Relaxed))
+                        else {
+                            return;
+                        };
+                        self.note_made(t, w);
+                    }
+                });
+            }
+            let r = self.execute_in_order(batch, run);
+            stop.store(true, Ordering::Relaxed);
+            r
+        })
+    }
+
+    /// The batch's operations in order (see [`IoQueue::execute_batch`]):
+    /// only the batch's last flush and flushes that are not for durability
+    /// run; each one run publishes what it covers.
+    fn execute_in_order(&self, batch: &[(Ticket, Op)], run: &mut BatchRun) -> Option<Error> {
         let last_flush = batch
             .iter()
             .rposition(|(_, op)| matches!(op, Op::Flush { .. }));
@@ -619,6 +781,16 @@ impl IoQueue {
                         return Some(e);
                     }
                     self.counters.writes.fetch_add(1, Ordering::Relaxed);
+                    run.unflushed = true;
+                    if !run.held {
+                        run.covered = *t;
+                    }
+                }
+                Op::Deferred(w) => {
+                    self.note_made(*t, w.as_ref());
+                    if let Err(e) = self.run_deferred(w.as_ref()) {
+                        return Some(e);
+                    }
                     run.unflushed = true;
                     if !run.held {
                         run.covered = *t;
@@ -666,30 +838,49 @@ impl IoQueue {
     /// writes that are not complete laid over it in order.
     pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let end = offset + buf.len() as u64;
-        // (offset, length, the data written or None for a discard).
-        type Over = (u64, u64, Option<Arc<Vec<u8>>>);
-        let over: Vec<Over> = {
+        let overlaps = |o: u64, len: u64| o < end && o + len > offset;
+        let over: Vec<Op> = {
             let st = self.lock();
             st.entries
                 .iter()
-                .filter_map(|e| match &e.op {
-                    Op::Write { offset: o, data } => {
-                        Some((*o, data.len() as u64, Some(data.clone())))
+                .filter(|e| match &e.op {
+                    Op::Write { offset: o, data } => overlaps(*o, data.len() as u64),
+                    Op::Deferred(w) => {
+                        let (o, len) = w.span();
+                        overlaps(o, len)
                     }
-                    Op::Discard { offset: o, len } => Some((*o, *len, None)),
-                    Op::Flush { .. } => None,
+                    Op::Discard { offset: o, len } => overlaps(*o, *len),
+                    Op::Flush { .. } => false,
                 })
-                .filter(|&(o, len, _)| o < end && o + len > offset)
+                .map(|e| e.op.clone())
                 .collect()
         };
         self.dev.read_at(offset, buf)?;
-        for (o, len, data) in over {
+        // Lay `data` (None: zeros) written at `o` over what overlaps it.
+        let mut lay = |o: u64, len: u64, data: Option<&[u8]>| {
+            if !overlaps(o, len) {
+                return;
+            }
             let from = o.max(offset);
             let to = (o + len).min(end);
             let dst = &mut buf[(from - offset) as usize..(to - offset) as usize];
             match data {
                 Some(data) => dst.copy_from_slice(&data[(from - o) as usize..(to - o) as usize]),
                 None => dst.fill(0),
+            }
+        };
+        for op in &over {
+            match op {
+                Op::Write { offset: o, data } => lay(*o, data.len() as u64, Some(data)),
+                // Made here if the queue has not run it yet: the bytes
+                // it will write, whoever makes them.
+                Op::Deferred(w) => {
+                    for (o, data) in w.writes() {
+                        lay(*o, data.len() as u64, Some(data));
+                    }
+                }
+                Op::Discard { offset: o, len } => lay(*o, *len, None),
+                Op::Flush { .. } => {}
             }
         }
         Ok(())
@@ -956,6 +1147,72 @@ mod tests {
         q.complete(q.last_ticket()).unwrap();
         q.write(0, vec![9; 5 * B]).unwrap();
         assert_eq!(q.pending_bytes(), 5 * B);
+    }
+
+    /// A deferred write that spans `span` blocks and writes `value` into
+    /// its first block only (as a compressed record writes its frame).
+    struct Shrinks {
+        at: u64,
+        span: usize,
+        value: u8,
+        made: std::sync::OnceLock<Vec<(u64, Vec<u8>)>>,
+        makes: AtomicUsize,
+    }
+
+    impl DeferredWrite for Shrinks {
+        fn span(&self) -> (u64, u64) {
+            (self.at, (self.span * B) as u64)
+        }
+        fn writes(&self) -> &[(u64, Vec<u8>)] {
+            self.made.get_or_init(|| {
+                self.makes.fetch_add(1, Ordering::SeqCst);
+                vec![(self.at, vec![self.value; B])]
+            })
+        }
+    }
+
+    fn shrinks(at_block: u64, span: usize, value: u8) -> Arc<Shrinks> {
+        Arc::new(Shrinks {
+            at: at_block * B as u64,
+            span,
+            value,
+            made: Default::default(),
+            makes: AtomicUsize::new(0),
+        })
+    }
+
+    /// Deferred writes run in order with the others, reads see them (made
+    /// once, whoever asks first), and at the bound the appender makes the
+    /// queued ones, which then count what they write, rather than run the
+    /// queue with its flushes.
+    #[test]
+    fn deferred_writes_run_in_order_and_shrink_to_what_they_write() {
+        let (q, log) = queue();
+        q.set_limit(9 * B);
+        q.write(0, vec![1; 4 * B]).unwrap();
+        let a = shrinks(1, 4, 2);
+        q.write_deferred(a.clone()).unwrap();
+        q.barrier().unwrap();
+        assert_eq!(q.pending_bytes(), 8 * B);
+        // Read through: block 1 from the deferred write, 2..4 the earlier.
+        let mut back = vec![0; 4 * B];
+        q.read_at(0, &mut back).unwrap();
+        assert_eq!(back[..B], [1; B]);
+        assert_eq!(back[B..2 * B], [2; B]);
+        assert_eq!(back[2 * B..], [1; 2 * B]);
+        assert_eq!(a.makes.load(Ordering::SeqCst), 1);
+        // Over the bound: the deferred writes are made, here, not run.
+        let b = shrinks(8, 4, 3);
+        q.write_deferred(b.clone()).unwrap();
+        q.write(20 * B as u64, vec![4; B]).unwrap();
+        assert_eq!(b.makes.load(Ordering::SeqCst), 1);
+        assert_eq!(q.counters().inline_drains, 0, "ran the queue");
+        assert!(log.is_empty(), "wrote before completing");
+        assert_eq!(q.pending_bytes(), 4 * B + B + B + B);
+        q.complete(q.last_ticket()).unwrap();
+        assert_eq!(kinds(&log), "w0 w1 F w8 w20");
+        assert_eq!(a.makes.load(Ordering::SeqCst), 1, "made twice");
+        assert_eq!(q.pending_bytes(), 0);
     }
 
     /// Several threads completing at once: each ticket completes, in

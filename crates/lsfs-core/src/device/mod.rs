@@ -16,7 +16,7 @@ pub use crash::{
 pub use fault::{FaultDevice, FaultPlan};
 pub use file::FileDevice;
 pub use gate::{FlushGate, GateDevice};
-pub use io_queue::{IoCounters, IoQueue, Ticket, PENDING_BYTES_MAX};
+pub use io_queue::{DeferredWrite, IoCounters, IoQueue, Ticket, PENDING_BYTES_MAX};
 pub use latch::{ReadErrorLatch, ReadErrors};
 pub use memory::MemDevice;
 

@@ -49,13 +49,21 @@ pub fn compress_blocks(parts: &[&[u8]], scratch: &mut Scratch) -> Option<Vec<u8>
         return None;
     }
     let Scratch { input, output } = scratch;
-    input.clear();
-    // Exact sizes: what a thread keeps is then at most one record's input
-    // and LZ4's worst case for it, not what doubling rounds them up to.
-    input.reserve_exact(len);
-    for p in parts {
-        input.extend_from_slice(p);
-    }
+    // One part (a record's run, already in its buffer) is compressed where
+    // it lies; several (blocks from the cache) are gathered first.
+    let input: &[u8] = if let [one] = parts {
+        one
+    } else {
+        input.clear();
+        // Exact sizes: what a thread keeps is then at most one record's
+        // input and LZ4's worst case for it, not what doubling rounds
+        // them up to.
+        input.reserve_exact(len);
+        for p in parts {
+            input.extend_from_slice(p);
+        }
+        input
+    };
     // Room for the header and LZ4's worst case. Only what this frame
     // writes is read back below; the rest may hold an earlier frame's bytes.
     let room = FRAME_HEADER_BYTES + lz4_flex::block::get_maximum_output_size(len);
@@ -65,10 +73,22 @@ pub fn compress_blocks(parts: &[&[u8]], scratch: &mut Scratch) -> Option<Vec<u8>
     }
     let packed = lz4_flex::block::compress_into(input, &mut output[FRAME_HEADER_BYTES..])
         .expect("room for LZ4's worst case");
-    let m = (FRAME_HEADER_BYTES + packed).div_ceil(BLOCK_BYTES);
-    if m >= nslots {
+    if frame_blocks(packed) >= nslots {
         return None;
     }
+    // The output holds at least the input's length, so the frame's blocks.
+    Some(seal_frame(output, packed, nslots))
+}
+
+/// Blocks a frame of `packed` compressed bytes takes.
+fn frame_blocks(packed: usize) -> usize {
+    (FRAME_HEADER_BYTES + packed).div_ceil(BLOCK_BYTES)
+}
+
+/// The frame whose compressed bytes are `buf[FRAME_HEADER_BYTES..][..packed]`
+/// and which decompresses to `nslots` blocks: header, zero padding to
+/// whole blocks (`buf` holds at least them), checksum.
+fn seal_frame(buf: &mut [u8], packed: usize, nslots: usize) -> Vec<u8> {
     let mut w = Writer::with_capacity(FRAME_HEADER_BYTES);
     w.u32(FRAME_MAGIC)
         .u8(CODEC_LZ4)
@@ -77,14 +97,134 @@ pub fn compress_blocks(parts: &[&[u8]], scratch: &mut Scratch) -> Option<Vec<u8>
         .u32(packed as u32)
         .u32(0)
         .pad_to(FRAME_HEADER_BYTES);
-    output[..FRAME_HEADER_BYTES].copy_from_slice(&w.finish());
-    // m < nslots blocks, and the output holds at least the input's length.
-    let end = m * BLOCK_BYTES;
-    output[FRAME_HEADER_BYTES + packed..end].fill(0);
-    let mut out = output[..end].to_vec();
+    buf[..FRAME_HEADER_BYTES].copy_from_slice(&w.finish());
+    let end = frame_blocks(packed) * BLOCK_BYTES;
+    buf[FRAME_HEADER_BYTES + packed..end].fill(0);
+    let mut out = buf[..end].to_vec();
     let crc = crc_with_hole(&out, CRC_AT);
     out[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
-    Some(out)
+    out
+}
+
+/// Bytes an LZ4 literal length `n` takes beyond its token's nibble.
+fn literal_length_bytes(n: usize) -> usize {
+    if n < 15 {
+        0
+    } else {
+        (n - 15) / 255 + 1
+    }
+}
+
+/// Where the last sequence of the LZ4 block `packed` starts, and how many
+/// literals it holds (the last sequence of a block is literals only).
+fn last_sequence(packed: &[u8]) -> (usize, usize) {
+    let mut pos = 0;
+    loop {
+        let start = pos;
+        let token = packed[pos];
+        pos += 1;
+        let mut lits = (token >> 4) as usize;
+        if lits == 15 {
+            loop {
+                let b = packed[pos];
+                pos += 1;
+                lits += b as usize;
+                if b != 255 {
+                    break;
+                }
+            }
+        }
+        pos += lits;
+        if pos >= packed.len() {
+            assert_eq!(pos, packed.len(), "an LZ4 block ends with its literals");
+            return (start, lits);
+        }
+        pos += 2; // the match's offset
+        if token & 15 == 15 {
+            while packed[pos] == 255 {
+                pos += 1;
+            }
+            pos += 1;
+        }
+    }
+}
+
+/// A proof, made from the first `prefix` bytes of a record's run alone,
+/// that the run compresses into fewer blocks than it holds, so that the
+/// whole run can be compressed later, after the engine's lock is let go
+/// (meta/compress.rs): the LZ4 block of the prefix with the rest of the
+/// run appended to its last literals is a valid LZ4 block of the whole
+/// run, and [`prefix_frame`] builds it whenever the whole run's own LZ4
+/// block does not fit. `None` if even that takes as many blocks as the run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrefixProof {
+    pub prefix: usize,
+}
+
+/// Bytes of the LZ4 block that [`prefix_frame`] makes: `packed` (the LZ4
+/// block of a prefix) with `rest` more bytes in its last literals.
+fn prefix_packed_len(packed: &[u8], rest: usize) -> usize {
+    let (start, lits) = last_sequence(packed);
+    start + 1 + literal_length_bytes(lits + rest) + lits + rest
+}
+
+/// Whether a run of `run_len` bytes (whole blocks) that starts with
+/// `prefix` is sure to compress into fewer blocks than it holds, judged by
+/// compressing only the prefix (a cheap look, under the engine's lock).
+pub fn prove_by_prefix(prefix: &[u8], run_len: usize) -> Option<PrefixProof> {
+    let nslots = run_len / BLOCK_BYTES;
+    if nslots < 2 || prefix.is_empty() || prefix.len() > run_len {
+        return None;
+    }
+    let packed = lz4_flex::block::compress(prefix);
+    let len = prefix_packed_len(&packed, run_len - prefix.len());
+    (frame_blocks(len) < nslots).then_some(PrefixProof {
+        prefix: prefix.len(),
+    })
+}
+
+/// The frame of `blocks` for a run proved compressible by `proof`: the
+/// one [`compress_blocks`] makes (the same bytes) when that fits, else the
+/// prefix's LZ4 block with the rest of the run as literals, which the
+/// proof says fits.
+pub fn compress_proved(blocks: &[u8], proof: PrefixProof, scratch: &mut Scratch) -> Vec<u8> {
+    if let Some(f) = compress_blocks(&[blocks], scratch) {
+        return f;
+    }
+    prefix_frame(blocks, proof.prefix).expect("the proof says the frame fits")
+}
+
+/// The frame of `blocks` whose LZ4 block is the LZ4 block of its first
+/// `prefix` bytes with the rest appended to its last literals: a valid LZ4
+/// block of the whole (any decoder takes it), `None` if it does not fit.
+pub fn prefix_frame(blocks: &[u8], prefix: usize) -> Option<Vec<u8>> {
+    let nslots = blocks.len() / BLOCK_BYTES;
+    let rest = &blocks[prefix..];
+    let packed = lz4_flex::block::compress(&blocks[..prefix]);
+    let len = prefix_packed_len(&packed, rest.len());
+    let m = frame_blocks(len);
+    if nslots < 2 || m >= nslots {
+        return None;
+    }
+    let (start, lits) = last_sequence(&packed);
+    let total = lits + rest.len();
+    let mut buf = Vec::with_capacity(m * BLOCK_BYTES);
+    buf.resize(FRAME_HEADER_BYTES, 0);
+    buf.extend_from_slice(&packed[..start]);
+    buf.push(((total.min(15) as u8) << 4) | (packed[start] & 15));
+    if total >= 15 {
+        let mut n = total - 15;
+        while n >= 255 {
+            buf.push(255);
+            n -= 255;
+        }
+        buf.push(n as u8);
+    }
+    buf.extend_from_slice(&packed[packed.len() - lits..]);
+    buf.extend_from_slice(rest);
+    assert_eq!(buf.len(), FRAME_HEADER_BYTES + len);
+    buf.resize(m * BLOCK_BYTES, 0);
+    Some(seal_frame(&mut buf, len, nslots))
 }
 
 /// What a frame's first block says: (slots it decompresses to, blocks it
@@ -217,6 +357,67 @@ mod tests {
             let got = compress_blocks(&parts, &mut scratch);
             assert_eq!(got, frame_as_built_first(&data));
             assert_eq!(compress(&data), got);
+        }
+    }
+
+    fn noise(nblocks: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed | 1;
+        (0..nblocks * BLOCK_BYTES)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 24) as u8
+            })
+            .collect()
+    }
+
+    /// The frame made from a prefix's LZ4 block and the rest as literals
+    /// is a frame like any other: it verifies and decompresses (with the
+    /// reader every build has) to the whole run, for runs whose literal
+    /// counts cross the nibble's 15 and the extension bytes' 255.
+    #[test]
+    fn prefix_frames_decompress_to_the_whole_run() {
+        for (text_blocks, noise_blocks) in [(32, 0), (32, 1), (64, 200), (40, 984), (2, 0)] {
+            let mut data = text(text_blocks);
+            data.extend(noise(noise_blocks, 7));
+            for prefix in [text_blocks * BLOCK_BYTES, 100, 4096 + 17] {
+                let prefix = prefix.min(data.len());
+                let Some(f) = prefix_frame(&data, prefix) else {
+                    assert!(prove_by_prefix(&data[..prefix], data.len()).is_none());
+                    continue;
+                };
+                assert_eq!(
+                    prove_by_prefix(&data[..prefix], data.len()),
+                    Some(PrefixProof { prefix }),
+                    "the proof and the frame agree"
+                );
+                assert!(f.len() < data.len() && f.len() % BLOCK_BYTES == 0);
+                assert_eq!(
+                    decompress(&f, "t").unwrap(),
+                    data,
+                    "{text_blocks}+{noise_blocks}"
+                );
+            }
+        }
+        // Noise proves nothing; nor does a run of one block.
+        let n = noise(64, 3);
+        assert!(prove_by_prefix(&n[..32 * BLOCK_BYTES], n.len()).is_none());
+        assert!(prove_by_prefix(&text(1), BLOCK_BYTES).is_none());
+    }
+
+    /// A proved run gets exactly the frame [`compress`] makes whenever that
+    /// one fits, so compressing later changes no byte of such records.
+    #[test]
+    fn proved_runs_get_the_usual_frame() {
+        let mut scratch = Scratch::default();
+        let mut mixed = text(64);
+        mixed.extend(noise(400, 11));
+        for data in [text(1024), text(64), mixed] {
+            let proof = prove_by_prefix(&data[..32 * BLOCK_BYTES], data.len()).expect("text first");
+            let f = compress_proved(&data, proof, &mut scratch);
+            assert_eq!(Some(&f), compress(&data).as_ref());
+            assert_eq!(decompress(&f, "t").unwrap(), data);
         }
     }
 

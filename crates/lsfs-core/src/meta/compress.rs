@@ -7,26 +7,47 @@
 //! were; only the frame's blocks are written. Reading block `k` of a frame
 //! reads and decompresses the whole frame; the last few frames read are
 //! kept, so a sequential read decompresses each frame once.
+//!
+//! **When.** Under the engine's lock, the constructor needs to know only
+//! *whether* a record's run is compressed: the DAT entries of its blocks
+//! name frame slots or not, and nothing else depends on the frame (the
+//! places, the summary, the segment counters are a raw record's). The
+//! frame's bytes, its size `m`, the header's flag and `m`, and the CRC
+//! are needed only when the record is written. So a long run is proved
+//! compressible under the lock from its first 128 KiB alone
+//! (`frame::prove_by_prefix`: that prefix's LZ4 block with the rest of
+//! the run as literals is a valid frame, and it fits), and its record is
+//! queued raw as a deferred write (`RecordLater`); the thread that runs
+//! the I/O queue compresses it after the lock is let go, with helpers on
+//! the other cores (device/io_queue.rs). The frame is the one the lock
+//! would have made whenever that one fits, the prefix frame otherwise
+//! (a valid LZ4 block of the run too, so the format is unchanged).
+//! A read of a block whose record is still queued makes the frame then,
+//! once (`IoQueue::read_at`). Short runs, and runs the prefix does not
+//! prove, are compressed under the lock as before.
 
 use crate::cache::vkey;
 use crate::cache::Owner;
+use crate::device::DeferredWrite;
 use crate::error::{Error, Result};
 use crate::layout::BLOCK_BYTES;
 use crate::log::frame;
 use crate::log::record::holds_file_data;
+use crate::log::record::{RecordHeader, FLAG_COMPRESSED};
 use crate::meta::construct::{Item, Plan};
 use crate::meta::dat_entry::DatEntry;
-use crate::meta::store::Store;
+use crate::meta::store::{Store, StoreStats};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Decompressed frames kept for reads: enough for a few files read at once.
 const FRAMES_KEPT: usize = 4;
 
-/// The most threads that compress one batch's frames. A batch is
-/// compressed while the engine's lock is held, so every request waits for
-/// it; its frames are independent, so threads shorten that wait. Each
+/// The most threads that compress one batch's frames under the lock (the
+/// runs not left for later). A batch is compressed while the engine's lock
+/// is held, so every request waits for it; its frames are independent, so
+/// threads shorten that wait. Each
 /// thread keeps a [`frame::Scratch`]: at most a record's 4 MiB gathered
 /// and LZ4's worst case for it, 8.4 MiB (34 MiB for four threads).
 pub const MAX_THREADS: usize = 4;
@@ -112,11 +133,55 @@ fn compress_jobs_on(
     out
 }
 
+/// Runs of at least this many blocks are compressed after the engine's
+/// lock is let go, if the first [`PROBE_BLOCKS`] of them prove that the
+/// run will take fewer blocks than it holds (`frame::prove_by_prefix`).
+/// Shorter runs cost little under the lock (128 KiB, about 0.2 ms), and an
+/// fsync's small record is written at once anyway.
+pub const LATER_MIN_BLOCKS: usize = 64;
+
+/// Blocks compressed under the lock to prove a run compressible: 128 KiB
+/// is 1/32 of a full record's work. The proof must save what appending
+/// the rest as literals costs (one byte per 255, 16 KiB for a full
+/// record) and a block, so a prefix that LZ4 shrinks by a sixth or more
+/// proves a full record.
+pub const PROBE_BLOCKS: usize = 32;
+
+/// A record's frame, made or to be made.
+enum Pending {
+    /// Compressed under the lock: the frame's blocks.
+    Made(Vec<u8>),
+    /// Proved to fit, compressed when the record is written
+    /// ([`RecordLater`]).
+    Later(frame::PrefixProof),
+}
+
+/// The frame of record whose frame is left for later, as
+/// [`Store::take_frame`] hands it over.
+pub(super) enum TakenFrame {
+    /// (its blocks, how many, the payload slots it holds)
+    Made(Vec<u8>, u32, u32),
+    /// (the payload slots it holds, the proof)
+    Later(u32, frame::PrefixProof),
+}
+
+/// What records compressed after the lock did, for the store's counters
+/// ([`Store::stats_with_later`]).
+#[derive(Default)]
+pub(super) struct LaterCounters {
+    records: AtomicU64,
+    slots_unwritten: AtomicU64,
+    blocks_written: AtomicU64,
+}
+
 #[derive(Default)]
 pub struct Frames {
-    /// Frames made for records about to be written, by the record's first
-    /// payload block: (payload slots, the frame's blocks).
-    pending: BTreeMap<u64, (usize, Vec<u8>)>,
+    /// Frames made, or proved and left for later, for records about to be
+    /// written, by the record's first payload block: (payload slots, the
+    /// frame).
+    pending: BTreeMap<u64, (usize, Pending)>,
+    /// Counters of the records compressed after the lock.
+    later: Arc<LaterCounters>,
     /// Recently decompressed frames, by first block, newest last.
     read: Vec<(u64, Arc<Vec<u8>>)>,
     /// One per compressing thread, kept from batch to batch.
@@ -167,6 +232,28 @@ impl Store {
                 }
             }
         }
+        // Long runs that a prefix proves compressible are compressed when
+        // their record is written, outside the lock; the rest now.
+        let mut probe = Vec::with_capacity(PROBE_BLOCKS * BLOCK_BYTES);
+        runs.retain(|(first, vs)| {
+            if vs.len() < LATER_MIN_BLOCKS {
+                return true;
+            }
+            probe.clear();
+            for &v in &vs[..PROBE_BLOCKS] {
+                probe.extend_from_slice(
+                    self.cache.peek(vkey(v)).expect("found by compressible_run"),
+                );
+            }
+            match frame::prove_by_prefix(&probe, vs.len() * BLOCK_BYTES) {
+                Some(proof) => {
+                    let later = (vs.len(), Pending::Later(proof));
+                    self.frames.pending.insert(*first, later);
+                    false
+                }
+                None => true,
+            }
+        });
         let cache = &self.cache;
         let jobs: Vec<Vec<&[u8]>> = runs
             .iter()
@@ -179,7 +266,9 @@ impl Store {
         let frames = compress_jobs(&jobs, &mut self.frames.scratch);
         for ((first, vs), f) in runs.into_iter().zip(frames) {
             if let Some(f) = f {
-                self.frames.pending.insert(first, (vs.len(), f));
+                self.frames
+                    .pending
+                    .insert(first, (vs.len(), Pending::Made(f)));
             }
         }
     }
@@ -208,18 +297,53 @@ impl Store {
     /// frame, plus one, or 0.
     pub(super) fn frame_of_place(&self, pos: u64) -> u16 {
         match self.frames.pending.range(..=pos).next_back() {
-            Some((&first, &(n, _))) if pos < first + n as u64 => (pos - first + 1) as u16,
+            Some((&first, (n, _))) if pos < first + *n as u64 => (pos - first + 1) as u16,
             _ => 0,
         }
     }
 
-    /// The frame made for the record whose payload starts at `first`:
-    /// (its blocks, how many, the payload slots it holds), taken out of
-    /// `pending`.
-    pub(super) fn take_frame(&mut self, first: u64) -> Option<(Vec<u8>, u32, u32)> {
-        let (k, f) = self.frames.pending.remove(&first)?;
-        let m = (f.len() / BLOCK_BYTES) as u32;
-        Some((f, m, k as u32))
+    /// The frame made, or left for later, for the record whose payload
+    /// starts at `first`, taken out of `pending`.
+    pub(super) fn take_frame(&mut self, first: u64) -> Option<TakenFrame> {
+        Some(match self.frames.pending.remove(&first)? {
+            (k, Pending::Made(f)) => {
+                let m = (f.len() / BLOCK_BYTES) as u32;
+                TakenFrame::Made(f, m, k as u32)
+            }
+            (k, Pending::Later(proof)) => TakenFrame::Later(k as u32, proof),
+        })
+    }
+
+    /// The write of a record (header `h`, the whole record in `buf`: its
+    /// summary blocks zero, its payload raw) whose first `k` payload
+    /// slots are compressed when it is written, with `proof`.
+    pub(super) fn record_later(
+        &self,
+        block: u64,
+        h: RecordHeader,
+        buf: Vec<u8>,
+        k: u32,
+        proof: frame::PrefixProof,
+    ) -> Arc<dyn DeferredWrite> {
+        Arc::new(RecordLater {
+            offset: self.geo.byte_offset(block),
+            len: buf.len() as u64,
+            input: Mutex::new(Some((h, buf, k, proof))),
+            made: OnceLock::new(),
+            counters: self.frames.later.clone(),
+        })
+    }
+
+    /// The store's counters with what records compressed after the lock
+    /// did added: those records are counted when queued, what their frames
+    /// save when the frames are made.
+    pub(super) fn stats_with_later(&self) -> StoreStats {
+        let c = &self.frames.later;
+        let mut s = self.stats.clone();
+        s.compressed_records += c.records.load(Ordering::Relaxed);
+        s.compressed_slots_unwritten += c.slots_unwritten.load(Ordering::Relaxed);
+        s.blocks_written += c.blocks_written.load(Ordering::Relaxed);
+        s
     }
 
     /// Frames not written (a failed construction): forgotten.
@@ -304,6 +428,89 @@ impl Store {
         }
         self.frames.read.push((start, blocks.clone()));
         Ok(blocks)
+    }
+}
+
+/// A record whose frame is compressed when it is written: by the thread
+/// that runs the I/O queue, after the engine's lock is let go (in a mount,
+/// the FUSE writer thread or the request that waits for its write), or by
+/// a read that needs its blocks first. Its place, its summary and its
+/// slots' DAT entries were fixed under the lock; the frame, the header's
+/// `m` and flag COMPRESSED, and the CRC are made here. The proof made
+/// under the lock guarantees a frame that fits, so the DAT's entries,
+/// which name frame slots, are right whatever LZ4 makes of the run.
+struct RecordLater {
+    offset: u64,
+    len: u64,
+    /// Taken when the writes are made.
+    input: Mutex<Option<LaterInput>>,
+    made: OnceLock<Vec<(u64, Vec<u8>)>>,
+    counters: Arc<LaterCounters>,
+}
+
+/// The header (without its frame), the record with its payload raw, the
+/// slots of the frame and the proof.
+type LaterInput = (RecordHeader, Vec<u8>, u32, frame::PrefixProof);
+
+/// Scratch buffers of the threads that compress records later (the
+/// thread running the I/O queue and its helpers, which start anew for each
+/// batch): a record's LZ4 worst case, 4.2 MiB for a full one, kept rather
+/// than faulted in again for every record. At most [`MAX_THREADS`] are
+/// kept, as many as compress at once.
+static LATER_SCRATCH: Mutex<Vec<frame::Scratch>> = Mutex::new(Vec::new());
+
+/// Run `f` with a scratch buffer from [`LATER_SCRATCH`], then give it back.
+fn with_later_scratch<T>(f: impl FnOnce(&mut frame::Scratch) -> T) -> T {
+    let pool = || LATER_SCRATCH.lock().unwrap_or_else(|p| p.into_inner());
+    let mut s = pool().pop().unwrap_or_default();
+    let r = f(&mut s);
+    let mut kept = pool();
+    if kept.len() < MAX_THREADS {
+        kept.push(s);
+    }
+    r
+}
+
+impl RecordLater {
+    fn make(&self) -> Vec<(u64, Vec<u8>)> {
+        let (mut h, mut buf, k, proof) = self
+            .input
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .expect("a record's writes are made once");
+        let nsum = h.nsum_blocks as usize;
+        let run = nsum * BLOCK_BYTES..(nsum + k as usize) * BLOCK_BYTES;
+        let f = with_later_scratch(|s| frame::compress_proved(&buf[run.clone()], proof, s));
+        let m = (f.len() / BLOCK_BYTES) as u32;
+        buf.splice(run, f);
+        (h.flags, h.frame_blocks, h.frame_slots) = (h.flags | FLAG_COMPRESSED, m, k);
+        h.seal(&mut buf);
+        let c = &self.counters;
+        c.records.fetch_add(1, Ordering::Relaxed);
+        c.slots_unwritten
+            .fetch_add(h.unwritten_slots() as u64, Ordering::Relaxed);
+        c.blocks_written
+            .fetch_add(h.written_blocks() as u64, Ordering::Relaxed);
+        // The summary and the frame, then the payload after the frame's
+        // slots (as `Store::write_record` writes a frame made earlier).
+        let head = (h.nsum_blocks + m) as usize * BLOCK_BYTES;
+        let tail = buf.split_off(head);
+        let mut out = vec![(self.offset, buf)];
+        if !tail.is_empty() {
+            let at = self.offset + ((nsum + k as usize) * BLOCK_BYTES) as u64;
+            out.push((at, tail));
+        }
+        out
+    }
+}
+
+impl DeferredWrite for RecordLater {
+    fn span(&self) -> (u64, u64) {
+        (self.offset, self.len)
+    }
+    fn writes(&self) -> &[(u64, Vec<u8>)] {
+        self.made.get_or_init(|| self.make())
     }
 }
 

@@ -28,6 +28,7 @@ use crate::log::record::{
     MAX_RECORD_PAYLOAD,
 };
 use crate::log::super_root::SuperRoot;
+use crate::meta::compress::TakenFrame;
 use crate::meta::cpfile::{CpEntry, CP_VALID};
 use crate::meta::dat_entry::DAT_PER_BLOCK;
 use crate::meta::store::{decode_u64, is_temp, Store};
@@ -1025,12 +1026,17 @@ impl Store {
             let mut flags =
                 record_flags(first_flags, ri == 0, ri + 1 == nrec && super_root.is_some());
             let (mut frame_blocks, mut frame_slots) = (0, 0);
-            if let Some((frame, m, k)) = self.take_frame(first) {
-                // The frame's slots stay the record's; only the frame is
-                // written, then the payload after them.
-                let at = r.nsum() * BLOCK_BYTES;
-                buf.splice(at..at + k as usize * BLOCK_BYTES, frame);
-                (flags, frame_blocks, frame_slots) = (flags | FLAG_COMPRESSED, m, k);
+            let mut later = None;
+            match self.take_frame(first) {
+                Some(TakenFrame::Made(frame, m, k)) => {
+                    // The frame's slots stay the record's; only the frame is
+                    // written, then the payload after them.
+                    let at = r.nsum() * BLOCK_BYTES;
+                    buf.splice(at..at + k as usize * BLOCK_BYTES, frame);
+                    (flags, frame_blocks, frame_slots) = (flags | FLAG_COMPRESSED, m, k);
+                }
+                Some(TakenFrame::Later(k, proof)) => later = Some((k, proof)),
+                None => {}
             }
             let last_record = ri + 1 == nrec;
             assert_eq!(
@@ -1060,7 +1066,11 @@ impl Store {
                 frame_blocks,
                 frame_slots,
             };
-            last = (self.write_record(r, &h, buf)?, self.seq);
+            let block = match later {
+                Some((k, proof)) => self.write_record_later(r, h, buf, k, proof)?,
+                None => self.write_record(r, &h, buf)?,
+            };
+            last = (block, self.seq);
         }
         Ok(last)
     }
@@ -1137,6 +1147,31 @@ impl Store {
             self.stats.compressed_records += 1;
             self.stats.compressed_slots_unwritten += h.unwritten_slots() as u64;
         }
+        self.stats.payload_blocks_written += r.npayload as u64;
+        Ok(block)
+    }
+
+    /// [`Store::write_record`] of a record whose first `k` payload slots
+    /// are compressed when the I/O queue writes it (meta/compress.rs,
+    /// `RecordLater`): queued as it is, raw, and counted now, except the
+    /// blocks it writes (counted when its frame is made).
+    fn write_record_later(
+        &mut self,
+        r: &PlannedRecord,
+        h: RecordHeader,
+        buf: Vec<u8>,
+        k: u32,
+        proof: crate::log::frame::PrefixProof,
+    ) -> Result<u64> {
+        for e in &h.entries {
+            *self.stats.blocks_by_class.entry(e.class()).or_default() += 1;
+        }
+        let block = self.geo.segment_start(r.seg) + r.off as u64;
+        self.frames.forget_read();
+        let w = self.record_later(block, h, buf, k, proof);
+        self.io.write_deferred(w)?;
+        self.segs.last_seq[r.seg as usize] = self.seq;
+        self.stats.records_written += 1;
         self.stats.payload_blocks_written += r.npayload as u64;
         Ok(block)
     }

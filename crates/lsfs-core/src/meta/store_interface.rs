@@ -68,9 +68,10 @@ impl Store {
         self.config.read_only
     }
 
-    /// The counters `lsfs stats` shows.
-    pub fn stats(&self) -> &StoreStats {
-        &self.stats
+    /// The counters `lsfs stats` shows (a copy: records compressed after
+    /// the engine's lock count what their frames saved once made).
+    pub fn stats(&self) -> StoreStats {
+        self.stats_with_later()
     }
 
     /// The segment counters (the SUFILE in memory).
