@@ -274,6 +274,21 @@ pub fn decompress(frame: &[u8], what: &str) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// `nblocks` blocks of xorshift noise, which LZ4 cannot shrink (the
+/// tests here and in meta/compress.rs).
+#[cfg(test)]
+pub(crate) fn noise(seed: u64, nblocks: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..nblocks * BLOCK_BYTES)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -360,18 +375,6 @@ mod tests {
         }
     }
 
-    fn noise(nblocks: usize, seed: u64) -> Vec<u8> {
-        let mut x = seed | 1;
-        (0..nblocks * BLOCK_BYTES)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 24) as u8
-            })
-            .collect()
-    }
-
     /// The frame made from a prefix's LZ4 block and the rest as literals
     /// is a frame like any other: it verifies and decompresses (with the
     /// reader every build has) to the whole run, for runs whose literal
@@ -380,7 +383,7 @@ mod tests {
     fn prefix_frames_decompress_to_the_whole_run() {
         for (text_blocks, noise_blocks) in [(32, 0), (32, 1), (64, 200), (40, 984), (2, 0)] {
             let mut data = text(text_blocks);
-            data.extend(noise(noise_blocks, 7));
+            data.extend(noise(7, noise_blocks));
             for prefix in [text_blocks * BLOCK_BYTES, 100, 4096 + 17] {
                 let prefix = prefix.min(data.len());
                 let Some(f) = prefix_frame(&data, prefix) else {
@@ -401,7 +404,7 @@ mod tests {
             }
         }
         // Noise proves nothing; nor does a run of one block.
-        let n = noise(64, 3);
+        let n = noise(3, 64);
         assert!(prove_by_prefix(&n[..32 * BLOCK_BYTES], n.len()).is_none());
         assert!(prove_by_prefix(&text(1), BLOCK_BYTES).is_none());
     }
@@ -412,7 +415,7 @@ mod tests {
     fn proved_runs_get_the_usual_frame() {
         let mut scratch = Scratch::default();
         let mut mixed = text(64);
-        mixed.extend(noise(400, 11));
+        mixed.extend(noise(11, 400));
         for data in [text(1024), text(64), mixed] {
             let proof = prove_by_prefix(&data[..32 * BLOCK_BYTES], data.len()).expect("text first");
             let f = compress_proved(&data, proof, &mut scratch);

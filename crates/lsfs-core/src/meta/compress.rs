@@ -529,6 +529,7 @@ fn frame_slot<'a>(blocks: &'a [u8], start: u64, k: usize, what: &str) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::log::frame::noise;
 
     fn text(seed: u64, nblocks: usize) -> Vec<u8> {
         let words = [
@@ -544,18 +545,6 @@ mod tests {
         }
         out.truncate(nblocks * BLOCK_BYTES);
         out
-    }
-
-    fn noise(seed: u64, nblocks: usize) -> Vec<u8> {
-        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..nblocks * BLOCK_BYTES)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 24) as u8
-            })
-            .collect()
     }
 
     /// A batch as a checkpoint makes one: full records of text, records of
