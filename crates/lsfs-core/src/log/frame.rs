@@ -72,8 +72,9 @@ const CRC_AT: usize = 16;
 pub struct Scratch {
     input: Vec<u8>,
     output: Vec<u8>,
-    /// zstd's compression context, made at the first zstd frame and kept
-    /// like the buffers (making one allocates its tables anew).
+    /// zstd's compression context (1.3 MiB at level 3), made at the first
+    /// zstd frame and kept like the buffers (making one allocates its
+    /// tables anew).
     zstd: Option<zstd::bulk::Compressor<'static>>,
 }
 
