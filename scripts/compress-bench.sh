@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
-# Sequential write through the mount with compressed records off and lz4
-# (docs/PERFORMANCE.md, "Compressed records"): FILE copied with
-# `dd bs=1M conv=fsync` onto a fresh 4 GiB image made with
-# `lsfs mkfs --compress off|lz4`, default mount. Then the server is killed
+# Sequential write through the mount with compressed records off and lz4,
+# or the modes MODES names (e.g. MODES="off lz4 zstd"; docs/PERFORMANCE.md,
+# "Compressed records"): FILE copied with `dd bs=1M conv=fsync` onto a
+# fresh 4 GiB image made with `lsfs mkfs --compress MODE`, default mount. Then the server is killed
 # (SIGKILL, after the fsync) and the image mounted again: that mount's time
 # is recovery's, reading the log from the last checkpoint.
 #
 # Usage: scripts/compress-bench.sh FILE ROUNDS LSFS [LSFS...]
-# Each round runs every binary in both modes, the order turned round every
+# Each round runs every binary in every mode, the order turned round every
 # other round, since other jobs' load moves while a round runs. Prints one
-# line per run, then per binary and mode the medians, and lz4's write speed
-# as a share of off's (median against median).
+# line per run, then per binary and mode the medians, and each compressing
+# mode's write speed as a share of off's (median against median).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 file=$(realpath "${1:?usage: compress-bench.sh FILE ROUNDS LSFS [LSFS...]}")
 rounds=${2:?rounds}
 shift 2
+read -ra mode_list <<<"${MODES:-off lz4}"
 bins=()
 for b in "$@"; do bins+=("$(realpath "$b")"); done
 ((${#bins[@]} > 0)) || {
@@ -58,20 +59,23 @@ run() {
 
 echo "binary mode write_s device_bytes recovery_s" >&2
 for ((r = 0; r < rounds; r++)); do
-    modes=(off lz4)
-    ((r % 2)) && modes=(lz4 off)
+    modes=("${mode_list[@]}")
+    if ((r % 2)); then
+        modes=()
+        for ((k = ${#mode_list[@]} - 1; k >= 0; k--)); do modes+=("${mode_list[k]}"); done
+    fi
     for m in "${modes[@]}"; do
         for i in "${!bins[@]}"; do run "$i" "$m"; done
     done
 done
 
-python3 - "$results" "$(stat -c %s "$file")" "${bins[@]}" <<'EOF'
+python3 - "$results" "$(stat -c %s "$file")" "${mode_list[*]}" "${bins[@]}" <<'EOF'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
-size, bins = int(sys.argv[2]), sys.argv[3:]
+size, modes, bins = int(sys.argv[2]), sys.argv[3].split(), sys.argv[4:]
 for i, b in enumerate(bins):
     med = {}
-    for mode in ("off", "lz4"):
+    for mode in modes:
         rs = [r for r in rows if r[0] == str(i) and r[1] == mode]
         w = statistics.median(float(r[2]) for r in rs)
         d = statistics.median(int(r[3]) for r in rs)
@@ -80,5 +84,7 @@ for i, b in enumerate(bins):
         print(f"{b} {mode}: write {w:.3f} s ({size / w / 2**20:.0f} MiB/s), "
               f"device {d} B, recovery {rec:.3f} s, "
               f"writes {' '.join(r[2] for r in rs)}")
-    print(f"{b}: lz4/off write speed {med['off'] / med['lz4']:.2f}")
+    for mode in modes:
+        if mode != "off" and "off" in med:
+            print(f"{b}: {mode}/off write speed {med['off'] / med[mode]:.2f}")
 EOF

@@ -1,8 +1,9 @@
-//! Device bytes written for one file, with compressed records on and off,
-//! in process (no FUSE), and the time a sequential write and read of it
-//! take through the engine.
+//! Device bytes written for one file, with records compressed by lz4, by
+//! zstd or not at all, in process (no FUSE), and the time a sequential
+//! write and read of it take through the engine.
 //!
-//! `cargo run --release -p lsfs-core --example compress_bytes -- FILE [on|off]`
+//! `cargo run --release -p lsfs-core --example compress_bytes -- FILE [off|lz4|zstd]`
+//! (default lz4; `on` is lz4)
 //!
 //! Writes FILE (e.g. a tar of source text) into a new in-memory image in
 //! 1 MiB writes, checkpoints, unmounts, mounts again, and reads it back in
@@ -14,6 +15,7 @@
 use lsfs_core::device::MemDevice;
 use lsfs_core::fs::{Lsfs, MountConfig};
 use lsfs_core::meta::open::MkfsOptions;
+use lsfs_core::meta::store::Compress;
 use lsfs_vfs::{Ctx, Vfs, ROOT_INO};
 use std::time::Instant;
 
@@ -21,11 +23,12 @@ const CHUNK: usize = 1 << 20;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let path = args.first().expect("usage: compress_bytes FILE [on|off]");
-    let on = args.get(1).is_none_or(|a| a == "on");
+    let usage = "usage: compress_bytes FILE [off|lz4|zstd]";
+    let path = args.first().expect(usage);
+    let mode: Compress = args.get(1).map_or("lz4", |a| a).parse().expect(usage);
     let data = std::fs::read(path).expect("read FILE");
     let mut cfg = MountConfig::default();
-    cfg.store.compress = Some(on);
+    cfg.store.compress = Some(mode);
     let size = ((data.len() as u64 * 3).max(256 << 20)).next_multiple_of(1 << 20);
     let mut fs = Lsfs::mkfs(
         Box::new(MemDevice::new(size)),
@@ -65,7 +68,8 @@ fn main() {
     let read_secs = t.elapsed().as_secs_f64();
     assert!(back == data, "read back differs");
     println!(
-        "{{\"compress\": {on}, \"file_bytes\": {}, \"device_bytes_written\": {written}, \"compressed_records\": {}, \"slots_unwritten\": {}, \"frames_decompressed\": {}, \"write_secs\": {write_secs:.3}, \"read_secs\": {read_secs:.3}}}",
+        "{{\"compress\": \"{}\", \"file_bytes\": {}, \"device_bytes_written\": {written}, \"compressed_records\": {}, \"slots_unwritten\": {}, \"frames_decompressed\": {}, \"write_secs\": {write_secs:.3}, \"read_secs\": {read_secs:.3}}}",
+        mode.name(),
         data.len(),
         st.compressed_records,
         st.compressed_slots_unwritten,

@@ -1,18 +1,25 @@
 //! Compressed records (meta/compress.rs, docs/FORMAT.md §3.3): files of
 //! compressible data read back the same through overwrites, a snapshot,
 //! cleaning and a remount, with fsck's recount of the segment counters
-//! agreeing; a crash at any flush while writing them leaves a clean image;
-//! and a torn compressed record, over stale blocks, is never rolled forward.
+//! agreeing, with LZ4 frames and with zstd's; a crash at any flush while
+//! writing them leaves a clean image; and a torn compressed record, over
+//! stale blocks, is never rolled forward.
 
 mod common;
 use common::*;
 use lsfs_core::device::{CrashDevice, CrashState, LoggedOp, MemDevice, PartialWrite, Sectors};
 use lsfs_core::fs::{Lsfs, MountConfig};
+use lsfs_core::log::frame::{Codec, CODEC_LZ4, CODEC_ZSTD};
+use lsfs_core::meta::store::Compress;
 use lsfs_vfs::{Vfs, ROOT_INO};
 
 fn ccfg() -> MountConfig {
+    ccfg_with(Compress::Lz4)
+}
+
+fn ccfg_with(mode: Compress) -> MountConfig {
     let mut c = cfg();
-    c.store.compress = Some(true);
+    c.store.compress = Some(mode);
     c
 }
 
@@ -59,9 +66,19 @@ fn read_back(fs: &mut Lsfs, ino: u64, len: usize) -> Vec<u8> {
 
 #[test]
 fn compressible_files_survive_overwrites_snapshots_cleaning_and_remount() {
-    let mut c = ccfg();
+    survive_overwrites_snapshots_cleaning_and_remount(Compress::Lz4);
+}
+
+#[test]
+fn zstd_files_survive_overwrites_snapshots_cleaning_and_remount() {
+    survive_overwrites_snapshots_cleaning_and_remount(Compress::Zstd);
+}
+
+fn survive_overwrites_snapshots_cleaning_and_remount(mode: Compress) {
+    let mut c = ccfg_with(mode);
     c.store.protection_secs = 0;
     let mut fs = mkfs(48 * MIB, c.clone());
+    assert_eq!(fs.store.compressing(), mode.codec());
     let len = 600 * 4096;
     let mut files = Vec::new();
     for i in 0..6u64 {
@@ -110,6 +127,7 @@ fn compressible_files_survive_overwrites_snapshots_cleaning_and_remount() {
     let img = image(&mut fs);
     assert_clean(&fsck_bytes(img.clone()), "after cleaning");
     let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(img)), c).unwrap();
+    assert_eq!(fs.store.compressing(), mode.codec());
     for (ino, data) in &files {
         assert!(read_back(&mut fs, *ino, len) == *data, "remounted {ino}");
     }
@@ -118,10 +136,9 @@ fn compressible_files_survive_overwrites_snapshots_cleaning_and_remount() {
 #[test]
 fn compression_writes_fewer_device_bytes_and_can_be_turned_off() {
     let mut written = Vec::new();
-    for on in [true, false] {
-        let mut c = cfg();
-        c.store.compress = Some(on);
-        let mut fs = mkfs(32 * MIB, c);
+    for mode in [Compress::Lz4, Compress::Off, Compress::Zstd] {
+        let on = mode != Compress::Off;
+        let mut fs = mkfs(32 * MIB, ccfg_with(mode));
         let before = fs.store.device_counters().write_bytes;
         let ino = file(&mut fs, b"src.tar");
         let data = text(7, 1000 * 4096);
@@ -136,6 +153,13 @@ fn compression_writes_fewer_device_bytes_and_can_be_turned_off() {
         "compressed {} bytes, raw {}",
         written[0],
         written[1]
+    );
+    // zstd shrinks this text further than LZ4 does.
+    assert!(
+        written[2] < written[0],
+        "zstd {} bytes, lz4 {}",
+        written[2],
+        written[0]
     );
 }
 
@@ -300,33 +324,99 @@ fn the_nocompress_attribute_keeps_a_file_raw() {
 }
 
 /// One damaged byte in a frame makes fsck fail (the record's CRC, which
-/// fsck checks as it reads the summaries, or the frame's own).
+/// fsck checks as it reads the summaries, or the frame's own), whichever
+/// codec made it; undamaged, the frame carries that codec's byte.
 #[test]
 fn fsck_finds_a_damaged_frame() {
-    let mut fs = mkfs(32 * MIB, ccfg());
-    let ino = file(&mut fs, b"f");
-    fs.write(ino, 0, &text(8, 300 * 4096)).unwrap();
+    for (mode, byte) in [(Compress::Lz4, CODEC_LZ4), (Compress::Zstd, CODEC_ZSTD)] {
+        let mut fs = mkfs(32 * MIB, ccfg_with(mode));
+        let ino = file(&mut fs, b"f");
+        fs.write(ino, 0, &text(8, 300 * 4096)).unwrap();
+        fs.unmount().unwrap();
+        let mut img = image(&mut fs);
+        assert_clean(&fsck_bytes(img.clone()), "before the damage");
+        let at = img
+            .chunks(4096)
+            .position(|b| b[..4] == 0x315A_534Cu32.to_le_bytes())
+            .expect("a frame on the image");
+        assert_eq!(img[at * 4096 + 4], byte, "{mode:?}: codec byte");
+        img[at * 4096 + 100] ^= 0x10;
+        let report = fsck_bytes(img);
+        assert!(
+            !report.is_clean(),
+            "{mode:?}: frame at block {at} damaged, fsck clean"
+        );
+    }
+}
+
+/// zstd is chosen at mkfs or by a read-write mount, and the image then
+/// carries ZSTD_FRAMES (so a build that knows only LZ4 frames refuses
+/// it): a mount that says nothing keeps compressing with zstd, one told
+/// lz4 writes LZ4 frames beside the zstd ones and both read back, and a
+/// read-only mount told zstd on an LZ4 image neither marks nor writes.
+#[test]
+fn zstd_is_remembered_by_the_image_and_mixes_with_lz4() {
+    let mount = |img: Vec<u8>, compress: Option<Compress>, ro: bool| {
+        let mut c = cfg();
+        c.store.compress = compress;
+        c.store.read_only = ro;
+        Lsfs::open(Box::new(MemDevice::from_bytes(img)), c).unwrap()
+    };
+    let mut fs = mkfs(32 * MIB, ccfg_with(Compress::Zstd));
+    let sb = fs.store.superblock();
+    assert!(sb.compressed_records() && sb.zstd_frames());
+    let a = file(&mut fs, b"a");
+    let da = text(21, 200 * 4096);
+    fs.write(a, 0, &da).unwrap();
     fs.unmount().unwrap();
-    let mut img = image(&mut fs);
-    assert_clean(&fsck_bytes(img.clone()), "before the damage");
-    let at = img
-        .chunks(4096)
-        .position(|b| b[..4] == 0x315A_534Cu32.to_le_bytes())
-        .expect("a frame on the image");
-    img[at * 4096 + 100] ^= 0x10;
-    let report = fsck_bytes(img);
+    let img = image(&mut fs);
+    let mut fs = mount(img, None, false);
+    assert_eq!(fs.store.compressing(), Some(Codec::Zstd));
+    fs.unmount().unwrap();
+    let img = image(&mut fs);
+    let mut fs = mount(img, Some(Compress::Lz4), false);
+    assert_eq!(fs.store.compressing(), Some(Codec::Lz4));
     assert!(
-        !report.is_clean(),
-        "frame at block {at} damaged, fsck clean"
+        fs.store.superblock().zstd_frames(),
+        "the bit is never cleared"
     );
+    let before = fs.store.stats().compressed_records;
+    let b = file(&mut fs, b"b");
+    let db = text(22, 200 * 4096);
+    fs.write(b, 0, &db).unwrap();
+    fs.checkpoint().unwrap();
+    assert!(fs.store.stats().compressed_records > before);
+    fs.unmount().unwrap();
+    let img = image(&mut fs);
+    let codecs: std::collections::BTreeSet<u8> = img
+        .chunks(4096)
+        .filter(|b| b[..4] == 0x315A_534Cu32.to_le_bytes())
+        .map(|b| b[4])
+        .collect();
+    assert_eq!(
+        codecs,
+        [CODEC_LZ4, CODEC_ZSTD].into(),
+        "both codecs' frames"
+    );
+    assert_clean(&fsck_bytes(img.clone()), "frames of both codecs");
+    let mut fs = mount(img, Some(Compress::Off), true);
+    assert!(read_back(&mut fs, a, da.len()) == da, "the zstd file");
+    assert!(read_back(&mut fs, b, db.len()) == db, "the lz4 file");
+    // An LZ4 image mounted read-only and told zstd: no ZSTD_FRAMES, and
+    // so no zstd frames.
+    let mut fs = mkfs(32 * MIB, ccfg());
+    fs.unmount().unwrap();
+    let fs = mount(image(&mut fs), Some(Compress::Zstd), true);
+    assert!(!fs.store.superblock().zstd_frames());
+    assert_eq!(fs.store.compressing(), None);
 }
 
 /// The image remembers: a mount that says nothing compresses if the image
-/// has the COMPRESSED_RECORDS feature (set here at mkfs), and `Some(false)`
+/// has the COMPRESSED_RECORDS feature (set here at mkfs), and `Some(Off)`
 /// turns it off; a fresh image by default has neither.
 #[test]
 fn a_mount_follows_the_image_unless_told() {
-    let write = |img: Vec<u8>, compress: Option<bool>| {
+    let write = |img: Vec<u8>, compress: Option<Compress>| {
         let mut c = cfg();
         c.store.compress = compress;
         let mut fs = Lsfs::open(Box::new(MemDevice::from_bytes(img)), c).unwrap();
@@ -343,7 +433,7 @@ fn a_mount_follows_the_image_unless_told() {
         write(img.clone(), None) > 0,
         "the image's feature was not followed"
     );
-    assert_eq!(write(img, Some(false)), 0, "compress=off was not");
+    assert_eq!(write(img, Some(Compress::Off)), 0, "compress=off was not");
     let mut fs = mkfs(32 * MIB, cfg());
     assert!(!fs.store.superblock().compressed_records());
     fs.unmount().unwrap();
@@ -360,7 +450,7 @@ fn plugging_never_writes_over_a_frame() {
     let mut c = cfg_no_protection();
     c.store.cache_blocks = 1024;
     c.store.streams_min_segments = 0;
-    c.store.compress = Some(true);
+    c.store.compress = Some(Compress::Lz4);
     c.cleaner.threaded_logging = "always".parse().unwrap();
     let mut fs = mkfs(32 * MIB, c.clone());
     // A simulated clock, a second per 16 writes, as in tests/threaded.rs:

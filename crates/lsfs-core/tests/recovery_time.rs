@@ -17,6 +17,7 @@ use lsfs_core::device::FileDevice;
 use lsfs_core::fs::oplog::MAX_OPS;
 use lsfs_core::fs::{Lsfs, MountConfig};
 use lsfs_core::meta::open::MkfsOptions;
+use lsfs_core::meta::store::Compress;
 use lsfs_vfs::{Vfs, ROOT_INO};
 
 const IMAGE_BYTES: u64 = 4 << 30;
@@ -29,7 +30,7 @@ fn the_longest_roll_forward_on_a_default_image_recovers_everything() {
 
 #[test]
 fn the_longest_roll_forward_of_compressed_records_recovers_everything() {
-    longest_roll_forward(Some(true), text);
+    longest_roll_forward(Some(Compress::Lz4), text);
 }
 
 /// Text that lz4 shrinks to about a quarter, different for each `seed`.
@@ -41,7 +42,7 @@ fn text(seed: u64, len: usize) -> Vec<u8> {
 /// Fill the operation log with create + write + fsync, crash, and time the
 /// mount that recovers it; `compress` as `StoreConfig::compress`, each
 /// file's data `data(n, FILE_BYTES)`.
-fn longest_roll_forward(compress: Option<bool>, data: fn(u64, usize) -> Vec<u8>) {
+fn longest_roll_forward(compress: Option<Compress>, data: fn(u64, usize) -> Vec<u8>) {
     let mut config = MountConfig::default();
     config.store.compress = compress;
     let dir = tempfile::tempdir().unwrap();
@@ -73,7 +74,7 @@ fn longest_roll_forward(compress: Option<bool>, data: fn(u64, usize) -> Vec<u8>)
         "the fsyncs did not write data-stream records"
     );
     let compressed = fs.store.stats().compressed_records;
-    if compress == Some(true) {
+    if compress == Some(Compress::Lz4) {
         assert!(
             compressed >= n,
             "{compressed} records compressed for {n} fsyncs"

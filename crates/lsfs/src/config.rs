@@ -25,8 +25,8 @@ pub struct FileConfig {
     /// "on" (after each checkpoint) or "batched" (the default; see
     /// docs/CLEANER.md on discard). `-o discard=…` overrides it.
     pub discard: Option<lsfs_core::meta::discard::DiscardMode>,
-    /// Compress records of user data with LZ4: "lz4" or "off" (default:
-    /// the engine's, docs/CONFIG.md). `-o compress=…` overrides it.
+    /// Compress records of user data: "off", "lz4" or "zstd" (default:
+    /// as the image says, docs/CONFIG.md). `-o compress=…` overrides it.
     pub compress: Option<String>,
     /// Serve FUSE requests through io_uring: "off" (the default), "auto"
     /// (when the kernel and privileges allow, else /dev/fuse) or "on"
@@ -223,7 +223,8 @@ impl FileConfig {
         c.store.streams = self.streams.unwrap_or(true);
         c.store.discard = self.discard.unwrap_or_default();
         if let Some(v) = &self.compress {
-            c.store.compress = Some(crate::mount_opts::parse_compress(v)?);
+            let mode = v.parse().map_err(|e| format!("compress = {v:?}: {e}"))?;
+            c.store.compress = Some(mode);
         }
         c.store.read_only = read_only || checkpoint.is_some();
         c.checkpoint = checkpoint;
@@ -261,6 +262,28 @@ mod tests {
                 .to_string();
             assert!(err.contains(key) && err.contains(valid), "{err}");
         }
+    }
+
+    /// `compress` is checked when the mount's settings are made, naming
+    /// the setting and its valid words.
+    #[test]
+    fn compress_is_read_by_name() {
+        use lsfs_core::meta::store::Compress;
+        let mode = |toml_text: &str| {
+            toml::from_str::<FileConfig>(toml_text)
+                .unwrap()
+                .mount_config(None, false, None)
+                .map(|c| c.store.compress)
+        };
+        assert_eq!(mode(""), Ok(None));
+        assert_eq!(mode("compress = \"zstd\""), Ok(Some(Compress::Zstd)));
+        assert_eq!(mode("compress = \"lz4\""), Ok(Some(Compress::Lz4)));
+        assert_eq!(mode("compress = \"off\""), Ok(Some(Compress::Off)));
+        let e = mode("compress = \"brotli\"").unwrap_err();
+        assert!(
+            e.contains("compress = \"brotli\"") && e.contains("off, lz4 or zstd"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -20,6 +20,7 @@ use config::FileConfig;
 use lsfs_core::device::FileDevice;
 use lsfs_core::fs::{Lsfs, MountConfig};
 use lsfs_core::meta::open::MkfsOptions;
+use lsfs_core::meta::store::Compress;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -210,10 +211,11 @@ struct MkfsArgs {
     /// A label of at most 64 bytes.
     #[arg(long, default_value = "")]
     label: String,
-    /// Compress records of user data (lz4 or off): "lz4" marks the image
-    /// with the compressed-records feature from the start.
-    #[arg(long, value_parser = mount_opts::parse_compress)]
-    compress: Option<bool>,
+    /// Compress records of user data: off, lz4 or zstd. "lz4" marks the
+    /// image with the compressed-records feature from the start, "zstd"
+    /// with the zstd-frames feature too (builds without it refuse it).
+    #[arg(long, value_parser = clap::builder::ValueParser::new(|v: &str| v.parse::<Compress>()))]
+    compress: Option<Compress>,
     /// Overwrite an existing lsfs image.
     #[arg(long)]
     force: bool,
@@ -243,9 +245,9 @@ struct MountArgs {
     /// `config=FILE` (a flag given too must agree); `discard=off|on|batched`
     /// (what freed space is given back to the device by itself; `discard`
     /// is `on`, `nodiscard` is `off`; default batched, or the config
-    /// file's); `compress=lz4|off` (records of user data written as LZ4
-    /// frames; `nocompress` is `off`; default: as the image says, or the
-    /// config file); `object_wal=PATH` (an object store's flushes go to
+    /// file's); `compress=off|lz4|zstd` (records of user data written as
+    /// LZ4 or zstd frames; `nocompress` is `off`; default: as the image
+    /// says, or the config file); `object_wal=PATH` (an object store's flushes go to
     /// this local write-ahead file and its objects are uploaded later:
     /// docs/OBJECT_STORE.md) and `object_wal_bytes=SIZE` (its bound,
     /// default 64M); `object_disk_cache=DIR` and `object_disk_cache_bytes=SIZE`
@@ -539,7 +541,7 @@ fn make_image(
     segment_size: u64,
     label: &str,
     force: bool,
-    compress: Option<bool>,
+    compress: Option<Compress>,
 ) -> Result<(), String> {
     if segment_size % 4096 != 0 {
         return Err(format!(

@@ -13,6 +13,7 @@
 //! found at the first mount, not guessed around.
 
 use lsfs_core::meta::discard::DiscardMode;
+use lsfs_core::meta::store::Compress;
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -43,9 +44,9 @@ pub struct MountOpts {
     /// `discard=off|on|batched` (`discard` is on, `nodiscard` off): what
     /// freed segments the device is told to drop by itself.
     pub discard: Option<DiscardMode>,
-    /// `compress=lz4|off` (`nocompress` is off): whether records of user
-    /// data are compressed (docs/CONFIG.md).
-    pub compress: Option<bool>,
+    /// `compress=off|lz4|zstd` (`nocompress` is off): whether, and with
+    /// which codec, records of user data are compressed (docs/CONFIG.md).
+    pub compress: Option<Compress>,
     /// `object_wal=PATH`: an object store's write-ahead file.
     pub object_wal: Option<PathBuf>,
     /// `object_wal_bytes=SIZE`: its bound.
@@ -92,7 +93,7 @@ impl Default for MountOpts {
 
 const KNOWN: &str = "ro, rw, writeback_cache, no_writeback_cache, atomic_writes, \
     no_atomic_writes, checkpoint=N, cache_size=SIZE, threads=N, spin_us=N, uring=off|auto|on, \
-    config=FILE, discard=off|on|batched, [no]discard, compress=lz4|off, nocompress, \
+    config=FILE, discard=off|on|batched, [no]discard, compress=off|lz4|zstd, nocompress, \
     object_wal=PATH, object_wal_bytes=SIZE, object_disk_cache=DIR, object_disk_cache_bytes=SIZE, \
     allow_other, default_permissions, \
     [no]suid, [no]dev, [no]exec, [no]atime, [no]diratime, relatime, strictatime, sync, \
@@ -136,13 +137,9 @@ fn is_ignored(opt: &str) -> bool {
         || opt.starts_with("comment=")
 }
 
-/// `compress=`'s words: the codec, or off.
-pub fn parse_compress(v: &str) -> Result<bool, String> {
-    match v {
-        "lz4" | "on" => Ok(true),
-        "off" => Ok(false),
-        _ => Err(format!("compress={v}: must be lz4 or off")),
-    }
+/// `compress=`'s words: off or the codec.
+pub fn parse_compress(v: &str) -> Result<Compress, String> {
+    v.parse().map_err(|e| format!("compress={v}: {e}"))
 }
 
 fn number<T>(key: &str, v: &str, lo: T, hi: T) -> Result<T, String>
@@ -193,7 +190,7 @@ impl MountOpts {
                 ("discard", None) => o.discard = Some(DiscardMode::On),
                 ("nodiscard", None) => o.discard = Some(DiscardMode::Off),
                 ("compress", Some(v)) => o.compress = Some(parse_compress(v)?),
-                ("nocompress", None) => o.compress = Some(false),
+                ("nocompress", None) => o.compress = Some(Compress::Off),
                 ("object_wal" | "object_disk_cache", Some(v)) => {
                     if !v.starts_with('/') {
                         return Err(format!("option '{opt}': must be an absolute path"));
@@ -374,15 +371,24 @@ mod tests {
         assert_eq!(o.to_string(), "rw", "a background server would refuse it");
     }
 
-    /// `compress=lz4|off` and `nocompress`; later wins, other words refused.
+    /// `compress=off|lz4|zstd` and `nocompress`; later wins, other words
+    /// refused, naming the option and the valid words.
     #[test]
     fn compress_modes() {
         let mode = |s: &str| s.parse::<MountOpts>().map(|o| o.compress);
         assert_eq!(mode("rw"), Ok(None));
-        assert_eq!(mode("compress=lz4"), Ok(Some(true)));
-        assert_eq!(mode("compress=off"), Ok(Some(false)));
-        assert_eq!(mode("compress=lz4,nocompress"), Ok(Some(false)));
-        let e = mode("compress=zstd").unwrap_err();
-        assert!(e.contains("lz4 or off"), "{e}");
+        assert_eq!(mode("compress=lz4"), Ok(Some(Compress::Lz4)));
+        assert_eq!(mode("compress=on"), Ok(Some(Compress::Lz4)));
+        assert_eq!(mode("compress=zstd"), Ok(Some(Compress::Zstd)));
+        assert_eq!(mode("compress=off"), Ok(Some(Compress::Off)));
+        assert_eq!(mode("compress=zstd,nocompress"), Ok(Some(Compress::Off)));
+        assert_eq!(mode("nocompress,compress=zstd"), Ok(Some(Compress::Zstd)));
+        for bad in ["compress=gzip", "compress=", "compress=ZSTD"] {
+            let e = mode(bad).unwrap_err();
+            assert!(
+                e.contains(bad) && e.contains("must be off, lz4 or zstd"),
+                "{e}"
+            );
+        }
     }
 }

@@ -69,6 +69,9 @@ pub fn stats_text(s: &Value) -> String {
         row("blocks used", blocks(u(&s["blocks_used"]))),
         row("inodes used", u(&s["inodes_used"]).to_string()),
     ];
+    if let Some(c) = s["compress"].as_str() {
+        fs.push(row("compression", c.to_string()));
+    }
     if let Some(r) = s["read_only_reason"].as_str() {
         fs.push(row("read-only because", r.to_string()));
     }
@@ -287,6 +290,7 @@ mod tests {
         let s = json!({
             "blocks_used": 256,
             "inodes_used": 3,
+            "compress": "zstd",
             "read_only_reason": null,
             "cache": { "capacity_blocks": 16384, "resident_blocks": 4096, "dirty_blocks": 0,
                        "hits": 9, "misses": 1 },
@@ -308,6 +312,7 @@ mod tests {
         assert!(!t.contains('{'), "{t}");
         for want in [
             "\ncache\n",
+            "  compression: zstd\n",
             "  capacity: 16384 blocks (64.0 MiB)\n",
             "  resident: 4096 blocks (16.0 MiB, 25.0 % full)\n",
             "  hit rate: 90.0 % (9 hits, 1 misses)\n",

@@ -164,6 +164,36 @@ fn a_missing_mount_point_fails_before_claiming_a_mount() {
     }
 }
 
+/// `--compress` and `-o compress=` take off, lz4 or zstd, and refuse
+/// other words naming the argument and the valid ones, before anything
+/// is made or mounted.
+#[test]
+fn compress_words_are_checked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let image = tmp.path().join("img");
+    let img = image.to_str().unwrap();
+    for (args, name) in [
+        (
+            vec!["mkfs", "--size", "64M", "--compress", "gzip", img],
+            "--compress",
+        ),
+        (
+            vec!["mount", img, "/nonexistent", "-o", "compress=gzip"],
+            "compress=gzip",
+        ),
+    ] {
+        let out = lsfs(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            err.contains(name) && err.contains("must be off, lz4 or zstd"),
+            "{args:?}: {err}"
+        );
+    }
+    assert!(!image.exists(), "mkfs made an image it was refused");
+    ok(&["mkfs", "--size", "64M", "--compress", "zstd", img]);
+}
+
 #[test]
 fn reports_of_a_mount_are_text_unless_json_is_asked_for() {
     if !common::fuse_available() {
@@ -177,8 +207,10 @@ fn reports_of_a_mount_are_text_unless_json_is_asked_for() {
     let m = mnt.to_str().unwrap();
     // Captured through pipes, as `$(lsfs mount --background …)` does: the
     // server must not keep them open (output() would wait for the unmount).
+    // Mounted with zstd, which `lsfs stats` names.
     let out = Command::new(env!("CARGO_BIN_EXE_lsfs"))
         .args(["mount", image.to_str().unwrap(), m, "--background"])
+        .args(["-o", "compress=zstd"])
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -210,10 +242,12 @@ fn reports_of_a_mount_are_text_unless_json_is_asked_for() {
     ] {
         assert!(text.contains(section), "{section:?} not in\n{text}");
     }
+    assert!(text.contains("  compression: zstd\n"), "{text}");
     let v: serde_json::Value =
         serde_json::from_str(&ok(&["stats", "--mount", m, "--json"])).unwrap();
     assert!(v["cache"]["capacity_blocks"].is_u64(), "{v}");
     assert!(v["fuse"]["total"].as_u64().unwrap() > 0, "{v}");
+    assert_eq!(v["compress"], "zstd", "{v}");
 
     for (args, want) in [
         (&["gc", "policy", "greedy"][..], "cleaning policy greedy"),

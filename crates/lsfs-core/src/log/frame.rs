@@ -1,5 +1,6 @@
 //! Compressed frames: the payload of a compressed record (FORMAT.md §3.3),
-//! its `n` data blocks compressed as one unit with LZ4. The frame sits in
+//! its `n` data blocks compressed as one unit with LZ4 or zstd (the
+//! codec byte of its header says which). The frame sits in
 //! the record's first payload slots; the record keeps all `n` slots, so
 //! every block keeps its own physical address, and the slots after the
 //! frame are simply not written.
@@ -9,8 +10,57 @@ use crate::error::{Error, Result};
 use crate::layout::BLOCK_BYTES;
 
 pub const FRAME_MAGIC: u32 = 0x315A_534C; // "LSZ1"
-/// The only codec so far: one LZ4 block (`lz4_flex::block`).
+/// Codec byte: one LZ4 block (`lz4_flex::block`).
 pub const CODEC_LZ4: u8 = 1;
+/// Codec byte: one zstd frame (the reference library, `zstd::bulk`). Only
+/// images with FEATURE_INCOMPAT_ZSTD_FRAMES hold such frames.
+pub const CODEC_ZSTD: u8 = 2;
+/// The zstd level frames are made with: the library's own default, which
+/// on source text wrote 0.5-0.6 of LZ4's bytes for about 1.5 times its CPU
+/// (docs/PERFORMANCE.md, "Compressed records"). Not a setting: a level
+/// changes only how long a frame takes to make, never how it is read.
+pub const ZSTD_LEVEL: i32 = 3;
+
+/// How a frame's payload is compressed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Codec {
+    Lz4,
+    Zstd,
+}
+
+impl Codec {
+    /// The byte a frame's header stores.
+    pub fn byte(self) -> u8 {
+        match self {
+            Codec::Lz4 => CODEC_LZ4,
+            Codec::Zstd => CODEC_ZSTD,
+        }
+    }
+
+    fn of_byte(b: u8) -> Option<Codec> {
+        match b {
+            CODEC_LZ4 => Some(Codec::Lz4),
+            CODEC_ZSTD => Some(Codec::Zstd),
+            _ => None,
+        }
+    }
+
+    /// The name the configuration and `lsfs stats` use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Codec::Lz4 => "lz4",
+            Codec::Zstd => "zstd",
+        }
+    }
+
+    /// The most bytes `len` input bytes may compress into.
+    fn bound(self, len: usize) -> usize {
+        match self {
+            Codec::Lz4 => lz4_flex::block::get_maximum_output_size(len),
+            Codec::Zstd => zstd::zstd_safe::compress_bound(len),
+        }
+    }
+}
 pub const FRAME_HEADER_BYTES: usize = 32;
 const CRC_AT: usize = 16;
 
@@ -22,6 +72,10 @@ const CRC_AT: usize = 16;
 pub struct Scratch {
     input: Vec<u8>,
     output: Vec<u8>,
+    /// zstd's compression context (1.3 MiB at level 3), made at the first
+    /// zstd frame and kept like the buffers (making one allocates its
+    /// tables anew).
+    zstd: Option<zstd::bulk::Compressor<'static>>,
 }
 
 impl Scratch {
@@ -31,24 +85,42 @@ impl Scratch {
     }
 }
 
-/// Compress `blocks` (whole blocks, one after another) into a frame of
-/// whole blocks, or `None` when that would not take fewer blocks than
-/// storing them raw: such records are written as before.
+/// Compress `blocks` (whole blocks, one after another) with LZ4 into a
+/// frame of whole blocks, or `None` when that would not take fewer blocks
+/// than storing them raw: such records are written as before.
 pub fn compress(blocks: &[u8]) -> Option<Vec<u8>> {
+    compress_with(Codec::Lz4, blocks)
+}
+
+/// [`compress`] with `codec`.
+pub fn compress_with(codec: Codec, blocks: &[u8]) -> Option<Vec<u8>> {
     assert!(!blocks.is_empty() && blocks.len() % BLOCK_BYTES == 0);
-    compress_blocks(&[blocks], &mut Scratch::default())
+    compress_blocks_with(codec, &[blocks], &mut Scratch::default())
 }
 
 /// [`compress`] of the blocks `parts` (each whole blocks) taken one after
 /// another, built in `scratch`: the same frame, byte for byte.
 pub fn compress_blocks(parts: &[&[u8]], scratch: &mut Scratch) -> Option<Vec<u8>> {
+    compress_blocks_with(Codec::Lz4, parts, scratch)
+}
+
+/// [`compress_blocks`] with `codec`.
+pub fn compress_blocks_with(
+    codec: Codec,
+    parts: &[&[u8]],
+    scratch: &mut Scratch,
+) -> Option<Vec<u8>> {
     let len: usize = parts.iter().map(|p| p.len()).sum();
     assert!(len > 0 && len % BLOCK_BYTES == 0);
     let nslots = len / BLOCK_BYTES;
     if nslots < 2 {
         return None;
     }
-    let Scratch { input, output } = scratch;
+    let Scratch {
+        input,
+        output,
+        zstd,
+    } = scratch;
     // One part (a record's run, already in its buffer) is compressed where
     // it lies; several (blocks from the cache) are gathered first.
     let input: &[u8] = if let [one] = parts {
@@ -64,20 +136,31 @@ pub fn compress_blocks(parts: &[&[u8]], scratch: &mut Scratch) -> Option<Vec<u8>
         }
         input
     };
-    // Room for the header and LZ4's worst case. Only what this frame
+    // Room for the header and the codec's worst case. Only what this frame
     // writes is read back below; the rest may hold an earlier frame's bytes.
-    let room = FRAME_HEADER_BYTES + lz4_flex::block::get_maximum_output_size(len);
+    let room = FRAME_HEADER_BYTES + codec.bound(len);
     if output.len() < room {
         output.reserve_exact(room - output.len());
         output.resize(room, 0);
     }
-    let packed = lz4_flex::block::compress_into(input, &mut output[FRAME_HEADER_BYTES..])
-        .expect("room for LZ4's worst case");
+    let packed = match codec {
+        Codec::Lz4 => lz4_flex::block::compress_into(input, &mut output[FRAME_HEADER_BYTES..])
+            .expect("room for LZ4's worst case"),
+        Codec::Zstd => {
+            let z = match zstd {
+                Some(z) => z,
+                None => zstd
+                    .insert(zstd::bulk::Compressor::new(ZSTD_LEVEL).expect("zstd makes a context")),
+            };
+            z.compress_to_buffer(input, &mut output[FRAME_HEADER_BYTES..room])
+                .expect("room for zstd's worst case")
+        }
+    };
     if frame_blocks(packed) >= nslots {
         return None;
     }
     // The output holds at least the input's length, so the frame's blocks.
-    Some(seal_frame(output, packed, nslots))
+    Some(seal_frame(output, codec, packed, nslots))
 }
 
 /// Blocks a frame of `packed` compressed bytes takes.
@@ -88,10 +171,10 @@ fn frame_blocks(packed: usize) -> usize {
 /// The frame whose compressed bytes are `buf[FRAME_HEADER_BYTES..][..packed]`
 /// and which decompresses to `nslots` blocks: header, zero padding to
 /// whole blocks (`buf` holds at least them), checksum.
-fn seal_frame(buf: &mut [u8], packed: usize, nslots: usize) -> Vec<u8> {
+fn seal_frame(buf: &mut [u8], codec: Codec, packed: usize, nslots: usize) -> Vec<u8> {
     let mut w = Writer::with_capacity(FRAME_HEADER_BYTES);
     w.u32(FRAME_MAGIC)
-        .u8(CODEC_LZ4)
+        .u8(codec.byte())
         .pad_to(8)
         .u32(nslots as u32)
         .u32(packed as u32)
@@ -224,20 +307,27 @@ pub fn prefix_frame(blocks: &[u8], prefix: usize) -> Option<Vec<u8>> {
     buf.extend_from_slice(rest);
     assert_eq!(buf.len(), FRAME_HEADER_BYTES + len);
     buf.resize(m * BLOCK_BYTES, 0);
-    Some(seal_frame(&mut buf, len, nslots))
+    Some(seal_frame(&mut buf, Codec::Lz4, len, nslots))
 }
 
 /// What a frame's first block says: (slots it decompresses to, blocks it
 /// occupies, compressed bytes).
 pub fn frame_size(first: &[u8], what: &str) -> Result<(usize, usize, usize)> {
+    frame_head(first, what).map(|(_, nslots, m, len)| (nslots, m, len))
+}
+
+/// [`frame_size`] with the frame's codec first.
+fn frame_head(first: &[u8], what: &str) -> Result<(Codec, usize, usize, usize)> {
     let mut r = Reader::new(first, what);
     if r.u32()? != FRAME_MAGIC {
         return Err(Error::corrupt(format!("{what}: not a compressed frame")));
     }
-    let codec = r.u8()?;
-    if codec != CODEC_LZ4 {
-        return Err(Error::corrupt(format!("{what}: unknown codec {codec}")));
-    }
+    let byte = r.u8()?;
+    let Some(codec) = Codec::of_byte(byte) else {
+        return Err(Error::corrupt(format!(
+            "{what}: unknown codec {byte} (this build reads {CODEC_LZ4} lz4 and {CODEC_ZSTD} zstd)"
+        )));
+    };
     r.skip(3)?;
     let nslots = r.u32()? as usize;
     let len = r.u32()? as usize;
@@ -247,13 +337,13 @@ pub fn frame_size(first: &[u8], what: &str) -> Result<(usize, usize, usize)> {
             "{what}: frame of {nslots} slots in {m} blocks"
         )));
     }
-    Ok((nslots, m, len))
+    Ok((codec, nslots, m, len))
 }
 
 /// Verify and decompress a whole frame (`m` blocks, as `frame_size` says)
 /// into its `nslots` blocks.
 pub fn decompress(frame: &[u8], what: &str) -> Result<Vec<u8>> {
-    let (nslots, m, len) = frame_size(frame, what)?;
+    let (codec, nslots, m, len) = frame_head(frame, what)?;
     if frame.len() < m * BLOCK_BYTES {
         return Err(Error::corrupt(format!("{what}: frame cut short")));
     }
@@ -263,8 +353,20 @@ pub fn decompress(frame: &[u8], what: &str) -> Result<Vec<u8>> {
         return Err(Error::corrupt(format!("{what}: frame checksum mismatch")));
     }
     let packed = &frame[FRAME_HEADER_BYTES..FRAME_HEADER_BYTES + len];
-    let out = lz4_flex::block::decompress(packed, nslots * BLOCK_BYTES)
-        .map_err(|e| Error::corrupt(format!("{what}: frame does not decompress: {e}")))?;
+    let out = match codec {
+        Codec::Lz4 => {
+            lz4_flex::block::decompress(packed, nslots * BLOCK_BYTES).map_err(|e| e.to_string())
+        }
+        Codec::Zstd => {
+            zstd::bulk::decompress(packed, nslots * BLOCK_BYTES).map_err(|e| e.to_string())
+        }
+    }
+    .map_err(|e| {
+        Error::corrupt(format!(
+            "{what}: {} frame does not decompress: {e}",
+            codec.name()
+        ))
+    })?;
     if out.len() != nslots * BLOCK_BYTES {
         return Err(Error::corrupt(format!(
             "{what}: frame decompresses to {} bytes, not {nslots} blocks",
@@ -424,15 +526,59 @@ mod tests {
         }
     }
 
+    /// zstd frames: codec byte 2, the same header and checksum, smaller
+    /// than LZ4's on text, raw when they do not shrink; a scratch kept
+    /// across codecs makes the same frames as a fresh one.
+    #[test]
+    fn zstd_round_trip() {
+        let mut scratch = Scratch::default();
+        for n in [2, 3, 17, 1024] {
+            let data = text(n);
+            let f = compress_with(Codec::Zstd, &data).expect("text shrinks");
+            assert_eq!(f[4], CODEC_ZSTD);
+            assert!(f.len() <= compress(&data).unwrap().len());
+            assert_eq!(frame_size(&f, "t").unwrap().0, n);
+            assert_eq!(decompress(&f, "t").unwrap(), data);
+            let parts: Vec<&[u8]> = data.chunks(BLOCK_BYTES).collect();
+            assert_eq!(
+                compress_blocks_with(Codec::Lz4, &parts, &mut scratch),
+                compress(&data)
+            );
+            assert_eq!(
+                compress_blocks_with(Codec::Zstd, &parts, &mut scratch),
+                Some(f)
+            );
+        }
+        assert!(compress_with(Codec::Zstd, &noise(5, 8)).is_none());
+        assert!(compress_with(Codec::Zstd, &text(1)).is_none());
+    }
+
+    /// A codec byte this build does not know is corruption, named with
+    /// the frame, even when the checksum (which covers it) agrees.
+    #[test]
+    fn unknown_codec_is_refused() {
+        let mut f = compress_with(Codec::Zstd, &text(8)).unwrap();
+        f[4] = 3;
+        let crc = crc_with_hole(&f, CRC_AT);
+        f[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+        let e = decompress(&f, "frame at block 77").unwrap_err().to_string();
+        assert!(
+            e.contains("frame at block 77") && e.contains("unknown codec 3"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn damage_is_refused() {
         let data = text(8);
-        let f = compress(&data).unwrap();
-        for at in [0, 4, 8, 12, 20, FRAME_HEADER_BYTES + 3] {
-            let mut bad = f.clone();
-            bad[at] ^= 0x40;
-            assert!(decompress(&bad, "t").is_err(), "byte {at}");
+        for codec in [Codec::Lz4, Codec::Zstd] {
+            let f = compress_with(codec, &data).unwrap();
+            for at in [0, 4, 8, 12, 20, FRAME_HEADER_BYTES + 3] {
+                let mut bad = f.clone();
+                bad[at] ^= 0x40;
+                assert!(decompress(&bad, "t").is_err(), "{codec:?} byte {at}");
+            }
+            assert!(decompress(&f[..BLOCK_BYTES / 2], "t").is_err());
         }
-        assert!(decompress(&f[..BLOCK_BYTES / 2], "t").is_err());
     }
 }

@@ -38,11 +38,18 @@ pub const FEATURE_INCOMPAT_CLONES: u32 = 4;
 /// so it must refuse the image. Set by a read-write mount that compresses,
 /// before it writes anything.
 pub const FEATURE_INCOMPAT_COMPRESSED_RECORDS: u32 = 8;
+/// Incompatible feature: frames may be zstd's (codec byte 2, docs/FORMAT.md
+/// §3.3), not only LZ4's. A build that knows only LZ4 frames would call
+/// such a frame corrupt at its first read, so it must refuse the image.
+/// Set, with COMPRESSED_RECORDS, by a read-write mount that compresses
+/// with zstd, before it writes anything.
+pub const FEATURE_INCOMPAT_ZSTD_FRAMES: u32 = 16;
 /// Incompatible feature bits this build understands.
 pub const FEATURES_INCOMPAT_KNOWN: u32 = FEATURE_INCOMPAT_INLINE_ITEMS
     | FEATURE_INCOMPAT_MOVE_RECORDS
     | FEATURE_INCOMPAT_CLONES
-    | FEATURE_INCOMPAT_COMPRESSED_RECORDS;
+    | FEATURE_INCOMPAT_COMPRESSED_RECORDS
+    | FEATURE_INCOMPAT_ZSTD_FRAMES;
 /// Read-only-compatible feature bits this build understands (none yet).
 pub const FEATURES_RO_COMPAT_KNOWN: u32 = 0;
 const CRC_AT: usize = BLOCK_BYTES - 4;
@@ -121,6 +128,11 @@ impl Superblock {
         self.features_incompat & FEATURE_INCOMPAT_COMPRESSED_RECORDS != 0
     }
 
+    /// Whether frames may be zstd's.
+    pub fn zstd_frames(&self) -> bool {
+        self.features_incompat & FEATURE_INCOMPAT_ZSTD_FRAMES != 0
+    }
+
     pub fn geometry(&self) -> Geometry {
         Geometry {
             block_bytes: self.block_bytes as usize,
@@ -163,6 +175,12 @@ impl Superblock {
     /// Decode the superblock copy read from `where_`, checking magic, CRC,
     /// version, features and geometry against the device size.
     pub fn decode(b: &[u8], where_: &str, device_bytes: u64) -> Result<Superblock> {
+        Self::decode_knowing(b, where_, device_bytes, FEATURES_INCOMPAT_KNOWN)
+    }
+
+    /// [`Superblock::decode`] by a build that knows the incompatible
+    /// features `known` (the tests' stand-in for an older build).
+    fn decode_knowing(b: &[u8], where_: &str, device_bytes: u64, known: u32) -> Result<Superblock> {
         let what = format!("superblock at {where_}");
         let mut r = Reader::new(b, &what);
         let magic = r.bytes(8)?;
@@ -194,10 +212,10 @@ impl Superblock {
         let features_compat = r.u32()?;
         let features_incompat = r.u32()?;
         let features_ro_compat = r.u32()?;
-        if features_incompat & !FEATURES_INCOMPAT_KNOWN != 0 {
+        if features_incompat & !known != 0 {
             return Err(Error::unsupported(format!(
-                "{what}: unknown incompatible feature flags {:#x}",
-                features_incompat & !FEATURES_INCOMPAT_KNOWN
+                "{what}: unknown incompatible feature flags {:#x} (made by a newer lsfs; this build cannot read the image)",
+                features_incompat & !known
             )));
         }
         let sb = Superblock {
@@ -329,13 +347,13 @@ mod tests {
             .unwrap()
             .inline_items());
         let future = Superblock {
-            features_incompat: FEATURE_INCOMPAT_INLINE_ITEMS | 16,
+            features_incompat: FEATURE_INCOMPAT_INLINE_ITEMS | 32,
             ..s.clone()
         };
         let e = Superblock::decode(&future.encode(), "block 0", bytes)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("unknown incompatible feature flags 0x10"), "{e}");
+        assert!(e.contains("unknown incompatible feature flags 0x20"), "{e}");
         // mkfs leaves CLONES to the first clone; an image with it opens.
         assert!(!s.clones());
         let cloned = Superblock {
@@ -345,5 +363,37 @@ mod tests {
         assert!(Superblock::decode(&cloned.encode(), "t", bytes)
             .unwrap()
             .clones());
+    }
+
+    /// An image with zstd frames opens here, and a build that knows
+    /// compressed records but only LZ4 frames (the features before
+    /// ZSTD_FRAMES) refuses it, naming the bit; an LZ4 image it opens.
+    #[test]
+    fn zstd_frames_are_refused_by_a_build_without_the_bit() {
+        let bytes = 64u64 << 20;
+        let geo = Geometry::for_device(bytes, 256).unwrap();
+        let s = sb(geo);
+        assert!(!s.compressed_records() && !s.zstd_frames());
+        let lz4 = Superblock {
+            features_incompat: s.features_incompat | FEATURE_INCOMPAT_COMPRESSED_RECORDS,
+            ..s.clone()
+        };
+        let zstd = Superblock {
+            features_incompat: lz4.features_incompat | FEATURE_INCOMPAT_ZSTD_FRAMES,
+            ..s
+        };
+        let got = Superblock::decode(&zstd.encode(), "t", bytes).unwrap();
+        assert!(got.compressed_records() && got.zstd_frames());
+        let older = FEATURES_INCOMPAT_KNOWN & !FEATURE_INCOMPAT_ZSTD_FRAMES;
+        assert!(Superblock::decode_knowing(&lz4.encode(), "t", bytes, older).is_ok());
+        let e = Superblock::decode_knowing(&zstd.encode(), "block 0", bytes, older)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("superblock at block 0")
+                && e.contains("unknown incompatible feature flags 0x10")
+                && e.contains("newer lsfs"),
+            "{e}"
+        );
     }
 }

@@ -49,7 +49,9 @@ const FRAMES_KEPT: usize = 4;
 /// is held, so every request waits for it; its frames are independent, so
 /// threads shorten that wait. Each
 /// thread keeps a [`frame::Scratch`]: at most a record's 4 MiB gathered
-/// and LZ4's worst case for it, 8.4 MiB (34 MiB for four threads).
+/// and LZ4's worst case for it, 8.4 MiB (34 MiB for four threads), and
+/// with zstd its compression context, 1.3 MiB at level 3
+/// (`ZSTD_sizeof_CCtx` after a 4 MiB record).
 pub const MAX_THREADS: usize = 4;
 
 /// Batches of fewer blocks are compressed on the calling thread: starting
@@ -72,18 +74,23 @@ fn compress_threads() -> usize {
 /// of `jobs`: on the calling thread for one job or a small batch, else on
 /// up to [`compress_threads`] threads, each with its own `scratch`. Which
 /// thread compresses a job does not change its frame.
-fn compress_jobs(jobs: &[Vec<&[u8]>], scratch: &mut Vec<frame::Scratch>) -> Vec<Option<Vec<u8>>> {
+fn compress_jobs(
+    codec: frame::Codec,
+    jobs: &[Vec<&[u8]>],
+    scratch: &mut Vec<frame::Scratch>,
+) -> Vec<Option<Vec<u8>>> {
     let blocks: usize = jobs.iter().map(|j| j.len()).sum();
     let threads = if blocks < PARALLEL_MIN_BLOCKS {
         1
     } else {
         compress_threads().min(jobs.len())
     };
-    compress_jobs_on(jobs, scratch, threads)
+    compress_jobs_on(codec, jobs, scratch, threads)
 }
 
 /// [`compress_jobs`] on `threads` threads (the caller's among them).
 fn compress_jobs_on(
+    codec: frame::Codec,
     jobs: &[Vec<&[u8]>],
     scratch: &mut Vec<frame::Scratch>,
     threads: usize,
@@ -95,7 +102,7 @@ fn compress_jobs_on(
     if threads == 1 {
         return jobs
             .iter()
-            .map(|j| frame::compress_blocks(j, &mut scratch[0]))
+            .map(|j| frame::compress_blocks_with(codec, j, &mut scratch[0]))
             .collect();
     }
     // Records differ in size, so each thread takes the next job when it is
@@ -108,7 +115,7 @@ fn compress_jobs_on(
             let Some(job) = jobs.get(i) else {
                 return done;
             };
-            done.push((i, frame::compress_blocks(job, s)));
+            done.push((i, frame::compress_blocks_with(codec, job, s)));
         }
     };
     let mut out: Vec<Option<Vec<u8>>> = vec![None; jobs.len()];
@@ -196,10 +203,25 @@ impl Frames {
 }
 
 impl Store {
-    /// Whether new records of user data are compressed: the image
-    /// carries the feature flag and the mount does not say no.
-    pub fn compressing(&self) -> bool {
-        self.config.compress != Some(false) && self.sb.compressed_records()
+    /// The codec new records of user data are compressed with, if any:
+    /// the mount's, or the image's when the mount does not say. Never zstd
+    /// on an image without ZSTD_FRAMES (a read-only mount, which writes
+    /// nothing, does not set it), so a build that knows only LZ4 frames
+    /// never meets one.
+    pub fn compressing(&self) -> Option<frame::Codec> {
+        use crate::meta::store::Compress;
+        if !self.sb.compressed_records() {
+            return None;
+        }
+        let image = if self.sb.zstd_frames() {
+            Compress::Zstd
+        } else {
+            Compress::Lz4
+        };
+        match self.config.compress.unwrap_or(image) {
+            Compress::Zstd if !self.sb.zstd_frames() => None,
+            c => c.codec(),
+        }
     }
 
     /// Compress the payload of each record of `plan` (`items`, in plan
@@ -215,9 +237,9 @@ impl Store {
     /// checkpoint's streams), so that all their records' frames are
     /// compressed together, on up to [`MAX_THREADS`] threads.
     pub(super) fn compress_plans(&mut self, parts: &[(&Plan, &[Item])]) {
-        if !self.compressing() {
+        let Some(codec) = self.compressing() else {
             return;
-        }
+        };
         let mut runs: Vec<(u64, Vec<u64>)> = Vec::new();
         for &(plan, items) in parts {
             let mut rest = items;
@@ -233,10 +255,12 @@ impl Store {
             }
         }
         // Long runs that a prefix proves compressible are compressed when
-        // their record is written, outside the lock; the rest now.
+        // their record is written, outside the lock; the rest now. The
+        // proof holds for LZ4 blocks only (a prefix's block with the rest
+        // as literals), so with zstd every run is compressed now.
         let mut probe = Vec::with_capacity(PROBE_BLOCKS * BLOCK_BYTES);
         runs.retain(|(first, vs)| {
-            if vs.len() < LATER_MIN_BLOCKS {
+            if codec != frame::Codec::Lz4 || vs.len() < LATER_MIN_BLOCKS {
                 return true;
             }
             probe.clear();
@@ -263,7 +287,7 @@ impl Store {
                     .collect()
             })
             .collect();
-        let frames = compress_jobs(&jobs, &mut self.frames.scratch);
+        let frames = compress_jobs(codec, &jobs, &mut self.frames.scratch);
         for ((first, vs), f) in runs.into_iter().zip(frames) {
             if let Some(f) = f {
                 self.frames
@@ -530,6 +554,7 @@ fn frame_slot<'a>(blocks: &'a [u8], start: u64, k: usize, what: &str) -> Result<
 mod tests {
     use super::*;
     use crate::log::frame::noise;
+    use crate::log::frame::Codec::{Lz4, Zstd};
 
     fn text(seed: u64, nblocks: usize) -> Vec<u8> {
         let words = [
@@ -576,7 +601,7 @@ mod tests {
     fn threads_make_exactly_the_serial_frames() {
         let batch = mixed_batch();
         let jobs = jobs_of(&batch);
-        let serial = compress_jobs_on(&jobs, &mut Vec::new(), 1);
+        let serial = compress_jobs_on(Lz4, &jobs, &mut Vec::new(), 1);
         assert_eq!(serial.len(), batch.len());
         for (r, f) in batch.iter().zip(&serial) {
             assert_eq!(f, &frame::compress(r), "the one-thread path");
@@ -586,10 +611,16 @@ mod tests {
         // Scratch kept across batches, as a mount keeps it.
         let mut scratch = Vec::new();
         for threads in [2, 3, MAX_THREADS, 2] {
-            assert_eq!(compress_jobs_on(&jobs, &mut scratch, threads), serial);
+            assert_eq!(compress_jobs_on(Lz4, &jobs, &mut scratch, threads), serial);
         }
         assert_eq!(scratch.len(), MAX_THREADS);
-        assert_eq!(compress_jobs(&jobs, &mut scratch), serial);
+        assert_eq!(compress_jobs(Lz4, &jobs, &mut scratch), serial);
+        // zstd likewise, with the same scratch (its contexts kept in it).
+        let serial = compress_jobs_on(Zstd, &jobs, &mut Vec::new(), 1);
+        for (r, f) in batch.iter().zip(&serial) {
+            assert_eq!(f, &frame::compress_with(Zstd, r));
+        }
+        assert_eq!(compress_jobs_on(Zstd, &jobs, &mut scratch, 3), serial);
         // The memory bound docs/PERFORMANCE.md states: per thread, one
         // record's blocks and LZ4's worst case for them.
         let record = crate::log::record::MAX_RECORD_PAYLOAD * BLOCK_BYTES;
@@ -604,7 +635,7 @@ mod tests {
     #[test]
     fn frames_made_on_threads_decompress_to_their_records() {
         let batch = mixed_batch();
-        let frames = compress_jobs_on(&jobs_of(&batch), &mut Vec::new(), MAX_THREADS);
+        let frames = compress_jobs_on(Lz4, &jobs_of(&batch), &mut Vec::new(), MAX_THREADS);
         let mut n = 0;
         for (r, f) in batch.iter().zip(frames) {
             if let Some(f) = f {

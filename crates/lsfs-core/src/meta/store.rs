@@ -61,16 +61,59 @@ pub struct StoreConfig {
     /// Every timestamp and interval of the mount (`clock.rs`): the
     /// system's, or one a test or simulation drives.
     pub clock: crate::clock::Clock,
-    /// Compress records of user data (meta/compress.rs): `Some(true)`
-    /// does, and a read-write mount with it sets the image's
-    /// COMPRESSED_RECORDS feature; `Some(false)` does not; `None` does as
-    /// the image says (the feature), and mkfs as [`MKFS_COMPRESS`] says.
-    pub compress: Option<bool>,
+    /// Compress records of user data (meta/compress.rs): `Some(Lz4)` or
+    /// `Some(Zstd)` does, with that codec, and a read-write mount with it
+    /// sets the image's COMPRESSED_RECORDS feature (and ZSTD_FRAMES for
+    /// zstd); `Some(Off)` does not; `None` does as the image says (zstd if
+    /// it has ZSTD_FRAMES, else LZ4 if it has COMPRESSED_RECORDS), and
+    /// mkfs as [`MKFS_COMPRESS`] says.
+    pub compress: Option<Compress>,
 }
 
-/// Whether mkfs makes an image that compresses, unless told
+/// Whether, and with which codec, records of user data are compressed
 /// ([`StoreConfig::compress`]).
-pub const MKFS_COMPRESS: bool = false;
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compress {
+    Off,
+    Lz4,
+    Zstd,
+}
+
+impl Compress {
+    /// The codec, or `None` for off.
+    pub fn codec(self) -> Option<crate::log::frame::Codec> {
+        use crate::log::frame::Codec;
+        match self {
+            Compress::Off => None,
+            Compress::Lz4 => Some(Codec::Lz4),
+            Compress::Zstd => Some(Codec::Zstd),
+        }
+    }
+
+    /// The word the configuration uses (`off`, `lz4`, `zstd`).
+    pub fn name(self) -> &'static str {
+        self.codec().map_or("off", |c| c.name())
+    }
+}
+
+impl std::str::FromStr for Compress {
+    type Err = String;
+    /// `off`, `lz4` or `zstd` (`on` is `lz4`, the codec `on` meant
+    /// before there were two).
+    fn from_str(s: &str) -> std::result::Result<Compress, String> {
+        match s {
+            "off" => Ok(Compress::Off),
+            "lz4" | "on" => Ok(Compress::Lz4),
+            "zstd" => Ok(Compress::Zstd),
+            // Each caller names the argument: `compress=…`, `--compress`.
+            _ => Err("must be off, lz4 or zstd".to_string()),
+        }
+    }
+}
+
+/// What mkfs makes an image compress with, unless told
+/// ([`StoreConfig::compress`]).
+pub const MKFS_COMPRESS: Compress = Compress::Off;
 
 /// The default [`StoreConfig::log_checkpoint_share`]: of 1/16, 1/8 and
 /// 1/6 of a 1 GiB image, 1/8 wrote least under sustained overwrites at

@@ -17,7 +17,7 @@ use crate::layout::Geometry;
 use crate::log::chain::{segment_records, FoundRecord};
 use crate::log::superblock::{
     Superblock, FEATURE_INCOMPAT_COMPRESSED_RECORDS, FEATURE_INCOMPAT_INLINE_ITEMS,
-    FEATURE_INCOMPAT_MOVE_RECORDS,
+    FEATURE_INCOMPAT_MOVE_RECORDS, FEATURE_INCOMPAT_ZSTD_FRAMES,
 };
 use crate::meta::cpfile::CpTable;
 use crate::meta::dat_journal::DatJournal;
@@ -269,12 +269,20 @@ impl Store {
     }
 
     /// A mount that compresses marks the image before its first compressed
-    /// record: the mount's checkpoint and both superblocks carry the flag.
-    /// `mkfs`: a new image, which compresses unless told not to.
+    /// record: the mount's checkpoint and both superblocks carry the flag,
+    /// and ZSTD_FRAMES too when it compresses with zstd. `mkfs`: a new
+    /// image, which compresses as [`crate::meta::store::MKFS_COMPRESS`]
+    /// says unless told.
     pub fn enable_compressed_records(&mut self, mkfs: bool) {
-        let default = mkfs && crate::meta::store::MKFS_COMPRESS;
-        if self.config.compress.unwrap_or(default) {
-            self.sb.features_incompat |= FEATURE_INCOMPAT_COMPRESSED_RECORDS;
+        use crate::meta::store::{Compress, MKFS_COMPRESS};
+        let default = if mkfs { MKFS_COMPRESS } else { Compress::Off };
+        match self.config.compress.unwrap_or(default) {
+            Compress::Off => {}
+            Compress::Lz4 => self.sb.features_incompat |= FEATURE_INCOMPAT_COMPRESSED_RECORDS,
+            Compress::Zstd => {
+                self.sb.features_incompat |=
+                    FEATURE_INCOMPAT_COMPRESSED_RECORDS | FEATURE_INCOMPAT_ZSTD_FRAMES
+            }
         }
     }
 
