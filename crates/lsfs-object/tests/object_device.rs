@@ -3,49 +3,26 @@
 //! and passes fsck; a flush makes exactly what came before it durable; a
 //! freed segment's object is deleted; one writer at a time.
 
+mod common;
+
+use common::*;
 use lsfs_core::device::BlockDevice;
 use lsfs_core::fs::{Lsfs, MountConfig};
 use lsfs_core::meta::open::MkfsOptions;
-use lsfs_object::layout::Geometry;
 use lsfs_object::lease::Holder;
 use lsfs_object::{ObjectDevice, Target};
-use lsfs_vfs::{Ctx, Vfs, ROOT_INO};
+use lsfs_vfs::{Vfs, ROOT_INO};
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::ObjectStore;
 use std::sync::Arc;
 
-const SEG_BLOCKS: u64 = 64;
-
 fn target() -> Target {
     Target::on(Arc::new(InMemory::new()), "fs/one")
 }
 
-/// 24 MiB: 95 segments of 256 KiB.
-fn geo() -> Geometry {
-    Geometry {
-        device_bytes: 24 << 20,
-        segment_blocks: SEG_BLOCKS,
-    }
-}
-
 fn open(t: &Target, writable: bool) -> ObjectDevice {
     ObjectDevice::open(t, writable, 8 << 20).unwrap()
-}
-
-fn ctx() -> Ctx {
-    Ctx {
-        uid: 0,
-        gid: 0,
-        pid: 1,
-        umask: 0,
-    }
-}
-
-fn data(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
 }
 
 fn objects(t: &Target) -> Vec<String> {

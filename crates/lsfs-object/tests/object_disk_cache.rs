@@ -3,40 +3,18 @@
 //! an entry that does not verify is fetched again; another writer since,
 //! or a mount that did not close, empties it.
 
+mod common;
+
+use common::*;
 use lsfs_core::device::BlockDevice;
-use lsfs_object::layout::Geometry;
 use lsfs_object::{DiskCacheConfig, ObjectDevice, Target};
 use object_store::memory::InMemory;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
-
-const SEG_BLOCKS: u64 = 64;
-const SEG_BYTES: u64 = SEG_BLOCKS * 4096;
-
-fn geo() -> Geometry {
-    Geometry {
-        device_bytes: 24 << 20,
-        segment_blocks: SEG_BLOCKS,
-    }
-}
 
 /// Segment `n`'s first byte.
 fn seg(n: u64) -> u64 {
     (1 + n * SEG_BLOCKS) * 4096
-}
-
-struct Dir(PathBuf);
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn dir(name: &str) -> Dir {
-    let d = std::env::temp_dir().join(format!("lsfs-dc-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    Dir(d)
 }
 
 /// Room for three segments' entries.
@@ -83,10 +61,10 @@ fn five_segments(t: &Target, c: &DiskCacheConfig, round: u8) {
 
 #[test]
 fn segments_come_back_from_disk_within_the_bound() {
-    let d = dir("lru");
+    let d = tempfile::tempdir().unwrap();
     let t = Target::on(Arc::new(InMemory::new()), "fs");
     ObjectDevice::create(&t, geo(), false).unwrap();
-    let c = cfg(&d.0);
+    let c = cfg(d.path());
     five_segments(&t, &c, 0);
     let dev = open(&t, &c);
     // One mount per cache.
@@ -128,10 +106,10 @@ fn segments_come_back_from_disk_within_the_bound() {
 
 #[test]
 fn another_writer_or_a_crash_empties_it() {
-    let d = dir("stale");
+    let d = tempfile::tempdir().unwrap();
     let t = Target::on(Arc::new(InMemory::new()), "fs");
     ObjectDevice::create(&t, geo(), false).unwrap();
-    let c = cfg(&d.0);
+    let c = cfg(d.path());
     five_segments(&t, &c, 0);
     // Another writer, without the cache, changes segment 6.
     let other = ObjectDevice::open(&t, true, 8 << 20).unwrap();

@@ -4,44 +4,17 @@
 //! refused, the bound starts uploads, and superblocks never reach the
 //! store before the segments.
 
+mod common;
+
+use common::*;
 use lsfs_core::device::BlockDevice;
 use lsfs_core::fs::{Lsfs, MountConfig};
 use lsfs_core::meta::open::MkfsOptions;
-use lsfs_object::layout::Geometry;
 use lsfs_object::{ObjectDevice, Target, WalConfig};
-use lsfs_vfs::{Ctx, Vfs, ROOT_INO};
+use lsfs_vfs::{Vfs, ROOT_INO};
 use object_store::memory::InMemory;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
-
-const SEG_BLOCKS: u64 = 64;
-const SEG_BYTES: u64 = SEG_BLOCKS * 4096;
-
-/// 24 MiB: 95 segments of 256 KiB.
-fn geo() -> Geometry {
-    Geometry {
-        device_bytes: 24 << 20,
-        segment_blocks: SEG_BLOCKS,
-    }
-}
-
-/// A temporary directory, removed when dropped (also when a test fails).
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(name: &str) -> Dir {
-        let d = std::env::temp_dir().join(format!("lsfs-wal-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Dir(d)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn wal(dir: &Path, max_bytes: u64) -> WalConfig {
     WalConfig {
@@ -52,21 +25,6 @@ fn wal(dir: &Path, max_bytes: u64) -> WalConfig {
 
 fn open(t: &Target, w: &WalConfig) -> Result<ObjectDevice, String> {
     ObjectDevice::open_with(t, true, 8 << 20, Some(w))
-}
-
-fn ctx() -> Ctx {
-    Ctx {
-        uid: 0,
-        gid: 0,
-        pid: 1,
-        umask: 0,
-    }
-}
-
-fn data(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
 }
 
 /// A file system made at `t` without a write-ahead file, unmounted.
@@ -92,10 +50,10 @@ const SEG2: u64 = (1 + 2 * SEG_BLOCKS) * 4096;
 
 #[test]
 fn fsynced_files_survive_a_crash_in_the_write_ahead_file_alone() {
-    let d = Dir::new("crash");
+    let d = tempfile::tempdir().unwrap();
     let t = Target::on(Arc::new(InMemory::new()), "fs/wal");
     mkfs(&t);
-    let w = wal(&d.0, 64 << 20);
+    let w = wal(d.path(), 64 << 20);
     let dev = open(&t, &w).unwrap();
     let kill = dev.kill_switch();
     let mut fs = Lsfs::open(Box::new(dev), MountConfig::default()).unwrap();
@@ -155,10 +113,10 @@ fn fsynced_files_survive_a_crash_in_the_write_ahead_file_alone() {
 
 #[test]
 fn a_flush_appends_to_the_file_and_a_torn_tail_is_ignored() {
-    let d = Dir::new("torn");
+    let d = tempfile::tempdir().unwrap();
     let t = Target::on(Arc::new(InMemory::new()), "fs/torn");
     mkfs(&t);
-    let w = wal(&d.0, 64 << 20);
+    let w = wal(d.path(), 64 << 20);
     for cut in [1u64, 7] {
         let dev = open(&t, &w).unwrap();
         let (a, b) = (vec![0xa0 + cut as u8; 8192], vec![0xbb; 4096]);
@@ -200,12 +158,12 @@ fn a_flush_appends_to_the_file_and_a_torn_tail_is_ignored() {
 
 #[test]
 fn another_file_systems_write_ahead_file_is_refused() {
-    let d = Dir::new("foreign");
+    let d = tempfile::tempdir().unwrap();
     let store = Arc::new(InMemory::new());
     let (t1, t2) = (Target::on(store.clone(), "one"), Target::on(store, "two"));
     mkfs(&t1);
     mkfs(&t2);
-    let w = wal(&d.0, 64 << 20);
+    let w = wal(d.path(), 64 << 20);
     let dev = open(&t1, &w).unwrap();
     dev.write_at(SEG2, &[1; 4096]).unwrap();
     dev.flush().unwrap();
@@ -223,7 +181,7 @@ fn another_file_systems_write_ahead_file_is_refused() {
     let err = open(&t1, &w).err().unwrap();
     assert!(err.contains("flushes of file system id"), "{err}");
     // Not a write-ahead file at all: refused, and left as it is.
-    let other = d.0.join("notes.txt");
+    let other = d.path().join("notes.txt");
     std::fs::write(&other, "my notes").unwrap();
     let err = open(
         &t2,
@@ -252,10 +210,10 @@ fn another_file_systems_write_ahead_file_is_refused() {
 
 #[test]
 fn the_bound_and_a_new_segment_start_uploads_superblocks_last() {
-    let d = Dir::new("bound");
+    let d = tempfile::tempdir().unwrap();
     let t = Target::on(Arc::new(InMemory::new()), "fs/bound");
     mkfs(&t);
-    let w = wal(&d.0, 1 << 20);
+    let w = wal(d.path(), 1 << 20);
     let dev = open(&t, &w).unwrap();
     let base = dev.object_counters();
     // 4 KiB flushes inside segment 2: the file grows, the store does not,
@@ -329,12 +287,12 @@ fn the_bound_and_a_new_segment_start_uploads_superblocks_last() {
 #[test]
 fn a_superblock_waits_for_its_segments_in_both_modes() {
     for with_wal in [false, true] {
-        let d = Dir::new(if with_wal { "order-wal" } else { "order" });
-        let root = d.0.join("store");
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("store");
         std::fs::create_dir_all(&root).unwrap();
         let t = Target::parse(&format!("file://{}", root.display())).unwrap();
         ObjectDevice::create(&t, geo(), false).unwrap();
-        let w = wal(&d.0, 64 << 20);
+        let w = wal(d.path(), 64 << 20);
         let dev = ObjectDevice::open_with(&t, true, 8 << 20, with_wal.then_some(&w)).unwrap();
         dev.write_at(SEG2, &[1; 4096]).unwrap();
         dev.write_at(0, &[2; 4096]).unwrap();
@@ -383,11 +341,11 @@ impl Rng {
 /// may land in any subset).
 #[test]
 fn random_writes_and_a_crash_keep_every_flush() {
-    let d = Dir::new("random");
+    let d = tempfile::tempdir().unwrap();
     for seed in 1..=6u64 {
         let t = Target::on(Arc::new(InMemory::new()), "fs/random");
         ObjectDevice::create(&t, geo(), false).unwrap();
-        let w = wal(&d.0, 1 << 20);
+        let w = wal(d.path(), 1 << 20);
         let _ = std::fs::remove_file(&w.path);
         let size = geo().device_bytes as usize;
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
