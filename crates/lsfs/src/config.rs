@@ -25,8 +25,9 @@ pub struct FileConfig {
     /// "on" (after each checkpoint) or "batched" (the default; see
     /// docs/CLEANER.md on discard). `-o discard=…` overrides it.
     pub discard: Option<lsfs_core::meta::discard::DiscardMode>,
-    /// Compress records of user data: "off", "lz4" or "zstd" (default:
-    /// as the image says, docs/CONFIG.md). `-o compress=…` overrides it.
+    /// Compress records of user data: "off", "lz4", "zstd" or "zstd:N"
+    /// (level 1 to 19, default 3; default: as the image says,
+    /// docs/CONFIG.md). `-o compress=…` overrides it.
     pub compress: Option<String>,
     /// Serve FUSE requests through io_uring: "off" (the default), "auto"
     /// (when the kernel and privileges allow, else /dev/fuse) or "on"
@@ -276,12 +277,15 @@ mod tests {
                 .map(|c| c.store.compress)
         };
         assert_eq!(mode(""), Ok(None));
-        assert_eq!(mode("compress = \"zstd\""), Ok(Some(Compress::Zstd)));
+        assert_eq!(mode("compress = \"zstd\""), Ok(Some(Compress::ZSTD)));
         assert_eq!(mode("compress = \"lz4\""), Ok(Some(Compress::Lz4)));
         assert_eq!(mode("compress = \"off\""), Ok(Some(Compress::Off)));
+        assert_eq!(mode("compress = \"zstd:7\""), Ok(Some(Compress::Zstd(7))));
+        let e = mode("compress = \"zstd:23\"").unwrap_err();
+        assert!(e.contains("zstd:23") && e.contains("1 to 19"), "{e}");
         let e = mode("compress = \"brotli\"").unwrap_err();
         assert!(
-            e.contains("compress = \"brotli\"") && e.contains("off, lz4 or zstd"),
+            e.contains("compress = \"brotli\"") && e.contains("off, lz4, zstd or zstd:LEVEL"),
             "{e}"
         );
     }

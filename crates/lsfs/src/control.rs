@@ -278,7 +278,7 @@ pub fn stats(fs: &Lsfs) -> Value {
         "blocks_used": st.roots().blocks_used,
         "inodes_used": st.roots().inodes_used,
         // What new records of user data are compressed with: off, lz4, zstd.
-        "compress": st.compressing().map_or("off", |c| c.name()),
+        "compress": st.compressing().map_or("off".to_string(), |m| m.name()),
         // Deleted files whose blocks the background is still freeing
         // (counted in live_blocks until then, so not free in statfs).
         "deletes": { "reclaiming_files": fs.reclaim_status().files, "reclaiming_blocks": fs.reclaim_status().blocks,

@@ -211,9 +211,11 @@ struct MkfsArgs {
     /// A label of at most 64 bytes.
     #[arg(long, default_value = "")]
     label: String,
-    /// Compress records of user data: off, lz4 or zstd. "lz4" marks the
-    /// image with the compressed-records feature from the start, "zstd"
-    /// with the zstd-frames feature too (builds without it refuse it).
+    /// Compress records of user data: off, lz4, zstd or zstd:N. "lz4"
+    /// marks the image with the compressed-records feature from the
+    /// start, "zstd" with the zstd-frames feature too (builds without it
+    /// refuse it). The image keeps the codec, not a zstd level: that is
+    /// each mount's (`-o compress=zstd:N`).
     #[arg(long, value_parser = clap::builder::ValueParser::new(|v: &str| v.parse::<Compress>()))]
     compress: Option<Compress>,
     /// Overwrite an existing lsfs image.
@@ -245,8 +247,8 @@ struct MountArgs {
     /// `config=FILE` (a flag given too must agree); `discard=off|on|batched`
     /// (what freed space is given back to the device by itself; `discard`
     /// is `on`, `nodiscard` is `off`; default batched, or the config
-    /// file's); `compress=off|lz4|zstd` (records of user data written as
-    /// LZ4 or zstd frames; `nocompress` is `off`; default: as the image
+    /// file's); `compress=off|lz4|zstd|zstd:N` (records of user data written as
+    /// LZ4 or zstd frames, zstd at level N, 1 to 19, default 3; `nocompress` is `off`; default: as the image
     /// says, or the config file); `object_wal=PATH` (an object store's flushes go to
     /// this local write-ahead file and its objects are uploaded later:
     /// docs/OBJECT_STORE.md) and `object_wal_bytes=SIZE` (its bound,

@@ -44,8 +44,9 @@ pub struct MountOpts {
     /// `discard=off|on|batched` (`discard` is on, `nodiscard` off): what
     /// freed segments the device is told to drop by itself.
     pub discard: Option<DiscardMode>,
-    /// `compress=off|lz4|zstd` (`nocompress` is off): whether, and with
-    /// which codec, records of user data are compressed (docs/CONFIG.md).
+    /// `compress=off|lz4|zstd|zstd:N` (`nocompress` is off): whether, and
+    /// with which codec and zstd level, records of user data are
+    /// compressed (docs/CONFIG.md).
     pub compress: Option<Compress>,
     /// `object_wal=PATH`: an object store's write-ahead file.
     pub object_wal: Option<PathBuf>,
@@ -93,7 +94,7 @@ impl Default for MountOpts {
 
 const KNOWN: &str = "ro, rw, writeback_cache, no_writeback_cache, atomic_writes, \
     no_atomic_writes, checkpoint=N, cache_size=SIZE, threads=N, spin_us=N, uring=off|auto|on, \
-    config=FILE, discard=off|on|batched, [no]discard, compress=off|lz4|zstd, nocompress, \
+    config=FILE, discard=off|on|batched, [no]discard, compress=off|lz4|zstd|zstd:N, nocompress, \
     object_wal=PATH, object_wal_bytes=SIZE, object_disk_cache=DIR, object_disk_cache_bytes=SIZE, \
     allow_other, default_permissions, \
     [no]suid, [no]dev, [no]exec, [no]atime, [no]diratime, relatime, strictatime, sync, \
@@ -371,7 +372,7 @@ mod tests {
         assert_eq!(o.to_string(), "rw", "a background server would refuse it");
     }
 
-    /// `compress=off|lz4|zstd` and `nocompress`; later wins, other words
+    /// `compress=off|lz4|zstd|zstd:N` and `nocompress`; later wins, other words
     /// refused, naming the option and the valid words.
     #[test]
     fn compress_modes() {
@@ -379,14 +380,20 @@ mod tests {
         assert_eq!(mode("rw"), Ok(None));
         assert_eq!(mode("compress=lz4"), Ok(Some(Compress::Lz4)));
         assert_eq!(mode("compress=on"), Ok(Some(Compress::Lz4)));
-        assert_eq!(mode("compress=zstd"), Ok(Some(Compress::Zstd)));
+        assert_eq!(mode("compress=zstd"), Ok(Some(Compress::ZSTD)));
         assert_eq!(mode("compress=off"), Ok(Some(Compress::Off)));
         assert_eq!(mode("compress=zstd,nocompress"), Ok(Some(Compress::Off)));
-        assert_eq!(mode("nocompress,compress=zstd"), Ok(Some(Compress::Zstd)));
+        assert_eq!(mode("nocompress,compress=zstd"), Ok(Some(Compress::ZSTD)));
+        assert_eq!(mode("compress=zstd:9"), Ok(Some(Compress::Zstd(9))));
+        assert_eq!(mode("compress=zstd:3"), Ok(Some(Compress::ZSTD)));
+        for bad in ["compress=zstd:0", "compress=zstd:20", "compress=zstd:x"] {
+            let e = mode(bad).unwrap_err();
+            assert!(e.contains(bad) && e.contains("1 to 19"), "{e}");
+        }
         for bad in ["compress=gzip", "compress=", "compress=ZSTD"] {
             let e = mode(bad).unwrap_err();
             assert!(
-                e.contains(bad) && e.contains("must be off, lz4 or zstd"),
+                e.contains(bad) && e.contains("must be off, lz4, zstd or zstd:LEVEL"),
                 "{e}"
             );
         }

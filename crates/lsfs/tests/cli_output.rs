@@ -164,9 +164,9 @@ fn a_missing_mount_point_fails_before_claiming_a_mount() {
     }
 }
 
-/// `--compress` and `-o compress=` take off, lz4 or zstd, and refuse
-/// other words naming the argument and the valid ones, before anything
-/// is made or mounted.
+/// `--compress` and `-o compress=` take off, lz4, zstd or zstd:LEVEL, and
+/// refuse other words and levels naming the argument and the valid ones,
+/// before anything is made or mounted.
 #[test]
 fn compress_words_are_checked() {
     let tmp = tempfile::tempdir().unwrap();
@@ -181,12 +181,18 @@ fn compress_words_are_checked() {
             vec!["mount", img, "/nonexistent", "-o", "compress=gzip"],
             "compress=gzip",
         ),
+        (
+            vec!["mount", img, "/nonexistent", "-o", "compress=zstd:20"],
+            "compress=zstd:20",
+        ),
     ] {
         let out = lsfs(&args);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{args:?}");
         assert!(
-            err.contains(name) && err.contains("must be off, lz4 or zstd"),
+            err.contains(name)
+                && (err.contains("must be off, lz4, zstd or zstd:LEVEL (LEVEL 1 to 19)")
+                    || err.contains("zstd's level must be 1 to 19")),
             "{args:?}: {err}"
         );
     }
@@ -207,10 +213,10 @@ fn reports_of_a_mount_are_text_unless_json_is_asked_for() {
     let m = mnt.to_str().unwrap();
     // Captured through pipes, as `$(lsfs mount --background …)` does: the
     // server must not keep them open (output() would wait for the unmount).
-    // Mounted with zstd, which `lsfs stats` names.
+    // Mounted with zstd at a level of its own, which `lsfs stats` names.
     let out = Command::new(env!("CARGO_BIN_EXE_lsfs"))
         .args(["mount", image.to_str().unwrap(), m, "--background"])
-        .args(["-o", "compress=zstd"])
+        .args(["-o", "compress=zstd:9"])
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -242,12 +248,12 @@ fn reports_of_a_mount_are_text_unless_json_is_asked_for() {
     ] {
         assert!(text.contains(section), "{section:?} not in\n{text}");
     }
-    assert!(text.contains("  compression: zstd\n"), "{text}");
+    assert!(text.contains("  compression: zstd:9\n"), "{text}");
     let v: serde_json::Value =
         serde_json::from_str(&ok(&["stats", "--mount", m, "--json"])).unwrap();
     assert!(v["cache"]["capacity_blocks"].is_u64(), "{v}");
     assert!(v["fuse"]["total"].as_u64().unwrap() > 0, "{v}");
-    assert_eq!(v["compress"], "zstd", "{v}");
+    assert_eq!(v["compress"], "zstd:9", "{v}");
 
     for (args, want) in [
         (&["gc", "policy", "greedy"][..], "cleaning policy greedy"),

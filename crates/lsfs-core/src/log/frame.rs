@@ -15,11 +15,18 @@ pub const CODEC_LZ4: u8 = 1;
 /// Codec byte: one zstd frame (the reference library, `zstd::bulk`). Only
 /// images with FEATURE_INCOMPAT_ZSTD_FRAMES hold such frames.
 pub const CODEC_ZSTD: u8 = 2;
-/// The zstd level frames are made with: the library's own default, which
-/// on source text wrote 0.5-0.6 of LZ4's bytes for about 1.5 times its CPU
-/// (docs/PERFORMANCE.md, "Compressed records"). Not a setting: a level
-/// changes only how long a frame takes to make, never how it is read.
+/// The zstd level frames are made with unless the mount says
+/// (`compress=zstd:N`): the library's own default, which on source text
+/// wrote 0.5-0.6 of LZ4's bytes for about 1.5 times its CPU
+/// (docs/PERFORMANCE.md, "Compressed records"). A level changes only how
+/// long a frame takes to make and how small it is, never how it is read,
+/// so it is a mount's choice and the image does not record it.
 pub const ZSTD_LEVEL: i32 = 3;
+/// The zstd levels a mount may choose: the library's usual range. Levels
+/// 20 to 22 ("ultra") need windows of up to 128 MiB per compressing
+/// thread for frames of at most 4 MiB, and negative ones trade ratio for
+/// a speed LZ4 already has.
+pub const ZSTD_LEVELS: std::ops::RangeInclusive<i32> = 1..=19;
 
 /// How a frame's payload is compressed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,6 +68,36 @@ impl Codec {
         }
     }
 }
+
+/// How new frames are made: the codec and, for zstd, the level. Only the
+/// codec reaches the image (the frame's codec byte).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Method {
+    pub codec: Codec,
+    /// zstd's level ([`ZSTD_LEVELS`]); unused by LZ4.
+    pub level: i32,
+}
+
+impl Method {
+    /// The configuration's word: `lz4`, `zstd`, or `zstd:N` for a level
+    /// other than [`ZSTD_LEVEL`].
+    pub fn name(self) -> String {
+        match self.codec {
+            Codec::Zstd if self.level != ZSTD_LEVEL => format!("zstd:{}", self.level),
+            c => c.name().to_string(),
+        }
+    }
+}
+
+impl From<Codec> for Method {
+    /// The codec at its default level.
+    fn from(codec: Codec) -> Method {
+        Method {
+            codec,
+            level: ZSTD_LEVEL,
+        }
+    }
+}
 pub const FRAME_HEADER_BYTES: usize = 32;
 const CRC_AT: usize = 16;
 
@@ -72,10 +109,10 @@ const CRC_AT: usize = 16;
 pub struct Scratch {
     input: Vec<u8>,
     output: Vec<u8>,
-    /// zstd's compression context (1.3 MiB at level 3), made at the first
-    /// zstd frame and kept like the buffers (making one allocates its
-    /// tables anew).
-    zstd: Option<zstd::bulk::Compressor<'static>>,
+    /// zstd's compression context (1.3 MiB at level 3) and its level,
+    /// made at the first zstd frame and kept like the buffers (making one
+    /// allocates its tables anew).
+    zstd: Option<(zstd::bulk::Compressor<'static>, i32)>,
 }
 
 impl Scratch {
@@ -104,12 +141,14 @@ pub fn compress_blocks(parts: &[&[u8]], scratch: &mut Scratch) -> Option<Vec<u8>
     compress_blocks_with(Codec::Lz4, parts, scratch)
 }
 
-/// [`compress_blocks`] with `codec`.
+/// [`compress_blocks`] with `method` (a [`Codec`] at its default level,
+/// or a [`Method`]).
 pub fn compress_blocks_with(
-    codec: Codec,
+    method: impl Into<Method>,
     parts: &[&[u8]],
     scratch: &mut Scratch,
 ) -> Option<Vec<u8>> {
+    let Method { codec, level } = method.into();
     let len: usize = parts.iter().map(|p| p.len()).sum();
     assert!(len > 0 && len % BLOCK_BYTES == 0);
     let nslots = len / BLOCK_BYTES;
@@ -147,11 +186,15 @@ pub fn compress_blocks_with(
         Codec::Lz4 => lz4_flex::block::compress_into(input, &mut output[FRAME_HEADER_BYTES..])
             .expect("room for LZ4's worst case"),
         Codec::Zstd => {
-            let z = match zstd {
-                Some(z) => z,
-                None => zstd
-                    .insert(zstd::bulk::Compressor::new(ZSTD_LEVEL).expect("zstd makes a context")),
-            };
+            let (z, at) = zstd.get_or_insert_with(|| {
+                let z = zstd::bulk::Compressor::new(level).expect("zstd makes a context");
+                (z, level)
+            });
+            if *at != level {
+                z.set_compression_level(level)
+                    .expect("a level in ZSTD_LEVELS");
+                *at = level;
+            }
             z.compress_to_buffer(input, &mut output[FRAME_HEADER_BYTES..room])
                 .expect("room for zstd's worst case")
         }
@@ -267,11 +310,18 @@ pub fn prove_by_prefix(prefix: &[u8], run_len: usize) -> Option<PrefixProof> {
 }
 
 /// The frame of `blocks` for a run proved compressible by `proof`: the
-/// one [`compress_blocks`] makes (the same bytes) when that fits, else the
-/// prefix's LZ4 block with the rest of the run as literals, which the
-/// proof says fits.
-pub fn compress_proved(blocks: &[u8], proof: PrefixProof, scratch: &mut Scratch) -> Vec<u8> {
-    if let Some(f) = compress_blocks(&[blocks], scratch) {
+/// one [`compress_blocks_with`] makes with `method` (the same bytes) when
+/// that fits, else the prefix's LZ4 block with the rest of the run as
+/// literals, which the proof says fits. So a zstd mount may write an
+/// LZ4 frame for such a run (every image that holds zstd frames reads
+/// both): in practice zstd fits wherever LZ4's prefix did.
+pub fn compress_proved(
+    blocks: &[u8],
+    proof: PrefixProof,
+    method: impl Into<Method>,
+    scratch: &mut Scratch,
+) -> Vec<u8> {
+    if let Some(f) = compress_blocks_with(method, &[blocks], scratch) {
         return f;
     }
     prefix_frame(blocks, proof.prefix).expect("the proof says the frame fits")
@@ -520,10 +570,43 @@ mod tests {
         mixed.extend(noise(11, 400));
         for data in [text(1024), text(64), mixed] {
             let proof = prove_by_prefix(&data[..32 * BLOCK_BYTES], data.len()).expect("text first");
-            let f = compress_proved(&data, proof, &mut scratch);
+            let f = compress_proved(&data, proof, Codec::Lz4, &mut scratch);
             assert_eq!(Some(&f), compress(&data).as_ref());
             assert_eq!(decompress(&f, "t").unwrap(), data);
+            let z = compress_proved(&data, proof, Codec::Zstd, &mut scratch);
+            assert_eq!(Some(&z), compress_with(Codec::Zstd, &data).as_ref());
+            assert_eq!(decompress(&z, "t").unwrap(), data);
         }
+    }
+
+    /// Levels change the frame's size and time, never how it reads: each
+    /// level's frame decompresses to the data, a higher level is no larger
+    /// on text, and one scratch moved between levels makes the frames a
+    /// fresh one makes at each.
+    #[test]
+    fn zstd_levels() {
+        let data = text(512);
+        let mut kept = Scratch::default();
+        let mut sizes = Vec::new();
+        for level in [1, 3, 9, 19, 3, 1] {
+            let m = Method {
+                codec: Codec::Zstd,
+                level,
+            };
+            let f = compress_blocks_with(m, &[&data], &mut kept).expect("text shrinks");
+            let fresh = compress_blocks_with(m, &[&data], &mut Scratch::default());
+            assert_eq!(Some(&f), fresh.as_ref(), "level {level}");
+            assert_eq!(f[4], CODEC_ZSTD);
+            assert_eq!(decompress(&f, "t").unwrap(), data);
+            sizes.push(frame_size(&f, "t").unwrap().2);
+        }
+        assert!(sizes[3] <= sizes[0], "{sizes:?}");
+        assert_eq!(Method::from(Codec::Zstd).name(), "zstd");
+        let m = Method {
+            codec: Codec::Zstd,
+            level: 9,
+        };
+        assert_eq!(m.name(), "zstd:9");
     }
 
     /// zstd frames: codec byte 2, the same header and checksum, smaller

@@ -20,8 +20,9 @@
 //! queued raw as a deferred write (`RecordLater`); the thread that runs
 //! the I/O queue compresses it after the lock is let go, with helpers on
 //! the other cores (device/io_queue.rs). The frame is the one the lock
-//! would have made whenever that one fits, the prefix frame otherwise
-//! (a valid LZ4 block of the run too, so the format is unchanged).
+//! would have made (LZ4's or zstd's, as the mount compresses) whenever
+//! that one fits, the prefix frame otherwise (a valid LZ4 block of the
+//! run too, so the format is unchanged).
 //! A read of a block whose record is still queued makes the frame then,
 //! once (`IoQueue::read_at`). Short runs, and runs the prefix does not
 //! prove, are compressed under the lock as before.
@@ -75,7 +76,7 @@ fn compress_threads() -> usize {
 /// up to [`compress_threads`] threads, each with its own `scratch`. Which
 /// thread compresses a job does not change its frame.
 fn compress_jobs(
-    codec: frame::Codec,
+    codec: impl Into<frame::Method>,
     jobs: &[Vec<&[u8]>],
     scratch: &mut Vec<frame::Scratch>,
 ) -> Vec<Option<Vec<u8>>> {
@@ -85,12 +86,12 @@ fn compress_jobs(
     } else {
         compress_threads().min(jobs.len())
     };
-    compress_jobs_on(codec, jobs, scratch, threads)
+    compress_jobs_on(codec.into(), jobs, scratch, threads)
 }
 
 /// [`compress_jobs`] on `threads` threads (the caller's among them).
 fn compress_jobs_on(
-    codec: frame::Codec,
+    codec: frame::Method,
     jobs: &[Vec<&[u8]>],
     scratch: &mut Vec<frame::Scratch>,
     threads: usize,
@@ -159,8 +160,8 @@ enum Pending {
     /// Compressed under the lock: the frame's blocks.
     Made(Vec<u8>),
     /// Proved to fit, compressed when the record is written
-    /// ([`RecordLater`]).
-    Later(frame::PrefixProof),
+    /// ([`RecordLater`]) with the method.
+    Later(frame::PrefixProof, frame::Method),
 }
 
 /// The frame of record whose frame is left for later, as
@@ -168,8 +169,8 @@ enum Pending {
 pub(super) enum TakenFrame {
     /// (its blocks, how many, the payload slots it holds)
     Made(Vec<u8>, u32, u32),
-    /// (the payload slots it holds, the proof)
-    Later(u32, frame::PrefixProof),
+    /// (the payload slots it holds, the proof, how to compress it)
+    Later(u32, frame::PrefixProof, frame::Method),
 }
 
 /// What records compressed after the lock did, for the store's counters
@@ -203,24 +204,25 @@ impl Frames {
 }
 
 impl Store {
-    /// The codec new records of user data are compressed with, if any:
-    /// the mount's, or the image's when the mount does not say. Never zstd
+    /// How new records of user data are compressed, if they are: the
+    /// mount's codec (and zstd level), or the image's codec at its
+    /// default level when the mount does not say. Never zstd
     /// on an image without ZSTD_FRAMES (a read-only mount, which writes
     /// nothing, does not set it), so a build that knows only LZ4 frames
     /// never meets one.
-    pub fn compressing(&self) -> Option<frame::Codec> {
+    pub fn compressing(&self) -> Option<frame::Method> {
         use crate::meta::store::Compress;
         if !self.sb.compressed_records() {
             return None;
         }
         let image = if self.sb.zstd_frames() {
-            Compress::Zstd
+            Compress::ZSTD
         } else {
             Compress::Lz4
         };
         match self.config.compress.unwrap_or(image) {
-            Compress::Zstd if !self.sb.zstd_frames() => None,
-            c => c.codec(),
+            Compress::Zstd(_) if !self.sb.zstd_frames() => None,
+            c => c.method(),
         }
     }
 
@@ -237,7 +239,7 @@ impl Store {
     /// checkpoint's streams), so that all their records' frames are
     /// compressed together, on up to [`MAX_THREADS`] threads.
     pub(super) fn compress_plans(&mut self, parts: &[(&Plan, &[Item])]) {
-        let Some(codec) = self.compressing() else {
+        let Some(method) = self.compressing() else {
             return;
         };
         let mut runs: Vec<(u64, Vec<u64>)> = Vec::new();
@@ -256,11 +258,11 @@ impl Store {
         }
         // Long runs that a prefix proves compressible are compressed when
         // their record is written, outside the lock; the rest now. The
-        // proof holds for LZ4 blocks only (a prefix's block with the rest
-        // as literals), so with zstd every run is compressed now.
+        // proof is an LZ4 block (a prefix's, with the rest as literals),
+        // which a zstd mount falls back to if zstd does not fit.
         let mut probe = Vec::with_capacity(PROBE_BLOCKS * BLOCK_BYTES);
         runs.retain(|(first, vs)| {
-            if codec != frame::Codec::Lz4 || vs.len() < LATER_MIN_BLOCKS {
+            if vs.len() < LATER_MIN_BLOCKS {
                 return true;
             }
             probe.clear();
@@ -271,7 +273,7 @@ impl Store {
             }
             match frame::prove_by_prefix(&probe, vs.len() * BLOCK_BYTES) {
                 Some(proof) => {
-                    let later = (vs.len(), Pending::Later(proof));
+                    let later = (vs.len(), Pending::Later(proof, method));
                     self.frames.pending.insert(*first, later);
                     false
                 }
@@ -287,7 +289,7 @@ impl Store {
                     .collect()
             })
             .collect();
-        let frames = compress_jobs(codec, &jobs, &mut self.frames.scratch);
+        let frames = compress_jobs(method, &jobs, &mut self.frames.scratch);
         for ((first, vs), f) in runs.into_iter().zip(frames) {
             if let Some(f) = f {
                 self.frames
@@ -334,7 +336,7 @@ impl Store {
                 let m = (f.len() / BLOCK_BYTES) as u32;
                 TakenFrame::Made(f, m, k as u32)
             }
-            (k, Pending::Later(proof)) => TakenFrame::Later(k as u32, proof),
+            (k, Pending::Later(proof, method)) => TakenFrame::Later(k as u32, proof, method),
         })
     }
 
@@ -348,11 +350,12 @@ impl Store {
         buf: Vec<u8>,
         k: u32,
         proof: frame::PrefixProof,
+        method: frame::Method,
     ) -> Arc<dyn DeferredWrite> {
         Arc::new(RecordLater {
             offset: self.geo.byte_offset(block),
             len: buf.len() as u64,
-            input: Mutex::new(Some((h, buf, k, proof))),
+            input: Mutex::new(Some((h, buf, k, proof, method))),
             made: OnceLock::new(),
             counters: self.frames.later.clone(),
         })
@@ -473,8 +476,14 @@ struct RecordLater {
 }
 
 /// The header (without its frame), the record with its payload raw, the
-/// slots of the frame and the proof.
-type LaterInput = (RecordHeader, Vec<u8>, u32, frame::PrefixProof);
+/// slots of the frame, the proof and how to compress it.
+type LaterInput = (
+    RecordHeader,
+    Vec<u8>,
+    u32,
+    frame::PrefixProof,
+    frame::Method,
+);
 
 /// Scratch buffers of the threads that compress records later (the
 /// thread running the I/O queue and its helpers, which start anew for each
@@ -497,7 +506,7 @@ fn with_later_scratch<T>(f: impl FnOnce(&mut frame::Scratch) -> T) -> T {
 
 impl RecordLater {
     fn make(&self) -> Vec<(u64, Vec<u8>)> {
-        let (mut h, mut buf, k, proof) = self
+        let (mut h, mut buf, k, proof, method) = self
             .input
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -505,7 +514,7 @@ impl RecordLater {
             .expect("a record's writes are made once");
         let nsum = h.nsum_blocks as usize;
         let run = nsum * BLOCK_BYTES..(nsum + k as usize) * BLOCK_BYTES;
-        let f = with_later_scratch(|s| frame::compress_proved(&buf[run.clone()], proof, s));
+        let f = with_later_scratch(|s| frame::compress_proved(&buf[run.clone()], proof, method, s));
         let m = (f.len() / BLOCK_BYTES) as u32;
         buf.splice(run, f);
         (h.flags, h.frame_blocks, h.frame_slots) = (h.flags | FLAG_COMPRESSED, m, k);
@@ -601,7 +610,7 @@ mod tests {
     fn threads_make_exactly_the_serial_frames() {
         let batch = mixed_batch();
         let jobs = jobs_of(&batch);
-        let serial = compress_jobs_on(Lz4, &jobs, &mut Vec::new(), 1);
+        let serial = compress_jobs_on(Lz4.into(), &jobs, &mut Vec::new(), 1);
         assert_eq!(serial.len(), batch.len());
         for (r, f) in batch.iter().zip(&serial) {
             assert_eq!(f, &frame::compress(r), "the one-thread path");
@@ -611,16 +620,22 @@ mod tests {
         // Scratch kept across batches, as a mount keeps it.
         let mut scratch = Vec::new();
         for threads in [2, 3, MAX_THREADS, 2] {
-            assert_eq!(compress_jobs_on(Lz4, &jobs, &mut scratch, threads), serial);
+            assert_eq!(
+                compress_jobs_on(Lz4.into(), &jobs, &mut scratch, threads),
+                serial
+            );
         }
         assert_eq!(scratch.len(), MAX_THREADS);
         assert_eq!(compress_jobs(Lz4, &jobs, &mut scratch), serial);
         // zstd likewise, with the same scratch (its contexts kept in it).
-        let serial = compress_jobs_on(Zstd, &jobs, &mut Vec::new(), 1);
+        let serial = compress_jobs_on(Zstd.into(), &jobs, &mut Vec::new(), 1);
         for (r, f) in batch.iter().zip(&serial) {
             assert_eq!(f, &frame::compress_with(Zstd, r));
         }
-        assert_eq!(compress_jobs_on(Zstd, &jobs, &mut scratch, 3), serial);
+        assert_eq!(
+            compress_jobs_on(Zstd.into(), &jobs, &mut scratch, 3),
+            serial
+        );
         // The memory bound docs/PERFORMANCE.md states: per thread, one
         // record's blocks and LZ4's worst case for them.
         let record = crate::log::record::MAX_RECORD_PAYLOAD * BLOCK_BYTES;
@@ -635,7 +650,7 @@ mod tests {
     #[test]
     fn frames_made_on_threads_decompress_to_their_records() {
         let batch = mixed_batch();
-        let frames = compress_jobs_on(Lz4, &jobs_of(&batch), &mut Vec::new(), MAX_THREADS);
+        let frames = compress_jobs_on(Lz4.into(), &jobs_of(&batch), &mut Vec::new(), MAX_THREADS);
         let mut n = 0;
         for (r, f) in batch.iter().zip(frames) {
             if let Some(f) = f {

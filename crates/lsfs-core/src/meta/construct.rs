@@ -1035,7 +1035,7 @@ impl Store {
                     buf.splice(at..at + k as usize * BLOCK_BYTES, frame);
                     (flags, frame_blocks, frame_slots) = (flags | FLAG_COMPRESSED, m, k);
                 }
-                Some(TakenFrame::Later(k, proof)) => later = Some((k, proof)),
+                Some(TakenFrame::Later(k, proof, method)) => later = Some((k, proof, method)),
                 None => {}
             }
             let last_record = ri + 1 == nrec;
@@ -1067,7 +1067,7 @@ impl Store {
                 frame_slots,
             };
             let block = match later {
-                Some((k, proof)) => self.write_record_later(r, h, buf, k, proof)?,
+                Some((k, proof, method)) => self.write_record_later(r, h, buf, k, proof, method)?,
                 None => self.write_record(r, &h, buf)?,
             };
             last = (block, self.seq);
@@ -1162,13 +1162,14 @@ impl Store {
         buf: Vec<u8>,
         k: u32,
         proof: crate::log::frame::PrefixProof,
+        method: crate::log::frame::Method,
     ) -> Result<u64> {
         for e in &h.entries {
             *self.stats.blocks_by_class.entry(e.class()).or_default() += 1;
         }
         let block = self.geo.segment_start(r.seg) + r.off as u64;
         self.frames.forget_read();
-        let w = self.record_later(block, h, buf, k, proof);
+        let w = self.record_later(block, h, buf, k, proof, method);
         self.io.write_deferred(w)?;
         self.segs.last_seq[r.seg as usize] = self.seq;
         self.stats.records_written += 1;

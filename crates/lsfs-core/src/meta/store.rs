@@ -71,42 +71,69 @@ pub struct StoreConfig {
 }
 
 /// Whether, and with which codec, records of user data are compressed
-/// ([`StoreConfig::compress`]).
+/// ([`StoreConfig::compress`]), and for zstd at which level.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Compress {
     Off,
     Lz4,
-    Zstd,
+    /// zstd at a level of `frame::ZSTD_LEVELS`.
+    Zstd(i32),
 }
 
 impl Compress {
-    /// The codec, or `None` for off.
-    pub fn codec(self) -> Option<crate::log::frame::Codec> {
-        use crate::log::frame::Codec;
+    /// zstd at its default level (`frame::ZSTD_LEVEL`).
+    pub const ZSTD: Compress = Compress::Zstd(crate::log::frame::ZSTD_LEVEL);
+
+    /// How frames are made, or `None` for off.
+    pub fn method(self) -> Option<crate::log::frame::Method> {
+        use crate::log::frame::{Codec, Method};
         match self {
             Compress::Off => None,
-            Compress::Lz4 => Some(Codec::Lz4),
-            Compress::Zstd => Some(Codec::Zstd),
+            Compress::Lz4 => Some(Codec::Lz4.into()),
+            Compress::Zstd(level) => Some(Method {
+                codec: Codec::Zstd,
+                level,
+            }),
         }
     }
 
-    /// The word the configuration uses (`off`, `lz4`, `zstd`).
-    pub fn name(self) -> &'static str {
-        self.codec().map_or("off", |c| c.name())
+    /// The codec, or `None` for off.
+    pub fn codec(self) -> Option<crate::log::frame::Codec> {
+        self.method().map(|m| m.codec)
+    }
+
+    /// The word the configuration uses (`off`, `lz4`, `zstd`, `zstd:N`).
+    pub fn name(self) -> String {
+        self.method().map_or("off".to_string(), |m| m.name())
     }
 }
 
 impl std::str::FromStr for Compress {
     type Err = String;
-    /// `off`, `lz4` or `zstd` (`on` is `lz4`, the codec `on` meant
-    /// before there were two).
+    /// `off`, `lz4`, `zstd` or `zstd:N` (`on` is `lz4`, the codec `on`
+    /// meant before there were two).
     fn from_str(s: &str) -> std::result::Result<Compress, String> {
+        use crate::log::frame::ZSTD_LEVELS;
+        // Each caller names the argument: `compress=…`, `--compress`.
         match s {
             "off" => Ok(Compress::Off),
             "lz4" | "on" => Ok(Compress::Lz4),
-            "zstd" => Ok(Compress::Zstd),
-            // Each caller names the argument: `compress=…`, `--compress`.
-            _ => Err("must be off, lz4 or zstd".to_string()),
+            "zstd" => Ok(Compress::ZSTD),
+            _ => match s.strip_prefix("zstd:") {
+                Some(n) => match n.parse::<i32>() {
+                    Ok(level) if ZSTD_LEVELS.contains(&level) => Ok(Compress::Zstd(level)),
+                    _ => Err(format!(
+                        "zstd's level must be {} to {}, not {n:?}",
+                        ZSTD_LEVELS.start(),
+                        ZSTD_LEVELS.end()
+                    )),
+                },
+                None => Err(format!(
+                    "must be off, lz4, zstd or zstd:LEVEL (LEVEL {} to {})",
+                    ZSTD_LEVELS.start(),
+                    ZSTD_LEVELS.end()
+                )),
+            },
         }
     }
 }

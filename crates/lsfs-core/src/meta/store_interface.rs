@@ -279,7 +279,7 @@ impl Store {
         match self.config.compress.unwrap_or(default) {
             Compress::Off => {}
             Compress::Lz4 => self.sb.features_incompat |= FEATURE_INCOMPAT_COMPRESSED_RECORDS,
-            Compress::Zstd => {
+            Compress::Zstd(_) => {
                 self.sb.features_incompat |=
                     FEATURE_INCOMPAT_COMPRESSED_RECORDS | FEATURE_INCOMPAT_ZSTD_FRAMES
             }
