@@ -185,6 +185,9 @@ pub struct ObjectDevice {
     writer_id: AtomicU64,
     stats: DeviceStats,
     ostats: ObjectStats,
+    /// A read-only open's view, once mounted (`BlockDevice::fix_view`):
+    /// the file system's id and the newest log record it found.
+    view: Mutex<Option<(u64, u64)>>,
 }
 
 fn io(what: String, e: object_store::Error) -> Error {
@@ -294,6 +297,7 @@ impl ObjectDevice {
             writer_id: AtomicU64::new(0),
             stats: DeviceStats::default(),
             ostats: ObjectStats::default(),
+            view: Mutex::new(None),
         };
         if let Some(w) = wal {
             dev.open_wal(w)?;
@@ -403,6 +407,7 @@ impl ObjectDevice {
                 }
                 got
             };
+            self.check_view(o, &path, &got)?;
             let data = match got {
                 Ok(b) => {
                     if b.len() as u64 != want {
@@ -430,6 +435,55 @@ impl ObjectDevice {
         let e = c.objs.get_mut(&o).expect("just loaded");
         e.used = uses;
         Ok(e)
+    }
+
+    /// For a read-only open with its view fixed: refuse segment `o`, just
+    /// fetched as `got`, if the writer has reused it since that view (its
+    /// first record is newer than the newest the view found) or freed it
+    /// (its object deleted). Once the view's checkpoint is given up (the
+    /// writer keeps plain checkpoints for `protection_secs` at most, less
+    /// when space runs short), its cleaner may move the blocks this view
+    /// reads and write the segment again; without this check the reader
+    /// would read the new blocks, or zeros, as its own. Threaded logging,
+    /// which writes into a segment's holes without a new first record,
+    /// is not detected, and is off by default.
+    fn check_view<B: AsRef<[u8]>>(
+        &self,
+        o: Obj,
+        path: &object_store::path::Path,
+        got: &std::result::Result<B, object_store::Error>,
+    ) -> Result<()> {
+        let Obj::Segment(n) = o else { return Ok(()) };
+        let Some((fs_id, seq)) = *self.view.lock().unwrap() else {
+            return Ok(());
+        };
+        let stale = |why: String| {
+            Err(Error::io(
+                format!("segment {n} (object {path})"),
+                std::io::Error::other(format!(
+                    "{why} after the checkpoint this read-only mount shows, which the writer \
+                     has since given up; unmount and mount again to see a newer checkpoint \
+                     (snapshots are never given up)"
+                )),
+            ))
+        };
+        match got {
+            Err(object_store::Error::NotFound { .. }) => {
+                stale("the writer freed this segment".into())
+            }
+            Ok(b) => {
+                let b = b.as_ref();
+                let first = &b[..b.len().min(crate::layout::BLOCK as usize)];
+                match lsfs_core::log::record::RecordHeader::peek(first, fs_id) {
+                    Some((_, s, _, _)) if s > seq => stale(format!(
+                        "the writer wrote this segment again (record {s}; this mount saw up \
+                         to record {seq})"
+                    )),
+                    _ => Ok(()),
+                }
+            }
+            Err(_) => Ok(()),
+        }
     }
 
     /// Drop the least recently used unchanged objects (never `keep`) while
@@ -811,6 +865,13 @@ fn delete_all(t: &Target, rt: &Runtime) -> std::result::Result<(), String> {
 impl BlockDevice for ObjectDevice {
     fn size_bytes(&self) -> u64 {
         self.geo.device_bytes
+    }
+
+    /// Read-only opens only: a writable one is the writer.
+    fn fix_view(&self, fs_id: u64, seq: u64) {
+        if !self.leased.load(Ordering::Relaxed) {
+            *self.view.lock().unwrap() = Some((fs_id, seq));
+        }
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {

@@ -933,6 +933,9 @@ impl BlockDevice for QueuedDevice {
     fn release(&self) -> Result<()> {
         self.0.dev.release()
     }
+    fn fix_view(&self, fs_id: u64, seq: u64) {
+        self.0.dev.fix_view(fs_id, seq)
+    }
     fn extra_counters(&self) -> Vec<(&'static str, u64)> {
         self.0.dev.extra_counters()
     }

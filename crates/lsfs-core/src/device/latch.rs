@@ -71,6 +71,9 @@ impl BlockDevice for ReadErrorLatch {
     fn release(&self) -> Result<()> {
         self.inner.release()
     }
+    fn fix_view(&self, fs_id: u64, seq: u64) {
+        self.inner.fix_view(fs_id, seq)
+    }
     fn extra_counters(&self) -> Vec<(&'static str, u64)> {
         self.inner.extra_counters()
     }

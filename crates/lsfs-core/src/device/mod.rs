@@ -64,6 +64,14 @@ pub trait BlockDevice: Send + Sync {
     fn release(&self) -> Result<()> {
         Ok(())
     }
+    /// A read-only open fixes its view here, once mounted: the file system
+    /// `fs_id` as of log record `seq`, the newest it found. A device that
+    /// another open may write meanwhile (an object store whose writer runs
+    /// elsewhere) may then refuse, with an I/O error, a segment rewritten
+    /// or removed since, rather than hand back blocks of a later state as
+    /// if they were this view's. Most devices have no other writer and
+    /// ignore it.
+    fn fix_view(&self, _fs_id: u64, _seq: u64) {}
     /// Counters particular to this kind of device, by name (an object
     /// store's requests and their bytes); none for most.
     fn extra_counters(&self) -> Vec<(&'static str, u64)> {

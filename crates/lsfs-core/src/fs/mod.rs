@@ -202,6 +202,11 @@ impl Lsfs {
             fs.checkpoint_for("mount")?;
             fs.store.settle_superblocks()?;
         }
+        if fs.store.opened_read_only() {
+            // A writer elsewhere may reuse what this view reads once its
+            // checkpoint is given up: the device may then refuse such reads.
+            fs.store.fix_view();
+        }
         fs.start_write_amp();
         Ok(fs)
     }

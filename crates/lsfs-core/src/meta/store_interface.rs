@@ -68,6 +68,16 @@ impl Store {
         self.config.read_only
     }
 
+    /// Tell the device this read-only view: the file system as of the
+    /// newest log record found (`BlockDevice::fix_view`). Not `self.seq`,
+    /// which an open sets past the records that may follow the chain's
+    /// end; every record written after the newest one found, by a writer
+    /// elsewhere, has a higher number.
+    pub fn fix_view(&self) {
+        let newest = self.segs.last_seq.iter().copied().max().unwrap_or(0);
+        self.dev.fix_view(self.sb.fs_id, newest);
+    }
+
     /// The counters `lsfs stats` shows (a copy: records compressed after
     /// the engine's lock count what their frames saved once made).
     pub fn stats(&self) -> StoreStats {

@@ -1,0 +1,131 @@
+//! Read-only mounts beside the writer. A reader shows the checkpoint that
+//! was newest when it mounted; once the writer gives that checkpoint up
+//! (at once here: `protection_secs = 0`) and writes its segments again,
+//! the reader's reads of them fail with EIO, naming the segment, instead
+//! of returning the writer's newer blocks, or zeros, as the reader's file.
+//! A snapshot is never given up, so a reader of one keeps reading it.
+
+mod common;
+
+use common::*;
+use lsfs_core::device::BlockDevice;
+use lsfs_core::fs::{Lsfs, MountConfig};
+use lsfs_core::meta::open::MkfsOptions;
+use lsfs_object::{ObjectDevice, Target};
+use lsfs_vfs::{Vfs, ROOT_INO};
+use object_store::memory::InMemory;
+use std::sync::Arc;
+
+const FILE_BYTES: usize = 2 << 20;
+
+fn reader(t: &Target, checkpoint: Option<u64>) -> Lsfs {
+    let mut c = MountConfig::default();
+    c.store.read_only = true;
+    c.checkpoint = checkpoint;
+    let dev = ObjectDevice::open(t, false, 8 << 20).unwrap();
+    Lsfs::open(Box::new(dev), c).unwrap()
+}
+
+#[test]
+fn a_reader_whose_checkpoint_the_writer_reused_gets_eio_not_other_data() {
+    let t = Target::on(Arc::new(InMemory::new()), "fs/readers");
+    ObjectDevice::create(&t, geo(), false).unwrap();
+    let opts = MkfsOptions {
+        segment_blocks: SEG_BLOCKS as u32,
+        label: "readers".into(),
+    };
+    let mut cfg = MountConfig::default();
+    cfg.store.protection_secs = 0;
+    let dev = ObjectDevice::open(&t, true, 8 << 20).unwrap();
+    let mut w = Lsfs::mkfs(Box::new(dev), &opts, cfg).unwrap();
+    let a = w
+        .mknod(ROOT_INO, b"a", libc::S_IFREG | 0o644, 0, &ctx())
+        .unwrap()
+        .ino;
+    let old = data(1, FILE_BYTES);
+    w.write(a, 0, &old).unwrap();
+    w.checkpoint().unwrap();
+
+    // Mounted now, and reading at once: the view's own segments pass.
+    let mut fresh = reader(&t, None);
+    assert!(fresh.read(a, 0, FILE_BYTES as u32).unwrap() == old);
+    // Mounted now, reading only after the writer went on.
+    let mut late = reader(&t, None);
+    // A snapshot of newer contents, and a reader of it.
+    let kept = data(2, FILE_BYTES);
+    w.write(a, 0, &kept).unwrap();
+    let snap = w.snapshot_create().unwrap();
+    let mut of_snapshot = reader(&t, Some(snap));
+
+    // The writer rewrites the file many times over the 24 MiB device: the
+    // plain checkpoints the first two readers show are given up and their
+    // segments written again.
+    for round in 0..20u8 {
+        w.write(a, 0, &data(round + 3, FILE_BYTES)).unwrap();
+        w.checkpoint().unwrap();
+    }
+
+    match late.read(a, 0, FILE_BYTES as u32) {
+        Ok(d) => panic!(
+            "the late reader read {} (its own contents: {})",
+            if d == old {
+                "its own contents"
+            } else {
+                "other data"
+            },
+            d == old
+        ),
+        Err(e) => assert_eq!(e.0, libc::EIO, "the late reader's read"),
+    }
+    // The reader that had read the file keeps what it holds in memory, or
+    // fails the same way; it never reads the writer's blocks as its own.
+    if let Ok(d) = fresh.read(a, 0, FILE_BYTES as u32) {
+        assert!(d == old, "the fresh reader read other data");
+    }
+    assert!(
+        of_snapshot.read(a, 0, FILE_BYTES as u32).unwrap() == kept,
+        "a snapshot's reader"
+    );
+    w.unmount().unwrap();
+}
+
+/// What the refusal says: the segment, its object, and what to do.
+#[test]
+fn a_segment_written_after_the_view_is_refused_naming_it() {
+    let t = Target::on(Arc::new(InMemory::new()), "fs/view");
+    ObjectDevice::create(&t, geo(), false).unwrap();
+    let opts = MkfsOptions {
+        segment_blocks: SEG_BLOCKS as u32,
+        label: "view".into(),
+    };
+    let dev = ObjectDevice::open(&t, true, 8 << 20).unwrap();
+    let mut w = Lsfs::mkfs(Box::new(dev), &opts, MountConfig::default()).unwrap();
+    let fs_id = w.store.superblock().fs_id;
+    w.unmount().unwrap();
+    drop(w);
+    let dev = ObjectDevice::open(&t, false, 8 << 20).unwrap();
+    let mut b = vec![0; 4096];
+    // A view older than everything written: the first segment's records
+    // are all newer. Segment 0 starts at block 1.
+    dev.fix_view(fs_id, 0);
+    let e = dev.read_at(4096, &mut b).unwrap_err().to_string();
+    assert!(
+        e.contains("segment 0") && e.contains("fs/view/seg/0") && e.contains("mount again"),
+        "{e}"
+    );
+    // A segment never written (or deleted by the writer) is refused too.
+    let last = geo().nsegments() - 1;
+    let e = dev
+        .read_at((1 + last * SEG_BLOCKS) * 4096, &mut b)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&format!("segment {last}")) && e.contains("freed"),
+        "{e}"
+    );
+    // Without a fixed view (the writer, fsck, an open before it mounts)
+    // the same reads are served.
+    let dev = ObjectDevice::open(&t, false, 8 << 20).unwrap();
+    dev.read_at(4096, &mut b).unwrap();
+    dev.read_at((1 + last * SEG_BLOCKS) * 4096, &mut b).unwrap();
+}
