@@ -867,6 +867,11 @@ impl BlockDevice for ObjectDevice {
         self.geo.device_bytes
     }
 
+    /// Never: see `BlockDevice::fills_holes`.
+    fn fills_holes(&self) -> bool {
+        false
+    }
+
     /// Read-only opens only: a writable one is the writer.
     fn fix_view(&self, fs_id: u64, seq: u64) {
         if !self.leased.load(Ordering::Relaxed) {

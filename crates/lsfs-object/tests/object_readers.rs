@@ -4,6 +4,8 @@
 //! the reader's reads of them fail with EIO, naming the segment, instead
 //! of returning the writer's newer blocks, or zeros, as the reader's file.
 //! A snapshot is never given up, so a reader of one keeps reading it.
+//! And threaded logging, which would write segments again without the
+//! first record that tells readers so, is refused on an object store.
 
 mod common;
 
@@ -128,4 +130,49 @@ fn a_segment_written_after_the_view_is_refused_naming_it() {
     let dev = ObjectDevice::open(&t, false, 8 << 20).unwrap();
     dev.read_at(4096, &mut b).unwrap();
     dev.read_at((1 + last * SEG_BLOCKS) * 4096, &mut b).unwrap();
+}
+
+/// Threaded logging fills holes in segments written earlier: on an object
+/// store each hole would upload its whole segment again, and a reader
+/// could not tell the segment was written again (its first record stays).
+/// So it is refused there, naming the setting, at mkfs, at a read-write
+/// mount and when switched at run time; a read-only mount ignores it.
+#[test]
+fn threaded_logging_is_refused_on_an_object_store() {
+    use lsfs_core::gc::ThreadedLogging;
+    let t = Target::on(Arc::new(InMemory::new()), "fs/threaded");
+    ObjectDevice::create(&t, geo(), false).unwrap();
+    let opts = MkfsOptions {
+        segment_blocks: SEG_BLOCKS as u32,
+        label: "threaded".into(),
+    };
+    let writer = || Box::new(ObjectDevice::open(&t, true, 8 << 20).unwrap());
+    let mut threaded = MountConfig::default();
+    threaded.cleaner.threaded_logging = ThreadedLogging::Adaptive;
+    let refused = |e: String| {
+        assert!(
+            e.contains("threaded_logging = \"adaptive\"") && e.contains("object store"),
+            "{e}"
+        )
+    };
+    refused(
+        Lsfs::mkfs(writer(), &opts, threaded.clone())
+            .err()
+            .unwrap()
+            .to_string(),
+    );
+    let mut fs = Lsfs::mkfs(writer(), &opts, MountConfig::default()).unwrap();
+    refused(fs.set_threaded_logging("adaptive").unwrap_err());
+    fs.set_threaded_logging("off").unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    refused(
+        Lsfs::open(writer(), threaded.clone())
+            .err()
+            .unwrap()
+            .to_string(),
+    );
+    threaded.store.read_only = true;
+    let dev = ObjectDevice::open(&t, false, 8 << 20).unwrap();
+    Lsfs::open(Box::new(dev), threaded).unwrap();
 }

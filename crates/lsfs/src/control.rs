@@ -228,7 +228,7 @@ pub fn execute(fs: &mut Lsfs, req: &Value) -> Result<Value, String> {
         }
         "gc-threaded" => {
             let m = req.get("mode").and_then(Value::as_str).ok_or("missing \"mode\"")?;
-            fs.cleaner.set_threaded_logging(m)?;
+            fs.set_threaded_logging(m)?;
             Ok(json!({ "ok": true, "threaded_logging": fs.cleaner.config.threaded_logging }))
         }
         other => Err(format!("unknown command '{other}' (checkpoint, snapshot, promote, demote, delete, list, stats, trim, defrag, gc-status, gc-run, gc-stats, gc-start, gc-stop, gc-policy, gc-threaded)")),

@@ -936,6 +936,9 @@ impl BlockDevice for QueuedDevice {
     fn fix_view(&self, fs_id: u64, seq: u64) {
         self.0.dev.fix_view(fs_id, seq)
     }
+    fn fills_holes(&self) -> bool {
+        self.0.dev.fills_holes()
+    }
     fn extra_counters(&self) -> Vec<(&'static str, u64)> {
         self.0.dev.extra_counters()
     }

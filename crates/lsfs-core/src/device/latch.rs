@@ -74,6 +74,9 @@ impl BlockDevice for ReadErrorLatch {
     fn fix_view(&self, fs_id: u64, seq: u64) {
         self.inner.fix_view(fs_id, seq)
     }
+    fn fills_holes(&self) -> bool {
+        self.inner.fills_holes()
+    }
     fn extra_counters(&self) -> Vec<(&'static str, u64)> {
         self.inner.extra_counters()
     }

@@ -64,6 +64,15 @@ pub trait BlockDevice: Send + Sync {
     fn release(&self) -> Result<()> {
         Ok(())
     }
+    /// Whether writing into the holes of segments written earlier
+    /// (threaded logging, docs/CLEANER.md §5) suits this device. An object
+    /// store keeps a segment as one object: each hole filled uploads the
+    /// whole object again, its write-ahead file orders uploads for the
+    /// log's appends only, and its readers tell a segment written again by
+    /// its first record, which filling holes leaves as it was.
+    fn fills_holes(&self) -> bool {
+        true
+    }
     /// A read-only open fixes its view here, once mounted: the file system
     /// `fs_id` as of log record `seq`, the newest it found. A device that
     /// another open may write meanwhile (an object store whose writer runs

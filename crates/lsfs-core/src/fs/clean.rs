@@ -180,7 +180,40 @@ impl Cleaner {
     }
 }
 
+/// Threaded logging other than off is refused on a device that does not
+/// suit it (an object store: `BlockDevice::fills_holes`), naming the
+/// setting: at mkfs, at a read-write mount, and when switched.
+pub fn threaded_logging_suits(
+    mode: crate::gc::ThreadedLogging,
+    fills_holes: bool,
+) -> std::result::Result<(), String> {
+    if mode == crate::gc::ThreadedLogging::Off || fills_holes {
+        return Ok(());
+    }
+    Err(format!(
+        "threaded_logging = \"{}\": not on an object store, where each hole filled \
+         uploads its whole segment again; it must be \"off\" there",
+        mode.name()
+    ))
+}
+
 impl Lsfs {
+    /// Switch threaded logging at run time (`lsfs gc threaded`), where the
+    /// device suits it ([`Lsfs::check_threaded_logging`]).
+    pub fn set_threaded_logging(&mut self, mode: &str) -> std::result::Result<(), String> {
+        let m: crate::gc::ThreadedLogging = mode.parse()?;
+        self.check_threaded_logging(m)?;
+        self.cleaner.set_threaded_logging(mode)
+    }
+
+    /// [`threaded_logging_suits`] this mount's device.
+    pub fn check_threaded_logging(
+        &self,
+        mode: crate::gc::ThreadedLogging,
+    ) -> std::result::Result<(), String> {
+        threaded_logging_suits(mode, self.store.device_fills_holes())
+    }
+
     /// Free segments as a percentage of all segments.
     pub fn free_percent(&self) -> f64 {
         self.free_segments() as f64 * 100.0 / self.store.segs().nsegments() as f64

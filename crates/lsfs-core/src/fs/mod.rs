@@ -143,6 +143,8 @@ impl Lsfs {
         opts: &MkfsOptions,
         config: MountConfig,
     ) -> Result<Lsfs> {
+        clean::threaded_logging_suits(config.cleaner.threaded_logging, dev.fills_holes())
+            .map_err(Error::invalid)?;
         let (dev, read_errors) = crate::device::ReadErrorLatch::new(dev);
         let store = Store::create(Box::new(dev), opts, config.store.clone())?;
         let mut fs = Lsfs::with_store(store, config, None);
@@ -163,6 +165,10 @@ impl Lsfs {
 
     /// Open the file system on `dev`, recovering it after a crash.
     pub fn open(dev: Box<dyn BlockDevice>, config: MountConfig) -> Result<Lsfs> {
+        if !config.store.read_only {
+            clean::threaded_logging_suits(config.cleaner.threaded_logging, dev.fills_holes())
+                .map_err(Error::invalid)?;
+        }
         let (dev, read_errors) = crate::device::ReadErrorLatch::new(dev);
         let opened = Store::open(Box::new(dev), config.store.clone())?;
         let view = match config.checkpoint {

@@ -68,6 +68,12 @@ impl Store {
         self.config.read_only
     }
 
+    /// Whether the device suits threaded logging
+    /// (`BlockDevice::fills_holes`).
+    pub fn device_fills_holes(&self) -> bool {
+        self.dev.fills_holes()
+    }
+
     /// Tell the device this read-only view: the file system as of the
     /// newest log record found (`BlockDevice::fix_view`). Not `self.seq`,
     /// which an open sets past the records that may follow the chain's
