@@ -387,19 +387,13 @@ impl ObjectDevice {
                 let got = self
                     .rt
                     .block_on(async { self.target.store.get(&path).await?.bytes().await });
-                if let (Ok(b), Some(d)) = (&got, c.disk.as_mut()) {
+                if let Ok(b) = &got {
+                    let n = b.len() as u64;
                     self.ostats.gets.fetch_add(1, Ordering::Relaxed);
-                    self.ostats
-                        .get_bytes
-                        .fetch_add(b.len() as u64, Ordering::Relaxed);
-                    if b.len() as u64 == want {
+                    self.ostats.get_bytes.fetch_add(n, Ordering::Relaxed);
+                    if let Some(d) = c.disk.as_mut().filter(|_| n == want) {
                         d.put(o, b);
                     }
-                } else if let Ok(b) = &got {
-                    self.ostats.gets.fetch_add(1, Ordering::Relaxed);
-                    self.ostats
-                        .get_bytes
-                        .fetch_add(b.len() as u64, Ordering::Relaxed);
                 }
                 got
             };
@@ -416,20 +410,28 @@ impl ObjectDevice {
                 Err(object_store::Error::NotFound { .. }) => vec![0; want as usize],
                 Err(e) => return Err(io(format!("reading object {path}"), e)),
             };
-            c.bytes += want;
-            c.objs.insert(
-                o,
-                Entry {
-                    data,
-                    dirty: false,
-                    used: uses,
-                },
-            );
-            self.evict(c, o);
+            self.insert(c, o, data);
         }
         let e = c.objs.get_mut(&o).expect("just loaded");
         e.used = uses;
         Ok(e)
+    }
+
+    /// Cache `data` as object `o` (not cached yet), unchanged; evict
+    /// others beyond the bound.
+    fn insert<'c>(&self, c: &'c mut Cache, o: Obj, data: Vec<u8>) -> &'c mut Entry {
+        c.uses += 1;
+        c.bytes += data.len() as u64;
+        c.objs.insert(
+            o,
+            Entry {
+                data,
+                dirty: false,
+                used: c.uses,
+            },
+        );
+        self.evict(c, o);
+        c.objs.get_mut(&o).expect("just inserted")
     }
 
     /// Drop the least recently used unchanged objects (never `keep`) while
@@ -714,9 +716,18 @@ impl ObjectDevice {
     fn apply(&self, c: &mut Cache, offset: u64, buf: &[u8]) -> Result<()> {
         let mut done = 0;
         for Piece { obj, at, len } in self.geo.pieces(offset, buf.len() as u64) {
-            let e = self.load(c, obj)?;
             let (at, len) = (at as usize, len as usize);
-            e.data[at..at + len].copy_from_slice(&buf[done..done + len]);
+            let e =
+                if at == 0 && len as u64 == self.geo.obj_bytes(obj) && !c.objs.contains_key(&obj) {
+                    // Replaced whole: what the store holds does not matter, and
+                    // fetching it would cost a GET of the object for nothing
+                    // (`lsfs migrate` writes every segment so).
+                    self.insert(c, obj, buf[done..done + len].to_vec())
+                } else {
+                    let e = self.load(c, obj)?;
+                    e.data[at..at + len].copy_from_slice(&buf[done..done + len]);
+                    e
+                };
             let newly = !e.dirty;
             e.dirty = true;
             let size = e.data.len() as u64;
@@ -889,40 +900,46 @@ impl BlockDevice for ObjectDevice {
         Ok(())
     }
 
-    /// A whole segment's object is deleted (its space in the store given
-    /// back); anything else is not taken.
+    /// The objects of the segments the range covers whole are deleted
+    /// (their space in the store given back); anything else is not taken.
+    /// Adjacent freed segments come as one range.
     fn discard(&self, offset: u64, len: u64) -> Result<u64> {
         self.alive()?;
-        let Some(obj) = self.geo.whole_segment(offset, len) else {
-            return Ok(0);
-        };
+        self.check(offset, len as usize, "discard")?;
+        let objs = self.geo.whole_segments(offset, len);
         let mut c = self.cache.lock().unwrap();
-        if let Some(e) = c.objs.remove(&obj) {
-            c.bytes -= e.data.len() as u64;
-            if e.dirty {
-                c.dirty_bytes -= e.data.len() as u64;
+        let mut taken = 0;
+        for obj in objs {
+            let bytes = self.geo.obj_bytes(obj);
+            if let Some(e) = c.objs.remove(&obj) {
+                c.bytes -= e.data.len() as u64;
+                if e.dirty {
+                    c.dirty_bytes -= e.data.len() as u64;
+                }
             }
+            if let Some(d) = c.disk.as_mut() {
+                d.remove(obj);
+            }
+            if let Some(w) = c.wal.as_mut() {
+                // The superblock that freed the segment may not be stored
+                // yet: the store's own may still need the object.
+                w.deletes.insert(obj);
+                // Written again, it is written from its start.
+                w.high.remove(&obj);
+            } else {
+                let path = self.target.path(&obj.name());
+                match self.rt.block_on(self.target.store.delete(&path)) {
+                    Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                    Err(e) => return Err(io(format!("deleting object {path}"), e)),
+                }
+                self.ostats.deletes.fetch_add(1, Ordering::Relaxed);
+            }
+            taken += bytes;
         }
-        if let Some(d) = c.disk.as_mut() {
-            d.remove(obj);
+        if taken > 0 {
+            self.stats.note_discard(taken);
         }
-        if let Some(w) = c.wal.as_mut() {
-            // The superblock that freed the segment may not be stored yet:
-            // the store's own may still need the object.
-            w.deletes.insert(obj);
-            // Written again, it is written from its start.
-            w.high.remove(&obj);
-            self.stats.note_discard(len);
-            return Ok(len);
-        }
-        let path = self.target.path(&obj.name());
-        match self.rt.block_on(self.target.store.delete(&path)) {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-            Err(e) => return Err(io(format!("deleting object {path}"), e)),
-        }
-        self.ostats.deletes.fetch_add(1, Ordering::Relaxed);
-        self.stats.note_discard(len);
-        Ok(len)
+        Ok(taken)
     }
 
     fn stats(&self) -> &DeviceStats {
