@@ -942,6 +942,22 @@ impl BlockDevice for ObjectDevice {
         Ok(taken)
     }
 
+    /// Without reading: whether every object the range touches is in the
+    /// memory cache or the disk cache (or reads as zeros, discarded and
+    /// not yet deleted), so that reading it costs no GET.
+    fn is_cached(&self, offset: u64, len: u64) -> Option<bool> {
+        if self.check(offset, len as usize, "read").is_err() {
+            return Some(false);
+        }
+        let c = self.cache.lock().unwrap();
+        let held = |o: Obj| {
+            c.objs.contains_key(&o)
+                || (matches!(o, Obj::Segment(_)) && c.disk.as_ref().is_some_and(|d| d.holds(o)))
+                || c.wal.as_ref().is_some_and(|w| w.deletes.contains(&o))
+        };
+        Some(self.geo.pieces(offset, len).iter().all(|p| held(p.obj)))
+    }
+
     fn stats(&self) -> &DeviceStats {
         &self.stats
     }

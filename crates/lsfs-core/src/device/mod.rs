@@ -69,6 +69,15 @@ pub trait BlockDevice: Send + Sync {
     fn extra_counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
+    /// Whether reading the `len` bytes at `offset` would be served from a
+    /// cache the device keeps (`Some(true)`) or cost a request of its own
+    /// (`Some(false)`), without reading anything; `None` where every read
+    /// costs the same (a file, a disk). The cleaner weighs it: on an
+    /// object store a victim whose object is not cached costs a GET of the
+    /// whole object.
+    fn is_cached(&self, _offset: u64, _len: u64) -> Option<bool> {
+        None
+    }
 }
 
 /// Device traffic counters; `flushes` is what the one-flush-per-fsync promise is measured by.
