@@ -101,6 +101,10 @@ pub struct ObjectStats {
     pub puts: AtomicU64,
     pub put_bytes: AtomicU64,
     pub deletes: AtomicU64,
+    /// Of the GETs and their bytes, those the cleaner's reads made
+    /// (`lsfs_core::device::CleanerReads`).
+    pub cleaner_gets: AtomicU64,
+    pub cleaner_get_bytes: AtomicU64,
     /// Records appended to the write-ahead file, and their bytes.
     pub wal_records: AtomicU64,
     pub wal_bytes: AtomicU64,
@@ -116,6 +120,8 @@ pub struct ObjectCounters {
     pub puts: u64,
     pub put_bytes: u64,
     pub deletes: u64,
+    pub cleaner_gets: u64,
+    pub cleaner_get_bytes: u64,
     pub wal_records: u64,
     pub wal_bytes: u64,
     pub wal_syncs: u64,
@@ -358,6 +364,8 @@ impl ObjectDevice {
             puts: l(&s.puts),
             put_bytes: l(&s.put_bytes),
             deletes: l(&s.deletes),
+            cleaner_gets: l(&s.cleaner_gets),
+            cleaner_get_bytes: l(&s.cleaner_get_bytes),
             wal_records: l(&s.wal_records),
             wal_bytes: l(&s.wal_bytes),
             wal_syncs: l(&s.wal_syncs),
@@ -391,6 +399,12 @@ impl ObjectDevice {
                     let n = b.len() as u64;
                     self.ostats.gets.fetch_add(1, Ordering::Relaxed);
                     self.ostats.get_bytes.fetch_add(n, Ordering::Relaxed);
+                    if lsfs_core::device::cleaner_is_reading() {
+                        self.ostats.cleaner_gets.fetch_add(1, Ordering::Relaxed);
+                        self.ostats
+                            .cleaner_get_bytes
+                            .fetch_add(n, Ordering::Relaxed);
+                    }
                     if let Some(d) = c.disk.as_mut().filter(|_| n == want) {
                         d.put(o, b);
                     }
@@ -971,6 +985,8 @@ impl BlockDevice for ObjectDevice {
             ("puts", c.puts),
             ("put_bytes", c.put_bytes),
             ("deletes", c.deletes),
+            ("cleaner_gets", c.cleaner_gets),
+            ("cleaner_get_bytes", c.cleaner_get_bytes),
         ];
         if let Some(d) = self.cache.lock().unwrap().disk.as_ref() {
             v.extend([

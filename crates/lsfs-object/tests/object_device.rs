@@ -298,3 +298,46 @@ fn adjacent_segments_discarded_as_one_range_are_all_deleted() {
     assert_eq!(objects(&t), vec!["fs/one/seg/4".to_string()]);
     assert_eq!(dev.object_counters().deletes, 2);
 }
+
+#[test]
+fn the_device_says_what_is_cached_and_counts_the_cleaners_gets() {
+    let t = target();
+    ObjectDevice::create(&t, geo(), false).unwrap();
+    let dev = open(&t, true);
+    for n in 2..6 {
+        dev.write_at(seg_at(n), &vec![7; 4096]).unwrap();
+    }
+    dev.flush().unwrap();
+    drop(dev);
+    let dev = open(&t, false);
+    assert_eq!(dev.is_cached(seg_at(2), SEG_BYTES), Some(false));
+    let mut got = vec![0; 4096];
+    dev.read_at(seg_at(2), &mut got).unwrap();
+    assert_eq!(dev.is_cached(seg_at(2), SEG_BYTES), Some(true));
+    assert_eq!(dev.is_cached(seg_at(3), SEG_BYTES), Some(false));
+    assert_eq!(
+        dev.is_cached(seg_at(2), 2 * SEG_BYTES),
+        Some(false),
+        "a range is cached only if all of it is"
+    );
+    let c = dev.object_counters();
+    assert_eq!((c.gets, c.cleaner_gets), (1, 0), "{c:?}");
+    {
+        let _cleaner = lsfs_core::device::CleanerReads::start();
+        dev.read_at(seg_at(3), &mut got).unwrap();
+        // Cached: no request, so nothing to count.
+        dev.read_at(seg_at(2), &mut got).unwrap();
+    }
+    let c = dev.object_counters();
+    assert_eq!((c.gets, c.cleaner_gets), (2, 1), "{c:?}");
+    assert_eq!(c.cleaner_get_bytes, SEG_BYTES);
+    // Another thread's reads are not the cleaner's, nor are this one's after.
+    let _cleaner = lsfs_core::device::CleanerReads::start();
+    std::thread::scope(|s| {
+        s.spawn(|| dev.read_at(seg_at(4), &mut vec![0; 4096]).unwrap());
+    });
+    drop(_cleaner);
+    dev.read_at(seg_at(5), &mut got).unwrap();
+    let c = dev.object_counters();
+    assert_eq!((c.gets, c.cleaner_gets), (4, 1), "{c:?}");
+}

@@ -305,6 +305,9 @@ impl Lsfs {
             if rep.victims.len() >= max_victims {
                 break;
             }
+            // What planning and moving it reads (the victim, the DAT) is
+            // the cleaner's, for a device that counts requests by cause.
+            let _reads = crate::device::CleanerReads::start();
             if self
                 .cleaner
                 .futile
