@@ -84,10 +84,10 @@ c = o["cleaner"]
 mib = lambda b: b / (1 << 20)
 print("  cached_read_cost %s: overwrites in %s s; %d passes, %d victims, %d blocks copied (%.1f MiB);"
       " cleaner GETs %d (%.1f MiB), all GETs %d (%.1f MiB); PUTs %d (%.1f MiB);"
-      " DELETEs %d, of the cleaner'"'"'s victims %d"
+      " DELETEs %d, of the cleaner'"'"'s victims %d; GETs answered not found %s"
       % (sys.argv[1], sys.argv[2], s["passes"], s["segments_cleaned"], s["blocks_copied"],
          mib(c["copied_bytes"]), c["gets"], mib(c["get_bytes"]), o["gets"], mib(o["get_bytes"]),
-         o["puts"], mib(o["put_bytes"]), o["deletes"], c["deletes"]))' "$cost" "$secs"
+         o["puts"], mib(o["put_bytes"]), o["deletes"], c["deletes"], o.get("get_misses", "-")))' "$cost" "$secs"
     fusermount3 -u "$mnt"
     wait "$mount_pid"
     mount_pid=

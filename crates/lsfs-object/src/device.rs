@@ -101,6 +101,9 @@ pub struct ObjectStats {
     pub puts: AtomicU64,
     pub put_bytes: AtomicU64,
     pub deletes: AtomicU64,
+    /// GETs the store answered "not found" (the object reads as zeros);
+    /// not in `gets`.
+    pub get_misses: AtomicU64,
     /// Of the GETs and their bytes, those the cleaner's reads made
     /// (`lsfs_core::device::CleanerReads`).
     pub cleaner_gets: AtomicU64,
@@ -120,6 +123,7 @@ pub struct ObjectCounters {
     pub puts: u64,
     pub put_bytes: u64,
     pub deletes: u64,
+    pub get_misses: u64,
     pub cleaner_gets: u64,
     pub cleaner_get_bytes: u64,
     pub wal_records: u64,
@@ -142,6 +146,12 @@ struct Cache {
     dirty_bytes: u64,
     wal: Option<WalState>,
     disk: Option<DiskCache>,
+    /// Objects a writable open knows the store does not hold (it deleted
+    /// them, or a GET found none) and has not uploaded since: they read
+    /// as zeros without a request. Without it the log paid a GET answered
+    /// "not found" for every segment it started after the cleaner freed
+    /// it. Only the lease holder writes, so what it knows stays true.
+    absent: HashSet<Obj>,
 }
 
 struct WalState {
@@ -364,6 +374,7 @@ impl ObjectDevice {
             puts: l(&s.puts),
             put_bytes: l(&s.put_bytes),
             deletes: l(&s.deletes),
+            get_misses: l(&s.get_misses),
             cleaner_gets: l(&s.cleaner_gets),
             cleaner_get_bytes: l(&s.cleaner_get_bytes),
             wal_records: l(&s.wal_records),
@@ -379,7 +390,8 @@ impl ObjectDevice {
         if !c.objs.contains_key(&o) {
             let want = self.geo.obj_bytes(o);
             let path = self.target.path(&o.name());
-            let discarded = c.wal.as_ref().is_some_and(|w| w.deletes.contains(&o));
+            let discarded =
+                c.wal.as_ref().is_some_and(|w| w.deletes.contains(&o)) || c.absent.contains(&o);
             let on_disk = match c.disk.as_mut() {
                 Some(d) if !discarded && matches!(o, Obj::Segment(_)) => d.get(o, want),
                 _ => None,
@@ -407,6 +419,11 @@ impl ObjectDevice {
                     }
                     if let Some(d) = c.disk.as_mut().filter(|_| n == want) {
                         d.put(o, b);
+                    }
+                } else if let Err(object_store::Error::NotFound { .. }) = &got {
+                    self.ostats.get_misses.fetch_add(1, Ordering::Relaxed);
+                    if self.leased.load(Ordering::Relaxed) {
+                        c.absent.insert(o);
                     }
                 }
                 got
@@ -506,6 +523,7 @@ impl ObjectDevice {
                     if let Some(d) = c.disk.as_mut() {
                         d.put(o, &e.data);
                     }
+                    c.absent.remove(&o);
                     self.ostats.puts.fetch_add(1, Ordering::Relaxed);
                     self.ostats
                         .put_bytes
@@ -544,6 +562,7 @@ impl ObjectDevice {
                 .expect("in write-ahead mode")
                 .deletes
                 .remove(&o);
+            c.absent.insert(o);
         }
         let fs_id = self.fs_id(c)?;
         let w = c.wal.as_mut().expect("in write-ahead mode");
@@ -947,6 +966,7 @@ impl BlockDevice for ObjectDevice {
                     Err(e) => return Err(io(format!("deleting object {path}"), e)),
                 }
                 self.ostats.deletes.fetch_add(1, Ordering::Relaxed);
+                c.absent.insert(obj);
             }
             taken += bytes;
         }
@@ -957,8 +977,8 @@ impl BlockDevice for ObjectDevice {
     }
 
     /// Without reading: whether every object the range touches is in the
-    /// memory cache or the disk cache (or reads as zeros, discarded and
-    /// not yet deleted), so that reading it costs no GET.
+    /// memory cache or the disk cache (or reads as zeros, known absent or
+    /// discarded and not yet deleted), so that reading it costs no GET.
     fn is_cached(&self, offset: u64, len: u64) -> Option<bool> {
         if self.check(offset, len as usize, "read").is_err() {
             return Some(false);
@@ -968,6 +988,7 @@ impl BlockDevice for ObjectDevice {
             c.objs.contains_key(&o)
                 || (matches!(o, Obj::Segment(_)) && c.disk.as_ref().is_some_and(|d| d.holds(o)))
                 || c.wal.as_ref().is_some_and(|w| w.deletes.contains(&o))
+                || c.absent.contains(&o)
         };
         Some(self.geo.pieces(offset, len).iter().all(|p| held(p.obj)))
     }
@@ -985,6 +1006,7 @@ impl BlockDevice for ObjectDevice {
             ("puts", c.puts),
             ("put_bytes", c.put_bytes),
             ("deletes", c.deletes),
+            ("get_misses", c.get_misses),
             ("cleaner_gets", c.cleaner_gets),
             ("cleaner_get_bytes", c.cleaner_get_bytes),
         ];

@@ -341,3 +341,34 @@ fn the_device_says_what_is_cached_and_counts_the_cleaners_gets() {
     let c = dev.object_counters();
     assert_eq!((c.gets, c.cleaner_gets), (4, 1), "{c:?}");
 }
+
+#[test]
+fn an_object_known_absent_is_not_fetched_again() {
+    let t = target();
+    ObjectDevice::create(&t, geo(), false).unwrap();
+    let dev = open(&t, true);
+    let counts = |d: &ObjectDevice| {
+        let c = d.object_counters();
+        (c.gets, c.get_misses)
+    };
+    // A fresh store holds no segment: the first write into one asks, and
+    // is answered "not found".
+    dev.write_at(seg_at(2), &[2; 4096]).unwrap();
+    assert_eq!(counts(&dev), (0, 1));
+    dev.flush().unwrap();
+    assert_eq!(dev.discard(seg_at(2), SEG_BYTES).unwrap(), SEG_BYTES);
+    assert!(objects(&t).is_empty());
+    // Deleted by this writer: the log starting the segment again, a
+    // record at a time, asks nothing.
+    dev.write_at(seg_at(2) + 4096, &[3; 4096]).unwrap();
+    assert_eq!(counts(&dev), (0, 1), "the deleted object is not asked for");
+    assert_eq!(dev.is_cached(seg_at(2), SEG_BYTES), Some(true));
+    dev.flush().unwrap();
+    drop(dev);
+    let dev = open(&t, false);
+    let mut got = vec![9; 8192];
+    dev.read_at(seg_at(2), &mut got).unwrap();
+    assert!(got[..4096].iter().all(|&x| x == 0), "the old block is gone");
+    assert_eq!(&got[4096..], &[3; 4096][..]);
+    assert_eq!(counts(&dev), (1, 0));
+}
