@@ -143,16 +143,16 @@ impl Store {
         }
     }
 
-    /// The segments `freed` became free with a checkpoint that is now
-    /// durable (see the module's docs): discard them or queue them. A
-    /// discard that cannot be queued (the device failed) is only logged:
-    /// the checkpoint is done, and the next write will meet the failure.
     /// The cleaner freed segment `seg` (it becomes free at a checkpoint):
     /// its discard is counted as the cleaner's.
     pub(crate) fn note_cleaned(&mut self, seg: u64) {
         self.discards.cleaned.insert(seg);
     }
 
+    /// The segments `freed` became free with a checkpoint that is now
+    /// durable (see the module's docs): discard them or queue them. A
+    /// discard that cannot be queued (the device failed) is only logged:
+    /// the checkpoint is done, and the next write will meet the failure.
     pub(crate) fn segments_freed_durably(&mut self, freed: BTreeSet<u64>) {
         if let Err(e) = self.discard_freed(freed) {
             tracing::warn!("discarding freed segments: {e}");
