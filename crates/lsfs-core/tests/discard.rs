@@ -387,3 +387,45 @@ fn batched_discard_waits_for_its_batch() {
     drop(fs);
     assert_clean(&fsck_bytes(dev.bytes()), "after batches");
 }
+
+/// The discards of segments the cleaner freed are counted as its
+/// (`DiscardStats::cleaned_segments`, the DELETEs `lsfs gc stats` gives
+/// the cleaner on an object store); those of segments that emptied by
+/// themselves (files deleted) are not.
+#[test]
+fn discards_of_the_cleaners_victims_are_counted_as_its() {
+    let (mut fs, _dev, discarded) = mkfs_recorded(config(DiscardMode::On, 0));
+    let mut tree = Tree::new();
+    for i in 0..8 {
+        create(&mut fs, &mut tree, &format!("f{i}"), i);
+    }
+    fs.checkpoint().unwrap();
+    // Half of every other file overwritten: segments partly dead.
+    for i in (0..8).step_by(2) {
+        let a = fs.lookup(ROOT_INO, format!("f{i}").as_bytes()).unwrap();
+        fs.write(a.ino, 0, &pattern(100 + i, FILE_BYTES / 2))
+            .unwrap();
+        fs.forget(a.ino, 1);
+    }
+    fs.checkpoint().unwrap();
+    let rep = fs.clean(8, "manual").unwrap();
+    let victims: BTreeSet<u64> = rep.victims.iter().map(|v| v.segno).collect();
+    assert!(!victims.is_empty(), "the pass cleaned nothing");
+    fs.checkpoint().unwrap();
+    fs.checkpoint().unwrap();
+    // Every file deleted: their segments empty without the cleaner.
+    for i in 0..8 {
+        remove(&mut fs, &mut tree, &format!("f{i}"));
+    }
+    fs.checkpoint().unwrap();
+    fs.checkpoint().unwrap();
+    let all = discarded_segments(&fs, &discarded.lock().unwrap());
+    let st = fs.store.discard_stats();
+    let of_victims = all.intersection(&victims).count() as u64;
+    assert!(of_victims > 0, "no victim discarded: {victims:?} {all:?}");
+    assert_eq!(st.cleaned_segments, of_victims, "{st:?}");
+    assert!(
+        st.segments > st.cleaned_segments,
+        "the deleted files' segments were discarded too, not as the cleaner's: {st:?}"
+    );
+}

@@ -101,6 +101,13 @@ pub struct ObjectStats {
     pub puts: AtomicU64,
     pub put_bytes: AtomicU64,
     pub deletes: AtomicU64,
+    /// GETs the store answered "not found" (the object reads as zeros);
+    /// not in `gets`.
+    pub get_misses: AtomicU64,
+    /// Of the GETs and their bytes, those the cleaner's reads made
+    /// (`lsfs_core::device::CleanerReads`).
+    pub cleaner_gets: AtomicU64,
+    pub cleaner_get_bytes: AtomicU64,
     /// Records appended to the write-ahead file, and their bytes.
     pub wal_records: AtomicU64,
     pub wal_bytes: AtomicU64,
@@ -116,6 +123,9 @@ pub struct ObjectCounters {
     pub puts: u64,
     pub put_bytes: u64,
     pub deletes: u64,
+    pub get_misses: u64,
+    pub cleaner_gets: u64,
+    pub cleaner_get_bytes: u64,
     pub wal_records: u64,
     pub wal_bytes: u64,
     pub wal_syncs: u64,
@@ -136,6 +146,12 @@ struct Cache {
     dirty_bytes: u64,
     wal: Option<WalState>,
     disk: Option<DiskCache>,
+    /// Objects a writable open knows the store does not hold (it deleted
+    /// them, or a GET found none) and has not uploaded since: they read
+    /// as zeros without a request. Without it the log paid a GET answered
+    /// "not found" for every segment it started after the cleaner freed
+    /// it. Only the lease holder writes, so what it knows stays true.
+    absent: HashSet<Obj>,
 }
 
 struct WalState {
@@ -362,6 +378,9 @@ impl ObjectDevice {
             puts: l(&s.puts),
             put_bytes: l(&s.put_bytes),
             deletes: l(&s.deletes),
+            get_misses: l(&s.get_misses),
+            cleaner_gets: l(&s.cleaner_gets),
+            cleaner_get_bytes: l(&s.cleaner_get_bytes),
             wal_records: l(&s.wal_records),
             wal_bytes: l(&s.wal_bytes),
             wal_syncs: l(&s.wal_syncs),
@@ -375,7 +394,8 @@ impl ObjectDevice {
         if !c.objs.contains_key(&o) {
             let want = self.geo.obj_bytes(o);
             let path = self.target.path(&o.name());
-            let discarded = c.wal.as_ref().is_some_and(|w| w.deletes.contains(&o));
+            let discarded =
+                c.wal.as_ref().is_some_and(|w| w.deletes.contains(&o)) || c.absent.contains(&o);
             let on_disk = match c.disk.as_mut() {
                 Some(d) if !discarded && matches!(o, Obj::Segment(_)) => d.get(o, want),
                 _ => None,
@@ -391,19 +411,24 @@ impl ObjectDevice {
                 let got = self
                     .rt
                     .block_on(async { self.target.store.get(&path).await?.bytes().await });
-                if let (Ok(b), Some(d)) = (&got, c.disk.as_mut()) {
+                if let Ok(b) = &got {
+                    let n = b.len() as u64;
                     self.ostats.gets.fetch_add(1, Ordering::Relaxed);
-                    self.ostats
-                        .get_bytes
-                        .fetch_add(b.len() as u64, Ordering::Relaxed);
-                    if b.len() as u64 == want {
+                    self.ostats.get_bytes.fetch_add(n, Ordering::Relaxed);
+                    if lsfs_core::device::cleaner_is_reading() {
+                        self.ostats.cleaner_gets.fetch_add(1, Ordering::Relaxed);
+                        self.ostats
+                            .cleaner_get_bytes
+                            .fetch_add(n, Ordering::Relaxed);
+                    }
+                    if let Some(d) = c.disk.as_mut().filter(|_| n == want) {
                         d.put(o, b);
                     }
-                } else if let Ok(b) = &got {
-                    self.ostats.gets.fetch_add(1, Ordering::Relaxed);
-                    self.ostats
-                        .get_bytes
-                        .fetch_add(b.len() as u64, Ordering::Relaxed);
+                } else if let Err(object_store::Error::NotFound { .. }) = &got {
+                    self.ostats.get_misses.fetch_add(1, Ordering::Relaxed);
+                    if self.leased.load(Ordering::Relaxed) {
+                        c.absent.insert(o);
+                    }
                 }
                 got
             };
@@ -421,16 +446,7 @@ impl ObjectDevice {
                 Err(object_store::Error::NotFound { .. }) => vec![0; want as usize],
                 Err(e) => return Err(io(format!("reading object {path}"), e)),
             };
-            c.bytes += want;
-            c.objs.insert(
-                o,
-                Entry {
-                    data,
-                    dirty: false,
-                    used: uses,
-                },
-            );
-            self.evict(c, o);
+            self.insert(c, o, data);
         }
         let e = c.objs.get_mut(&o).expect("just loaded");
         e.used = uses;
@@ -446,7 +462,8 @@ impl ObjectDevice {
     /// reads and write the segment again; without this check the reader
     /// would read the new blocks, or zeros, as its own. Threaded logging,
     /// which writes into a segment's holes without a new first record,
-    /// is not detected, and is off by default.
+    /// would not be detected: it is refused on an object store
+    /// (`fills_holes`).
     fn check_view<B: AsRef<[u8]>>(
         &self,
         o: Obj,
@@ -484,6 +501,23 @@ impl ObjectDevice {
             }
             Err(_) => Ok(()),
         }
+    }
+
+    /// Cache `data` as object `o` (not cached yet), unchanged; evict
+    /// others beyond the bound.
+    fn insert<'c>(&self, c: &'c mut Cache, o: Obj, data: Vec<u8>) -> &'c mut Entry {
+        c.uses += 1;
+        c.bytes += data.len() as u64;
+        c.objs.insert(
+            o,
+            Entry {
+                data,
+                dirty: false,
+                used: c.uses,
+            },
+        );
+        self.evict(c, o);
+        c.objs.get_mut(&o).expect("just inserted")
     }
 
     /// Drop the least recently used unchanged objects (never `keep`) while
@@ -544,6 +578,7 @@ impl ObjectDevice {
                     if let Some(d) = c.disk.as_mut() {
                         d.put(o, &e.data);
                     }
+                    c.absent.remove(&o);
                     self.ostats.puts.fetch_add(1, Ordering::Relaxed);
                     self.ostats
                         .put_bytes
@@ -582,6 +617,7 @@ impl ObjectDevice {
                 .expect("in write-ahead mode")
                 .deletes
                 .remove(&o);
+            c.absent.insert(o);
         }
         let fs_id = self.fs_id(c)?;
         let w = c.wal.as_mut().expect("in write-ahead mode");
@@ -768,9 +804,18 @@ impl ObjectDevice {
     fn apply(&self, c: &mut Cache, offset: u64, buf: &[u8]) -> Result<()> {
         let mut done = 0;
         for Piece { obj, at, len } in self.geo.pieces(offset, buf.len() as u64) {
-            let e = self.load(c, obj)?;
             let (at, len) = (at as usize, len as usize);
-            e.data[at..at + len].copy_from_slice(&buf[done..done + len]);
+            let e =
+                if at == 0 && len as u64 == self.geo.obj_bytes(obj) && !c.objs.contains_key(&obj) {
+                    // Replaced whole: what the store holds does not matter, and
+                    // fetching it would cost a GET of the object for nothing
+                    // (`lsfs migrate` writes every segment so).
+                    self.insert(c, obj, buf[done..done + len].to_vec())
+                } else {
+                    let e = self.load(c, obj)?;
+                    e.data[at..at + len].copy_from_slice(&buf[done..done + len]);
+                    e
+                };
             let newly = !e.dirty;
             e.dirty = true;
             let size = e.data.len() as u64;
@@ -955,40 +1000,64 @@ impl BlockDevice for ObjectDevice {
         Ok(())
     }
 
-    /// A whole segment's object is deleted (its space in the store given
-    /// back); anything else is not taken.
+    /// The objects of the segments the range covers whole are deleted
+    /// (their space in the store given back); anything else is not taken.
+    /// Adjacent freed segments come as one range.
     fn discard(&self, offset: u64, len: u64) -> Result<u64> {
         self.alive()?;
-        let Some(obj) = self.geo.whole_segment(offset, len) else {
-            return Ok(0);
-        };
+        self.check(offset, len as usize, "discard")?;
+        let objs = self.geo.whole_segments(offset, len);
         let mut c = self.cache.lock().unwrap();
-        if let Some(e) = c.objs.remove(&obj) {
-            c.bytes -= e.data.len() as u64;
-            if e.dirty {
-                c.dirty_bytes -= e.data.len() as u64;
+        let mut taken = 0;
+        for obj in objs {
+            let bytes = self.geo.obj_bytes(obj);
+            if let Some(e) = c.objs.remove(&obj) {
+                c.bytes -= e.data.len() as u64;
+                if e.dirty {
+                    c.dirty_bytes -= e.data.len() as u64;
+                }
             }
+            if let Some(d) = c.disk.as_mut() {
+                d.remove(obj);
+            }
+            if let Some(w) = c.wal.as_mut() {
+                // The superblock that freed the segment may not be stored
+                // yet: the store's own may still need the object.
+                w.deletes.insert(obj);
+                // Written again, it is written from its start.
+                w.high.remove(&obj);
+            } else {
+                let path = self.target.path(&obj.name());
+                match self.rt.block_on(self.target.store.delete(&path)) {
+                    Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                    Err(e) => return Err(io(format!("deleting object {path}"), e)),
+                }
+                self.ostats.deletes.fetch_add(1, Ordering::Relaxed);
+                c.absent.insert(obj);
+            }
+            taken += bytes;
         }
-        if let Some(d) = c.disk.as_mut() {
-            d.remove(obj);
+        if taken > 0 {
+            self.stats.note_discard(taken);
         }
-        if let Some(w) = c.wal.as_mut() {
-            // The superblock that freed the segment may not be stored yet:
-            // the store's own may still need the object.
-            w.deletes.insert(obj);
-            // Written again, it is written from its start.
-            w.high.remove(&obj);
-            self.stats.note_discard(len);
-            return Ok(len);
+        Ok(taken)
+    }
+
+    /// Without reading: whether every object the range touches is in the
+    /// memory cache or the disk cache (or reads as zeros, known absent or
+    /// discarded and not yet deleted), so that reading it costs no GET.
+    fn is_cached(&self, offset: u64, len: u64) -> Option<bool> {
+        if self.check(offset, len as usize, "read").is_err() {
+            return Some(false);
         }
-        let path = self.target.path(&obj.name());
-        match self.rt.block_on(self.target.store.delete(&path)) {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-            Err(e) => return Err(io(format!("deleting object {path}"), e)),
-        }
-        self.ostats.deletes.fetch_add(1, Ordering::Relaxed);
-        self.stats.note_discard(len);
-        Ok(len)
+        let c = self.cache.lock().unwrap();
+        let held = |o: Obj| {
+            c.objs.contains_key(&o)
+                || (matches!(o, Obj::Segment(_)) && c.disk.as_ref().is_some_and(|d| d.holds(o)))
+                || c.wal.as_ref().is_some_and(|w| w.deletes.contains(&o))
+                || c.absent.contains(&o)
+        };
+        Some(self.geo.pieces(offset, len).iter().all(|p| held(p.obj)))
     }
 
     fn stats(&self) -> &DeviceStats {
@@ -1004,6 +1073,9 @@ impl BlockDevice for ObjectDevice {
             ("puts", c.puts),
             ("put_bytes", c.put_bytes),
             ("deletes", c.deletes),
+            ("get_misses", c.get_misses),
+            ("cleaner_gets", c.cleaner_gets),
+            ("cleaner_get_bytes", c.cleaner_get_bytes),
         ];
         if let Some(d) = self.cache.lock().unwrap().disk.as_ref() {
             v.extend([

@@ -192,6 +192,11 @@ impl DiskCache {
         self.bytes
     }
 
+    /// Whether `o` is held (not read, so not verified).
+    pub fn holds(&self, o: Obj) -> bool {
+        self.entries.contains_key(&o)
+    }
+
     /// Object `o`, `want` bytes long, if held and it verifies.
     pub fn get(&mut self, o: Obj, want: u64) -> Option<Vec<u8>> {
         if !self.entries.contains_key(&o) {

@@ -122,18 +122,17 @@ impl Geometry {
         out
     }
 
-    /// The object a whole discarded range `[offset, offset + len)` covers
-    /// exactly, if it is one segment.
-    pub fn whole_segment(&self, offset: u64, len: u64) -> Option<Obj> {
-        match self.pieces(offset, len).as_slice() {
-            [p] if matches!(p.obj, Obj::Segment(_))
-                && p.at == 0
-                && p.len == self.obj_bytes(p.obj) =>
-            {
-                Some(p.obj)
-            }
-            _ => None,
-        }
+    /// The segment objects a discarded range `[offset, offset + len)`
+    /// covers whole, in order (the file system discards adjacent freed
+    /// segments as one range).
+    pub fn whole_segments(&self, offset: u64, len: u64) -> Vec<Obj> {
+        self.pieces(offset, len)
+            .into_iter()
+            .filter(|p| {
+                matches!(p.obj, Obj::Segment(_)) && p.at == 0 && p.len == self.obj_bytes(p.obj)
+            })
+            .map(|p| p.obj)
+            .collect()
     }
 }
 
@@ -205,10 +204,20 @@ mod tests {
             ]
         );
         assert_eq!(
-            g.whole_segment(65 * BLOCK, 64 * BLOCK),
-            Some(Obj::Segment(1))
+            g.whole_segments(65 * BLOCK, 64 * BLOCK),
+            vec![Obj::Segment(1)]
         );
-        assert_eq!(g.whole_segment(65 * BLOCK, 63 * BLOCK), None);
+        assert_eq!(g.whole_segments(65 * BLOCK, 63 * BLOCK), vec![]);
+        // Adjacent segments discarded as one range are each whole; a part
+        // of one at either end is not.
+        assert_eq!(
+            g.whole_segments(BLOCK, 128 * BLOCK),
+            vec![Obj::Segment(0), Obj::Segment(1)]
+        );
+        assert_eq!(
+            g.whole_segments(2 * BLOCK, 128 * BLOCK),
+            vec![Obj::Segment(1)]
+        );
     }
 
     #[test]

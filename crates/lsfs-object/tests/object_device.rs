@@ -230,3 +230,145 @@ fn what_is_not_a_device_is_refused_clearly() {
     let err = dev.read_at(4096, &mut b).unwrap_err().to_string();
     assert!(err.contains("holds 100 bytes"), "{err}");
 }
+
+/// Segment `n`'s first byte on the device (block 0 is a superblock).
+fn seg_at(n: u64) -> u64 {
+    (1 + n * SEG_BLOCKS) * 4096
+}
+
+#[test]
+fn a_write_that_covers_an_object_whole_fetches_nothing() {
+    let t = target();
+    ObjectDevice::create(&t, geo(), false).unwrap();
+    let dev = open(&t, true);
+    dev.write_at(seg_at(2), &vec![1; 4096]).unwrap();
+    dev.write_at(seg_at(3), &vec![1; 4096]).unwrap();
+    dev.flush().unwrap();
+    drop(dev);
+    // A new open: nothing cached, both objects in the store.
+    let dev = open(&t, true);
+    let whole = data(9, SEG_BYTES as usize);
+    dev.write_at(seg_at(2), &whole).unwrap();
+    assert_eq!(
+        dev.object_counters().gets,
+        0,
+        "segment 2 is replaced whole: nothing to fetch"
+    );
+    // Segment 4 whole and the first block of segment 5 (absent: zeros):
+    // still nothing fetched.
+    let mut span = data(5, SEG_BYTES as usize);
+    span.extend_from_slice(&[5; 4096]);
+    dev.write_at(seg_at(4), &span).unwrap();
+    assert_eq!(dev.object_counters().gets, 0);
+    // Part of segment 3: the rest of it must come from the store.
+    dev.write_at(seg_at(3) + 4096, &[3; 4096]).unwrap();
+    assert_eq!(dev.object_counters().gets, 1, "segment 3 fetched once");
+    dev.flush().unwrap();
+    drop(dev);
+    let dev = open(&t, false);
+    let mut got = vec![0; SEG_BYTES as usize];
+    dev.read_at(seg_at(2), &mut got).unwrap();
+    assert_eq!(got, whole);
+    dev.read_at(seg_at(4), &mut got).unwrap();
+    assert_eq!(got, span[..SEG_BYTES as usize]);
+    let mut block = vec![0; 8192];
+    dev.read_at(seg_at(3), &mut block).unwrap();
+    assert_eq!(&block[..4096], &[1; 4096][..], "the block written before");
+    assert_eq!(&block[4096..], &[3; 4096][..]);
+    dev.read_at(seg_at(5), &mut block).unwrap();
+    assert_eq!(&block[..4096], &[5; 4096][..]);
+    assert!(block[4096..].iter().all(|&x| x == 0));
+}
+
+#[test]
+fn adjacent_segments_discarded_as_one_range_are_all_deleted() {
+    let t = target();
+    ObjectDevice::create(&t, geo(), false).unwrap();
+    let dev = open(&t, true);
+    for n in 2..5 {
+        dev.write_at(seg_at(n), &vec![7; 4096]).unwrap();
+    }
+    dev.flush().unwrap();
+    assert_eq!(objects(&t).len(), 3);
+    // Segments 2 and 3 whole, and the first block of 4 (not taken).
+    assert_eq!(
+        dev.discard(seg_at(2), 2 * SEG_BYTES + 4096).unwrap(),
+        2 * SEG_BYTES
+    );
+    assert_eq!(objects(&t), vec!["fs/one/seg/4".to_string()]);
+    assert_eq!(dev.object_counters().deletes, 2);
+}
+
+#[test]
+fn the_device_says_what_is_cached_and_counts_the_cleaners_gets() {
+    let t = target();
+    ObjectDevice::create(&t, geo(), false).unwrap();
+    let dev = open(&t, true);
+    for n in 2..6 {
+        dev.write_at(seg_at(n), &vec![7; 4096]).unwrap();
+    }
+    dev.flush().unwrap();
+    drop(dev);
+    let dev = open(&t, false);
+    assert_eq!(dev.is_cached(seg_at(2), SEG_BYTES), Some(false));
+    let mut got = vec![0; 4096];
+    dev.read_at(seg_at(2), &mut got).unwrap();
+    assert_eq!(dev.is_cached(seg_at(2), SEG_BYTES), Some(true));
+    assert_eq!(dev.is_cached(seg_at(3), SEG_BYTES), Some(false));
+    assert_eq!(
+        dev.is_cached(seg_at(2), 2 * SEG_BYTES),
+        Some(false),
+        "a range is cached only if all of it is"
+    );
+    let c = dev.object_counters();
+    assert_eq!((c.gets, c.cleaner_gets), (1, 0), "{c:?}");
+    {
+        let _cleaner = lsfs_core::device::CleanerReads::start();
+        dev.read_at(seg_at(3), &mut got).unwrap();
+        // Cached: no request, so nothing to count.
+        dev.read_at(seg_at(2), &mut got).unwrap();
+    }
+    let c = dev.object_counters();
+    assert_eq!((c.gets, c.cleaner_gets), (2, 1), "{c:?}");
+    assert_eq!(c.cleaner_get_bytes, SEG_BYTES);
+    // Another thread's reads are not the cleaner's, nor are this one's after.
+    let _cleaner = lsfs_core::device::CleanerReads::start();
+    std::thread::scope(|s| {
+        s.spawn(|| dev.read_at(seg_at(4), &mut vec![0; 4096]).unwrap());
+    });
+    drop(_cleaner);
+    dev.read_at(seg_at(5), &mut got).unwrap();
+    let c = dev.object_counters();
+    assert_eq!((c.gets, c.cleaner_gets), (4, 1), "{c:?}");
+}
+
+#[test]
+fn an_object_known_absent_is_not_fetched_again() {
+    let t = target();
+    ObjectDevice::create(&t, geo(), false).unwrap();
+    let dev = open(&t, true);
+    let counts = |d: &ObjectDevice| {
+        let c = d.object_counters();
+        (c.gets, c.get_misses)
+    };
+    // A fresh store holds no segment: the first write into one asks, and
+    // is answered "not found".
+    dev.write_at(seg_at(2), &[2; 4096]).unwrap();
+    assert_eq!(counts(&dev), (0, 1));
+    dev.flush().unwrap();
+    assert_eq!(dev.discard(seg_at(2), SEG_BYTES).unwrap(), SEG_BYTES);
+    assert!(objects(&t).is_empty());
+    // Deleted by this writer: the log starting the segment again, a
+    // record at a time, asks nothing.
+    dev.write_at(seg_at(2) + 4096, &[3; 4096]).unwrap();
+    assert_eq!(counts(&dev), (0, 1), "the deleted object is not asked for");
+    assert_eq!(dev.is_cached(seg_at(2), SEG_BYTES), Some(true));
+    dev.flush().unwrap();
+    drop(dev);
+    let dev = open(&t, false);
+    let mut got = vec![9; 8192];
+    dev.read_at(seg_at(2), &mut got).unwrap();
+    assert!(got[..4096].iter().all(|&x| x == 0), "the old block is gone");
+    assert_eq!(&got[4096..], &[3; 4096][..]);
+    assert_eq!(counts(&dev), (1, 0));
+}

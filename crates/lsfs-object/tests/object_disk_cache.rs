@@ -75,6 +75,11 @@ fn segments_come_back_from_disk_within_the_bound() {
         .unwrap();
     assert!(err.contains("in use by another mount"), "{err}");
     let gets = dev.object_counters().gets;
+    // What the cleaner asks: held on disk costs no GET (asking fetches
+    // nothing).
+    assert_eq!(dev.is_cached(seg(4), SEG_BYTES), Some(true));
+    assert_eq!(dev.is_cached(seg(2), SEG_BYTES), Some(false));
+    assert_eq!(dev.object_counters().gets, gets);
     for n in 4..7 {
         assert_eq!(read_seg(&dev, n), fill(n, 0), "segment {n}");
     }

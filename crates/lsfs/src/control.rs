@@ -247,17 +247,35 @@ pub fn gc_status(fs: &Lsfs) -> Value {
     })
 }
 
-/// An object store's requests and bytes since mount (null on other devices).
+/// An object store's requests and bytes since mount (null on other
+/// devices), and under `cleaner` what the cleaner's share of them was:
+/// the GETs its reads of victims (and of the DAT) made, the bytes of its
+/// copies (part of the segments the log PUTs), and the DELETEs of the
+/// objects of the segments it freed (segments discarded).
 fn object_store_counters(fs: &Lsfs) -> Value {
     let c = fs.store.device_extra_counters();
     if c.is_empty() {
         return Value::Null;
     }
-    Value::Object(
-        c.into_iter()
-            .map(|(k, v)| (k.to_string(), json!(v)))
-            .collect(),
-    )
+    let mut cleaner = serde_json::Map::new();
+    let mut all = serde_json::Map::new();
+    for (k, v) in c {
+        match k.strip_prefix("cleaner_") {
+            Some(k) => cleaner.insert(k.to_string(), json!(v)),
+            None => all.insert(k.to_string(), json!(v)),
+        };
+    }
+    let block = lsfs_core::layout::BLOCK_BYTES as u64;
+    cleaner.insert(
+        "copied_bytes".into(),
+        json!(fs.cleaner.stats.blocks_copied * block),
+    );
+    cleaner.insert(
+        "deletes".into(),
+        json!(fs.store.discard_stats().cleaned_segments),
+    );
+    all.insert("cleaner".into(), Value::Object(cleaner));
+    Value::Object(all)
 }
 
 /// What `lsfs stats` shows.

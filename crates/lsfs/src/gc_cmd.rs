@@ -113,6 +113,11 @@ pub fn stats(mnt: &Path, json_out: bool) -> Result<Value, String> {
                 "object store: {} GETs ({} bytes), {} PUTs ({} bytes), {} DELETEs",
                 o["gets"], o["get_bytes"], o["puts"], o["put_bytes"], o["deletes"]
             );
+            let c = &o["cleaner"];
+            println!(
+                "  the cleaner's: {} GETs ({} bytes) reading victims, {} bytes copied (in the log's PUTs), {} DELETEs of freed segments",
+                c["gets"], c["get_bytes"], c["copied_bytes"], c["deletes"]
+            );
             if !o["wal_records"].is_null() {
                 println!(
                     "write-ahead file: {} records ({} bytes) appended, {} uploads of everything",

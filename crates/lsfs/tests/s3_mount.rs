@@ -13,7 +13,9 @@
 //!   unmount gives the lease back as usual;
 //! * a write-ahead file: small fsyncs upload far fewer bytes than without
 //!   it, go on succeeding with the server killed, and survive the mount's
-//!   own crash (SIGKILL): the next mount with the file stores them.
+//!   own crash (SIGKILL): the next mount with the file stores them;
+//! * the cleaner: `lsfs gc stats` says what its reads fetched, what it
+//!   copied and which DELETEs were its victims'.
 
 #[path = "../../lsfs-fuse/tests/common/mod.rs"]
 mod common;
@@ -585,4 +587,106 @@ fn s3_write_ahead_file_uploads_less_and_survives_crashes() {
     for (name, b) in &kept {
         assert_eq!(&fs::read(m.mnt.join(name)).unwrap(), b, "{name}");
     }
+}
+
+/// `lsfs gc stats --mount MNT` with `--json` parsed, and as text.
+fn gc_stats(mnt: &Path) -> (serde_json::Value, String) {
+    let run = |json: bool| {
+        let mut cmd = lsfs();
+        cmd.args(["gc", "stats", "--mount"]).arg(mnt);
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "lsfs gc stats: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    };
+    (
+        serde_json::from_slice(&run(true)).unwrap(),
+        String::from_utf8(run(false)).unwrap(),
+    )
+}
+
+#[test]
+fn s3_gc_stats_say_what_the_cleaner_cost_the_store() {
+    if !common::fuse_available() {
+        return;
+    }
+    let w = Weed::start("lsfs-cleaner");
+    let (tmp, mnt, _) = scratch();
+    let url = w.url("fs");
+    // 62 segments of 2 MiB; discards at each checkpoint, so that the
+    // victims' objects are deleted before the counters are read.
+    ok(&w, &[], &["mkfs", "--size", "128M", &url]);
+    let m = mount(
+        &w,
+        &[],
+        &url,
+        &mnt,
+        &["-o", "discard=on"],
+        &tmp.path().join("m.log"),
+    );
+    // A file over 60 % of it, then 96 MiB of overwrites of 64 KiB at
+    // seeded random places: the cleaner must run.
+    const CHUNK: u64 = 64 << 10;
+    const CHUNKS: u64 = 80 << 4;
+    let path = m.mnt.join("f");
+    let mut f = fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let fill = data(1, CHUNK as usize);
+    for _ in 0..CHUNKS {
+        f.write_all(&fill).unwrap();
+    }
+    f.sync_all().unwrap();
+    let mut x: u64 = 42;
+    for i in 0..(96u64 << 4) {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let at = (x >> 33) % CHUNKS * CHUNK;
+        std::os::unix::fs::FileExt::write_all_at(&f, &data(i, CHUNK as usize), at).unwrap();
+        if i % 64 == 63 {
+            f.sync_all().unwrap();
+        }
+    }
+    f.sync_all().unwrap();
+    drop(f);
+
+    let (v, text) = gc_stats(&m.mnt);
+    let (s, o) = (&v["stats"], &v["object_store"]);
+    let c = &o["cleaner"];
+    let n = |v: &serde_json::Value, k: &str| {
+        v[k].as_u64()
+            .unwrap_or_else(|| panic!("{k} missing in {v}"))
+    };
+    eprintln!("cleaner: {c}; all: {o}; {} victims", s["segments_cleaned"]);
+    assert!(n(s, "segments_cleaned") > 0, "the cleaner did not run: {s}");
+    // Its reads of victims fetch whole segment objects; some of them at
+    // least were not cached.
+    assert!(n(c, "gets") > 0, "{c}");
+    assert!(n(c, "gets") <= n(o, "gets"), "{o}");
+    assert_eq!(n(c, "get_bytes"), n(c, "gets") * (2 << 20), "{c}");
+    assert_eq!(n(c, "copied_bytes"), n(s, "blocks_copied") * 4096);
+    // Freed victims' objects deleted, and never more than were freed.
+    assert!(n(c, "deletes") > 0, "{c}");
+    assert!(n(c, "deletes") <= n(o, "deletes"), "{o}");
+    assert!(n(c, "deletes") <= n(s, "segments_cleaned"), "{c} {s}");
+    assert!(
+        text.contains(&format!(
+            "the cleaner's: {} GETs ({} bytes) reading victims",
+            n(c, "gets"),
+            n(c, "get_bytes")
+        )),
+        "{text}"
+    );
+    m.unmount();
+    fsck_clean(&w, &url, "after cleaning");
 }

@@ -942,6 +942,9 @@ impl BlockDevice for QueuedDevice {
     fn extra_counters(&self) -> Vec<(&'static str, u64)> {
         self.0.dev.extra_counters()
     }
+    fn is_cached(&self, offset: u64, len: u64) -> Option<bool> {
+        self.0.dev.is_cached(offset, len)
+    }
 }
 
 #[cfg(test)]

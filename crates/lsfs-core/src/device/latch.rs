@@ -80,4 +80,7 @@ impl BlockDevice for ReadErrorLatch {
     fn extra_counters(&self) -> Vec<(&'static str, u64)> {
         self.inner.extra_counters()
     }
+    fn is_cached(&self, offset: u64, len: u64) -> Option<bool> {
+        self.inner.is_cached(offset, len)
+    }
 }

@@ -86,6 +86,47 @@ pub trait BlockDevice: Send + Sync {
     fn extra_counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
+    /// Whether reading the `len` bytes at `offset` would be served from a
+    /// cache the device keeps (`Some(true)`) or cost a request of its own
+    /// (`Some(false)`), without reading anything; `None` where every read
+    /// costs the same (a file, a disk). The cleaner weighs it: on an
+    /// object store a victim whose object is not cached costs a GET of the
+    /// whole object.
+    fn is_cached(&self, _offset: u64, _len: u64) -> Option<bool> {
+        None
+    }
+}
+
+thread_local! {
+    static CLEANER_READING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// While it lives, the calling thread's device reads are the cleaner's:
+/// a device that counts requests by cause ([`cleaner_is_reading`]) counts
+/// them as the cleaner's too. Per thread, since other threads read and
+/// write at the same time (the I/O queue finishes writes outside the
+/// engine's lock), and a device's reads run on the thread that asks.
+pub struct CleanerReads {
+    was: bool,
+}
+
+impl CleanerReads {
+    pub fn start() -> CleanerReads {
+        CleanerReads {
+            was: CLEANER_READING.with(|c| c.replace(true)),
+        }
+    }
+}
+
+impl Drop for CleanerReads {
+    fn drop(&mut self) {
+        CLEANER_READING.with(|c| c.set(self.was));
+    }
+}
+
+/// Whether the calling thread reads for the cleaner now ([`CleanerReads`]).
+pub fn cleaner_is_reading() -> bool {
+    CLEANER_READING.with(|c| c.get())
 }
 
 /// Device traffic counters; `flushes` is what the one-flush-per-fsync promise is measured by.

@@ -288,6 +288,14 @@ impl Lsfs {
             let kept_since = self.store.oldest_kept_created_secs(now);
             candidates.retain(|c| c.nlive_lastmod_secs < kept_since);
         }
+        // On an object store a victim whose object is cached costs no GET
+        // (docs/OBJECT_STORE.md): the cost-benefit scores weigh that.
+        // Other devices say nothing and every read costs the same.
+        for c in candidates.iter_mut() {
+            if self.store.segment_cached(c.segno) == Some(true) {
+                c.read_cost = self.cleaner.config.cached_read_cost;
+            }
+        }
         // Ask for more than needed: late-aborted candidates do not count.
         // Greedy only at the last resort; below the low-water mark the
         // configured policy still chooses (policies differ most there).
@@ -330,6 +338,9 @@ impl Lsfs {
             if rep.victims.len() >= max_victims {
                 break;
             }
+            // What planning and moving it reads (the victim, the DAT) is
+            // the cleaner's, for a device that counts requests by cause.
+            let _reads = crate::device::CleanerReads::start();
             if self
                 .cleaner
                 .futile

@@ -146,6 +146,12 @@ pub struct CleanerConfig {
     /// disk: docs/bench/threaded-logging/measure-r.sh). Plugging pays for
     /// victims more than 1 − 2/R live.
     pub random_write_cost: f64,
+    /// On an object store: what reading a victim whose object a cache
+    /// holds (no GET) costs in the cost-benefit scores, next to 1 for
+    /// one that must be fetched whole (0.01..=1; default 0.1; 1 weighs
+    /// them alike, as on a disk). Devices that do not say what is cached
+    /// (files, disks) are not affected.
+    pub cached_read_cost: f64,
 }
 
 impl Default for CleanerConfig {
@@ -172,6 +178,7 @@ impl Default for CleanerConfig {
             threaded_logging: ThreadedLogging::Off,
             compact_when_idle: true,
             random_write_cost: lsfs_policy::gc::RANDOM_WRITE_COST,
+            cached_read_cost: lsfs_policy::gc::CACHED_READ_COST,
         }
     }
 }
@@ -215,6 +222,12 @@ impl CleanerConfig {
             return Err(format!(
                 "cleaner.random_write_cost = {} is outside its valid range 1..=1000",
                 self.random_write_cost
+            ));
+        }
+        if !(0.01..=1.0).contains(&self.cached_read_cost) {
+            return Err(format!(
+                "cleaner.cached_read_cost = {} is outside its valid range 0.01..=1",
+                self.cached_read_cost
             ));
         }
         Ok(())
@@ -401,6 +414,7 @@ impl Store {
                     lastmod_secs: u.lastmod_secs,
                     nlive_lastmod_secs: u.nlive_lastmod_secs,
                     temperature: crate::meta::stream::Stream::from_flags(u.flags).temperature(),
+                    read_cost: lsfs_policy::gc::READ_COST,
                 }
             })
             .collect()

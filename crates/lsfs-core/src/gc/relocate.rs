@@ -470,6 +470,7 @@ impl Store {
             return Err(err);
         }
         self.free_segment(seg, now)?;
+        self.note_cleaned(seg);
         Ok(rep)
     }
 

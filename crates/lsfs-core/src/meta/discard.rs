@@ -97,6 +97,9 @@ pub struct DiscardStats {
     /// FITRIM requests, and the bytes they discarded.
     pub trims: u64,
     pub trim_bytes: u64,
+    /// Of the segments discarded, those the cleaner freed (on an object
+    /// store, the DELETEs of its victims' objects).
+    pub cleaned_segments: u64,
 }
 
 /// The discard queue of a store.
@@ -106,6 +109,9 @@ pub struct Discards {
     queued: BTreeSet<u64>,
     /// When the queue last went from empty to not empty (`Clock::mono`).
     queued_since: Duration,
+    /// Segments the cleaner freed that are not discarded yet (nor taken
+    /// by the writer, nor left alone with discard off).
+    cleaned: BTreeSet<u64>,
     stats: DiscardStats,
 }
 
@@ -137,6 +143,12 @@ impl Store {
         }
     }
 
+    /// The cleaner freed segment `seg` (it becomes free at a checkpoint):
+    /// its discard is counted as the cleaner's.
+    pub(crate) fn note_cleaned(&mut self, seg: u64) {
+        self.discards.cleaned.insert(seg);
+    }
+
     /// The segments `freed` became free with a checkpoint that is now
     /// durable (see the module's docs): discard them or queue them. A
     /// discard that cannot be queued (the device failed) is only logged:
@@ -159,7 +171,13 @@ impl Store {
             return Ok(());
         }
         match self.config.discard {
-            DiscardMode::Off => Ok(()),
+            DiscardMode::Off => {
+                // Never discarded: the writer may take them at once.
+                for s in &freed {
+                    self.discards.cleaned.remove(s);
+                }
+                Ok(())
+            }
             DiscardMode::On => self.discard_segments(freed).map(|_| ()),
             DiscardMode::Batched => {
                 if self.discards.queued.is_empty() {
@@ -196,6 +214,9 @@ impl Store {
         let (free, taken): (BTreeSet<u64>, BTreeSet<u64>) =
             queued.into_iter().partition(|&s| self.segs.is_free(s));
         self.discards.stats.skipped_reused += taken.len() as u64;
+        for s in &taken {
+            self.discards.cleaned.remove(s);
+        }
         self.discards.stats.batches += 1;
         self.discard_segments(free)
     }
@@ -214,6 +235,11 @@ impl Store {
             let at = self.geo.byte_offset(self.geo.segment_start(first));
             self.dev.discard(at, n * seg_bytes)?;
             bytes += n * seg_bytes;
+            for s in first..first + n {
+                if self.discards.cleaned.remove(&s) {
+                    self.discards.stats.cleaned_segments += 1;
+                }
+            }
             self.discards.stats.segments += n;
             self.discards.stats.requests += 1;
         }

@@ -130,6 +130,14 @@ impl Store {
         self.dev.stats().snapshot()
     }
 
+    /// Whether the device would serve a read of segment `seg` from a
+    /// cache (`BlockDevice::is_cached`; `None`: every read costs the same).
+    pub fn segment_cached(&self, seg: u64) -> Option<bool> {
+        let at = self.geo().byte_offset(self.geo().segment_start(seg));
+        let len = self.geo().segment_blocks as u64 * crate::layout::BLOCK_BYTES as u64;
+        self.dev.is_cached(at, len)
+    }
+
     /// The device's own counters, by name (`BlockDevice::extra_counters`).
     pub fn device_extra_counters(&self) -> Vec<(&'static str, u64)> {
         self.dev.extra_counters()

@@ -5,7 +5,8 @@ use super::{SegmentUsage, SelectionPolicy};
 /// score = (1 − u) · age / (1 + u), with u = nlive / nblocks and age = now − lastmod,
 ///
 /// where 1 − u is the space freed, 1 + u the cost (read the segment, write its live part) and
-/// age stands in for how long the freed space will stay free. Segments whose live count
+/// age stands in for how long the freed space will stay free. On an object store the 1 is the
+/// segment's [`SegmentUsage::read_cost`]: less for a segment a cache holds (no GET). Segments whose live count
 /// changed less than `min_quiet_secs` ago are skipped: their dead blocks may still be inside
 /// the protection period, and they are still decaying.
 pub struct CostBenefit {
@@ -26,7 +27,6 @@ impl SelectionPolicy for CostBenefit {
         if now_secs.saturating_sub(segment.nlive_lastmod_secs) < self.min_quiet_secs {
             return None;
         }
-        let u = segment.utilization();
-        Some((1.0 - u) * segment.age_secs(now_secs) as f64 / (1.0 + u))
+        Some(segment.cost_benefit(now_secs))
     }
 }

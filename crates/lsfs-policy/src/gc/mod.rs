@@ -20,7 +20,7 @@ pub use cost_benefit::CostBenefit;
 pub use cost_hotness::CostHotness;
 pub use greedy::Greedy;
 pub use plug_gate::{PlugGate, RANDOM_WRITE_COST};
-pub use segment_usage::{SegmentUsage, Temperature};
+pub use segment_usage::{SegmentUsage, Temperature, CACHED_READ_COST, READ_COST};
 pub use stream_balanced::StreamBalanced;
 pub use temperature::TemperatureClassifier;
 pub use timestamp::Timestamp;

@@ -10,6 +10,7 @@ fn seg(segno: u64, nlive: u32, lastmod_secs: u64) -> SegmentUsage {
         lastmod_secs,
         nlive_lastmod_secs: lastmod_secs,
         temperature: Temperature::Mixed,
+        read_cost: READ_COST,
     }
 }
 
@@ -141,6 +142,40 @@ fn balanced_cleans_the_class_over_its_share() {
         victims[0] >= 10,
         "victim {victims:?} should be a cold segment"
     );
+}
+
+/// On an object store a victim whose object is cached costs no GET: of two otherwise equal
+/// segments the cached one goes first, by cost-benefit and by the default policy; but a cached
+/// segment that frees much less does not beat an obviously better uncached one.
+#[test]
+fn cached_segments_go_first_among_equals_but_not_before_better_ones() {
+    let cached = |s: SegmentUsage| SegmentUsage {
+        read_cost: CACHED_READ_COST,
+        ..s
+    };
+    // Equal but for the cache: the higher segment number (which a tie would put last).
+    let equal = [seg(0, 50, 0), cached(seg(1, 50, 0))];
+    let mut cb = CostBenefit::new(0);
+    assert_eq!(cb.select_victims(&equal, 1000, 1), vec![1]);
+    assert_eq!(
+        StreamBalanced::new().select_victims(&equal, 1000, 1),
+        vec![1]
+    );
+    // Without the hint (a file, a disk) the tie goes to the lower number, as before.
+    assert_eq!(
+        cb.select_victims(&[seg(0, 50, 0), seg(1, 50, 0)], 1000, 1),
+        vec![0]
+    );
+    // An uncached segment 10 % live beats a cached one 90 % live of the same age:
+    // (0.9 / 1.1 = 0.82) against (0.1 / 1.0 = 0.1).
+    let apart = [cached(seg(0, 90, 0)), seg(1, 10, 0)];
+    assert_eq!(cb.select_victims(&apart, 1000, 1), vec![1]);
+    assert_eq!(
+        StreamBalanced::new().select_victims(&apart, 1000, 1),
+        vec![1]
+    );
+    // And the score with read cost 1 is the classic (1 − u) · age / (1 + u).
+    assert!((seg(0, 60, 0).cost_benefit(1000) - 250.0).abs() < 1e-9);
 }
 
 #[test]

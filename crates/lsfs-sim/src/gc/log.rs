@@ -502,6 +502,7 @@ impl SegmentLog {
                     lastmod_secs: s.lastmod,
                     nlive_lastmod_secs: s.nlive_lastmod,
                     temperature: s.temperature,
+                    read_cost: lsfs_policy::gc::READ_COST,
                 });
             }
         }
