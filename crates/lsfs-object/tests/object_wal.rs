@@ -10,7 +10,7 @@ use common::*;
 use lsfs_core::device::BlockDevice;
 use lsfs_core::fs::{Lsfs, MountConfig};
 use lsfs_core::meta::open::MkfsOptions;
-use lsfs_object::{ObjectDevice, Target, WalConfig};
+use lsfs_object::{ObjectDevice, Target, WalConfig, WalPlace};
 use lsfs_vfs::{Vfs, ROOT_INO};
 use object_store::memory::InMemory;
 use std::path::Path;
@@ -18,8 +18,16 @@ use std::sync::Arc;
 
 fn wal(dir: &Path, max_bytes: u64) -> WalConfig {
     WalConfig {
-        path: dir.join("fs.wal"),
+        place: WalPlace::File(dir.join("fs.wal")),
         max_bytes,
+    }
+}
+
+/// The file of a write-ahead file's configuration.
+fn file_of(w: &WalConfig) -> &Path {
+    match &w.place {
+        WalPlace::File(p) => p,
+        WalPlace::Store => panic!("not a file"),
     }
 }
 
@@ -76,7 +84,7 @@ fn fsynced_files_survive_a_crash_in_the_write_ahead_file_alone() {
     // The process dies: nothing more reaches the store.
     kill.store(true, std::sync::atomic::Ordering::Relaxed);
     drop(fs);
-    assert!(std::fs::metadata(&w.path).unwrap().len() > 5000);
+    assert!(std::fs::metadata(file_of(&w)).unwrap().len() > 5000);
 
     // Without the file, the store alone does not have them.
     {
@@ -133,14 +141,14 @@ fn a_flush_appends_to_the_file_and_a_torn_tail_is_ignored() {
             .store(true, std::sync::atomic::Ordering::Relaxed);
         drop(dev);
         // The second record torn: cut short, or a byte changed.
-        let mut f = std::fs::read(&w.path).unwrap();
+        let mut f = std::fs::read(file_of(&w)).unwrap();
         let n = f.len();
         if cut == 1 {
             f.truncate(n - 1);
         } else {
             f[n - 100] ^= 0x40;
         }
-        std::fs::write(&w.path, &f).unwrap();
+        std::fs::write(file_of(&w), &f).unwrap();
         let dev = open(&t, &w).unwrap();
         assert_eq!(
             read(&dev, SEG2 + 4096, 8192),
@@ -186,7 +194,7 @@ fn another_file_systems_write_ahead_file_is_refused() {
     let err = open(
         &t2,
         &WalConfig {
-            path: other.clone(),
+            place: WalPlace::File(other.clone()),
             max_bytes: 1 << 20,
         },
     )
@@ -197,7 +205,7 @@ fn another_file_systems_write_ahead_file_is_refused() {
     // One mount per file.
     let a = open(&t2, &w);
     assert!(a.is_err(), "still t1's file");
-    std::fs::remove_file(&w.path).unwrap();
+    std::fs::remove_file(file_of(&w)).unwrap();
     let a = open(&t2, &w).unwrap();
     let err = open(&t2, &w).err().unwrap();
     assert!(err.contains("in use by another mount"), "{err}");
@@ -236,7 +244,7 @@ fn the_bound_and_a_new_segment_start_uploads_superblocks_last() {
         "after 1 MiB of 4 KiB records: {i}"
     );
     assert!(
-        std::fs::metadata(&w.path).unwrap().len() < 4096,
+        std::fs::metadata(file_of(&w)).unwrap().len() < 4096,
         "restarted"
     );
     assert_eq!(dev.object_counters().puts, base.puts + 1, "segment 2");
@@ -346,7 +354,7 @@ fn random_writes_and_a_crash_keep_every_flush() {
         let t = Target::on(Arc::new(InMemory::new()), "fs/random");
         ObjectDevice::create(&t, geo(), false).unwrap();
         let w = wal(d.path(), 1 << 20);
-        let _ = std::fs::remove_file(&w.path);
+        let _ = std::fs::remove_file(file_of(&w));
         let size = geo().device_bytes as usize;
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
         let mut flushed = vec![0u8; size];
