@@ -1223,8 +1223,8 @@ impl BlockDevice for ObjectDevice {
                 // Kept, and tried again at the next release (or the drop).
                 self.leased.store(true, Ordering::Relaxed);
                 tracing::error!(
-                    "{}: storing what the write-ahead file holds failed; the lease is kept \
-                     for a mount with that file: {e}",
+                    "{}: storing what the write-ahead file (or the records in the store) \
+                     holds failed; the lease is kept for the next mount, which stores it: {e}",
                     self.target.url
                 );
                 return Err(e);
