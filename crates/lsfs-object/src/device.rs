@@ -679,7 +679,7 @@ impl ObjectDevice {
             })?,
             Sink::Store(l) => {
                 let n = l
-                    .restart(&self.target, &self.rt)
+                    .restart(&self.target, &self.rt, fs_id)
                     .map_err(|e| Error::io(self.target.url.clone(), std::io::Error::other(e)))?;
                 self.ostats.deletes.fetch_add(n, Ordering::Relaxed);
             }

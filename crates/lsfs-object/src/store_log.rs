@@ -156,8 +156,12 @@ impl StoreLog {
     }
 
     /// Delete the records written since the last restart, oldest first:
-    /// everything they held is in the objects now. Returns how many.
-    pub fn restart(&mut self, t: &Target, rt: &Runtime) -> Result<u64, String> {
+    /// everything they held is in the objects now, whose superblocks name
+    /// file system `fs_id`; the records after seed their checksums with it,
+    /// as a replay will (it reads the id from the stored superblocks).
+    /// Returns how many were deleted.
+    pub fn restart(&mut self, t: &Target, rt: &Runtime, fs_id: u64) -> Result<u64, String> {
+        self.fs_id = fs_id;
         let mut done = 0;
         while let Some(&n) = self.live.first() {
             delete(t, rt, n)?;

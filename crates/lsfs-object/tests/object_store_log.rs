@@ -198,3 +198,35 @@ fn a_log_with_a_hole_or_a_foreign_record_is_refused() {
     ObjectDevice::create(&t, geo(), true).unwrap();
     assert!(records(&t).is_empty(), "mkfs --force deletes the records");
 }
+
+/// A file system made through a mount that keeps its records in the
+/// store: the records written before and after its first upload replay
+/// (their checksums follow the file system id the stored superblocks
+/// name at each point, as a replay reads it).
+#[test]
+fn a_file_system_made_with_records_in_the_store_replays() {
+    let t = Target::on(Arc::new(InMemory::new()), "fs/made");
+    ObjectDevice::create(&t, geo(), false).unwrap();
+    let opts = MkfsOptions {
+        segment_blocks: SEG_BLOCKS as u32,
+        label: "made".into(),
+    };
+    let dev = ObjectDevice::open_with(&t, true, 8 << 20, Some(&in_store(64 << 20))).unwrap();
+    let kill = dev.kill_switch();
+    let mut fs = Lsfs::mkfs(Box::new(dev), &opts, MountConfig::default()).unwrap();
+    let a = fs
+        .mknod(ROOT_INO, b"a", libc::S_IFREG | 0o644, 0, &ctx())
+        .unwrap()
+        .ino;
+    let b = data(9, 300_000);
+    fs.write(a, 0, &b).unwrap();
+    fs.fsync(a, false).unwrap();
+    kill.store(true, Ordering::Relaxed);
+    drop(fs);
+    give_up_the_lease(&t);
+    let dev = ObjectDevice::open(&t, true, 8 << 20).unwrap();
+    let mut fs = Lsfs::open(Box::new(dev), MountConfig::default()).unwrap();
+    let e = fs.lookup(ROOT_INO, b"a").unwrap();
+    assert!(fs.read(e.ino, 0, b.len() as u32).unwrap() == b);
+    fs.unmount().unwrap();
+}

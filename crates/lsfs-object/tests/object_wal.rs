@@ -350,11 +350,27 @@ impl Rng {
 #[test]
 fn random_writes_and_a_crash_keep_every_flush() {
     let d = tempfile::tempdir().unwrap();
+    random_writes_and_a_crash(wal(d.path(), 1 << 20));
+}
+
+/// The same with the records kept in the store (`store_log.rs`): the
+/// reopen, as from another machine, has nothing local; the dead writer's
+/// lease is given up first, as its refusal says to.
+#[test]
+fn random_writes_and_a_crash_keep_every_flush_in_records_in_the_store() {
+    random_writes_and_a_crash(WalConfig {
+        place: WalPlace::Store,
+        max_bytes: 1 << 20,
+    });
+}
+
+fn random_writes_and_a_crash(w: WalConfig) {
     for seed in 1..=6u64 {
         let t = Target::on(Arc::new(InMemory::new()), "fs/random");
         ObjectDevice::create(&t, geo(), false).unwrap();
-        let w = wal(d.path(), 1 << 20);
-        let _ = std::fs::remove_file(file_of(&w));
+        if let WalPlace::File(p) = &w.place {
+            let _ = std::fs::remove_file(p);
+        }
         let size = geo().device_bytes as usize;
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
         let mut flushed = vec![0u8; size];
@@ -396,6 +412,13 @@ fn random_writes_and_a_crash_keep_every_flush() {
         dev.kill_switch()
             .store(true, std::sync::atomic::Ordering::Relaxed);
         drop(dev);
+        if w.place == WalPlace::Store {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(t.store.delete(&t.path("lease"))).unwrap();
+        }
         let dev = open(&t, &w).unwrap();
         let got = read(&dev, 0, size);
         let in_discarded = |i: usize| {
