@@ -61,22 +61,7 @@ fn fsync_and_die(t: &Target, prefix: &str) -> Vec<(String, Vec<u8>)> {
     let dev = ObjectDevice::open_with(t, true, 8 << 20, Some(&in_store(64 << 20))).unwrap();
     let kill = dev.kill_switch();
     let mut fs = Lsfs::open(Box::new(dev), MountConfig::default()).unwrap();
-    let mut files = Vec::new();
-    for n in 0..6u8 {
-        let a = fs
-            .mknod(
-                ROOT_INO,
-                format!("{prefix}{n}").as_bytes(),
-                libc::S_IFREG | 0o644,
-                0,
-                &ctx(),
-            )
-            .unwrap();
-        let b = data(n, 5000 + 3000 * n as usize);
-        fs.write(a.ino, 0, &b).unwrap();
-        fs.fsync(a.ino, false).unwrap();
-        files.push((format!("{prefix}{n}"), b));
-    }
+    let files = six_fsynced_files(&mut fs, prefix);
     kill.store(true, Ordering::Relaxed);
     drop(fs);
     files

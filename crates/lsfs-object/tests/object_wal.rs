@@ -65,22 +65,7 @@ fn fsynced_files_survive_a_crash_in_the_write_ahead_file_alone() {
     let dev = open(&t, &w).unwrap();
     let kill = dev.kill_switch();
     let mut fs = Lsfs::open(Box::new(dev), MountConfig::default()).unwrap();
-    let mut files = Vec::new();
-    for n in 0..6u8 {
-        let a = fs
-            .mknod(
-                ROOT_INO,
-                format!("f{n}").as_bytes(),
-                libc::S_IFREG | 0o644,
-                0,
-                &ctx(),
-            )
-            .unwrap();
-        let b = data(n, 5000 + 3000 * n as usize);
-        fs.write(a.ino, 0, &b).unwrap();
-        fs.fsync(a.ino, false).unwrap();
-        files.push((format!("f{n}"), b));
-    }
+    let files = six_fsynced_files(&mut fs, "f");
     // The process dies: nothing more reaches the store.
     kill.store(true, std::sync::atomic::Ordering::Relaxed);
     drop(fs);

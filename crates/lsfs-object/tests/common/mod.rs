@@ -1,5 +1,5 @@
 //! What the object device's tests share: a small geometry, the caller of
-//! file system calls, and data to write.
+//! file system calls, data to write, and fsynced files.
 #![allow(dead_code)]
 
 use lsfs_object::layout::Geometry;
@@ -29,4 +29,22 @@ pub fn data(seed: u8, len: usize) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
         .collect()
+}
+
+/// Six files named PREFIX0 .. PREFIX5 in the root, of 5,000 to 20,000
+/// bytes, each written and fsynced; their names and contents.
+pub fn six_fsynced_files(fs: &mut lsfs_core::fs::Lsfs, prefix: &str) -> Vec<(String, Vec<u8>)> {
+    use lsfs_vfs::{Vfs, ROOT_INO};
+    let mut files = Vec::new();
+    for n in 0..6u8 {
+        let name = format!("{prefix}{n}");
+        let a = fs
+            .mknod(ROOT_INO, name.as_bytes(), libc::S_IFREG | 0o644, 0, &ctx())
+            .unwrap();
+        let b = data(n, 5000 + 3000 * n as usize);
+        fs.write(a.ino, 0, &b).unwrap();
+        fs.fsync(a.ino, false).unwrap();
+        files.push((name, b));
+    }
+    files
 }
