@@ -20,20 +20,7 @@ fsx_ops=${FSX_OPS:-2000}
 
 # shellcheck source=lib/weed.sh
 source "$here/lib/weed.sh"
-dir=$(mktemp -d /var/tmp/lsfs-wal-bench.XXXXXX)
-mnt=$dir/mnt
-mkdir "$mnt"
-mount_pid=
-cleanup() {
-    if mountpoint -q "$mnt"; then
-        fusermount3 -u "$mnt" 2>/dev/null || umount -l "$mnt" || true
-    fi
-    [[ -n $mount_pid ]] && { wait "$mount_pid" 2>/dev/null || true; }
-    weed_stop
-    rm -rf "$dir"
-}
-trap cleanup EXIT
-weed_start "$dir/weed" lsfs-bench
+weed_scratch lsfs-wal-bench
 
 counters() {
     "$lsfs" stats --json --mount "$mnt" |
