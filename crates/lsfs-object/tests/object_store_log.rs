@@ -95,16 +95,7 @@ fn fsynced_files_survive_the_machine_in_records_in_the_store() {
     give_up_the_lease(&t);
     let dev = ObjectDevice::open(&t, true, 8 << 20).unwrap();
     assert!(records(&t).is_empty(), "replayed records are deleted");
-    let mut fs = Lsfs::open(Box::new(dev), MountConfig::default()).unwrap();
-    for (name, b) in &files {
-        let e = fs.lookup(ROOT_INO, name.as_bytes()).unwrap();
-        assert_eq!(&fs.read(e.ino, 0, b.len() as u32).unwrap(), b, "{name}");
-    }
-    fs.unmount().unwrap();
-    drop(fs);
-    let report =
-        lsfs_core::fsck::fsck(Box::new(ObjectDevice::open(&t, false, 8 << 20).unwrap())).unwrap();
-    assert!(report.errors.is_empty(), "fsck: {:?}", report.errors);
+    files_read_back_and_fsck_is_clean(dev, &t, &files);
 }
 
 #[test]

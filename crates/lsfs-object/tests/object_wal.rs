@@ -89,16 +89,7 @@ fn fsynced_files_survive_a_crash_in_the_write_ahead_file_alone() {
     // With it, everything is back, stored, and fsck is clean.
     let dev = open(&t, &w).unwrap();
     assert!(dev.object_counters().puts > 0, "the replay uploaded");
-    let mut fs = Lsfs::open(Box::new(dev), MountConfig::default()).unwrap();
-    for (name, b) in &files {
-        let e = fs.lookup(ROOT_INO, name.as_bytes()).unwrap();
-        assert_eq!(&fs.read(e.ino, 0, b.len() as u32).unwrap(), b, "{name}");
-    }
-    fs.unmount().unwrap();
-    drop(fs);
-    let report =
-        lsfs_core::fsck::fsck(Box::new(ObjectDevice::open(&t, false, 8 << 20).unwrap())).unwrap();
-    assert!(report.errors.is_empty(), "fsck: {:?}", report.errors);
+    files_read_back_and_fsck_is_clean(dev, &t, &files);
     // The unmount stored everything and gave the lease back: a mount
     // without the file may follow.
     drop(ObjectDevice::open(&t, true, 8 << 20).unwrap());

@@ -1,5 +1,5 @@
 //! What the object device's tests share: a small geometry, the caller of
-//! file system calls, data to write, and fsynced files.
+//! file system calls, data to write, fsynced files and their check.
 #![allow(dead_code)]
 
 use lsfs_object::layout::Geometry;
@@ -47,4 +47,25 @@ pub fn six_fsynced_files(fs: &mut lsfs_core::fs::Lsfs, prefix: &str) -> Vec<(Str
         files.push((name, b));
     }
     files
+}
+
+/// Mount `dev`, read back every one of `files`, unmount; then fsck the
+/// store at `t` read-only, which must be clean.
+pub fn files_read_back_and_fsck_is_clean(
+    dev: lsfs_object::ObjectDevice,
+    t: &lsfs_object::Target,
+    files: &[(String, Vec<u8>)],
+) {
+    use lsfs_core::fs::{Lsfs, MountConfig};
+    use lsfs_vfs::{Vfs, ROOT_INO};
+    let mut fs = Lsfs::open(Box::new(dev), MountConfig::default()).unwrap();
+    for (name, b) in files {
+        let e = fs.lookup(ROOT_INO, name.as_bytes()).unwrap();
+        assert_eq!(&fs.read(e.ino, 0, b.len() as u32).unwrap(), b, "{name}");
+    }
+    fs.unmount().unwrap();
+    drop(fs);
+    let ro = lsfs_object::ObjectDevice::open(t, false, 8 << 20).unwrap();
+    let report = lsfs_core::fsck::fsck(Box::new(ro)).unwrap();
+    assert!(report.errors.is_empty(), "fsck: {:?}", report.errors);
 }
