@@ -28,20 +28,7 @@ seed=${SEED:-1}
 
 # shellcheck source=lib/weed.sh
 source "$here/lib/weed.sh"
-dir=$(mktemp -d /var/tmp/lsfs-cleaner-bench.XXXXXX)
-mnt=$dir/mnt
-mkdir "$mnt"
-mount_pid=
-cleanup() {
-    if mountpoint -q "$mnt"; then
-        fusermount3 -u "$mnt" 2>/dev/null || umount -l "$mnt" || true
-    fi
-    [[ -n $mount_pid ]] && { wait "$mount_pid" 2>/dev/null || true; }
-    weed_stop
-    rm -rf "$dir"
-}
-trap cleanup EXIT
-weed_start "$dir/weed" lsfs-bench
+weed_scratch lsfs-cleaner-bench
 
 echo "file system $size, file $fill_mib MiB, $overwrite_mib MiB of random 64 KiB overwrites" \
     "(seed $seed)${DISK_CACHE:+, disk cache $DISK_CACHE}"

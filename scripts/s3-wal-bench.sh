@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Small fsyncs on a file system in a real S3 server (SeaweedFS on
-# 127.0.0.1, scripts/lib/weed.sh), without and with a write-ahead file
-# (docs/OBJECT_STORE.md): for each, a fresh file system, N 4 KiB writes
+# 127.0.0.1, scripts/lib/weed.sh), without a write-ahead file, with one
+# on local disk, and with the records kept in the store itself
+# (object_wal=store; docs/OBJECT_STORE.md): for each, a fresh file system, N 4 KiB writes
 # each followed by an fsync (their latency), then fsx with FSX_OPS
 # operations (its time); the bytes and PUTs each put in the store, from
 # `lsfs stats`. Then reads without and with a cache on local disk
 # (object_disk_cache): a 64 MiB file written, the file system mounted
 # again with the smallest memory cache (8 MiB), the file read (its time,
 # GETs and disk cache hits). Usage: scripts/s3-wal-bench.sh PATH_TO_LSFS
-# [N] (N defaults to 500, FSX_OPS to 2000). The server is stopped and its
+# [N] (N defaults to 500, FSX_OPS to 2000; WAL_MODES picks among
+# "plain wal store"). The server is stopped and its
 # directory removed at the end, also on failure.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -18,20 +20,7 @@ fsx_ops=${FSX_OPS:-2000}
 
 # shellcheck source=lib/weed.sh
 source "$here/lib/weed.sh"
-dir=$(mktemp -d /var/tmp/lsfs-wal-bench.XXXXXX)
-mnt=$dir/mnt
-mkdir "$mnt"
-mount_pid=
-cleanup() {
-    if mountpoint -q "$mnt"; then
-        fusermount3 -u "$mnt" 2>/dev/null || umount -l "$mnt" || true
-    fi
-    [[ -n $mount_pid ]] && { wait "$mount_pid" 2>/dev/null || true; }
-    weed_stop
-    rm -rf "$dir"
-}
-trap cleanup EXIT
-weed_start "$dir/weed" lsfs-bench
+weed_scratch lsfs-wal-bench
 
 counters() {
     "$lsfs" stats --json --mount "$mnt" |
@@ -54,11 +43,12 @@ unmount_fs() {
     mount_pid=
 }
 
-for mode in plain wal; do
+for mode in ${WAL_MODES:-plain wal store}; do
     url=s3://lsfs-bench/$mode
     "$lsfs" mkfs --size 1G "$url" >/dev/null
     opts=()
     [[ $mode == wal ]] && opts=(-o "object_wal=$dir/fs.wal")
+    [[ $mode == store ]] && opts=(-o object_wal=store)
     mount_fs "$url" "$dir/$mode.log" "${opts[@]}"
     read -r puts0 bytes0 < <(counters)
     python3 - "$mnt/small" "$n" <<'EOF'

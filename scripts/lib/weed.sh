@@ -103,3 +103,26 @@ weed_stop() {
     done
     weed_ports=()
 }
+
+# weed_scratch NAME: for benchmark scripts, a scratch directory $dir under
+# /var/tmp with a mount point $mnt, and a SeaweedFS server in it serving
+# bucket lsfs-bench; at exit, whatever is mounted on $mnt is unmounted,
+# the server (and $mount_pid, the mount's process, if set) waited for,
+# and $dir removed, also on failure.
+weed_scratch() {
+    dir=$(mktemp -d "/var/tmp/$1.XXXXXX")
+    mnt=$dir/mnt
+    mkdir "$mnt"
+    mount_pid=
+    trap weed_scratch_cleanup EXIT
+    weed_start "$dir/weed" lsfs-bench
+}
+
+weed_scratch_cleanup() {
+    if mountpoint -q "$mnt"; then
+        fusermount3 -u "$mnt" 2>/dev/null || umount -l "$mnt" || true
+    fi
+    [[ -n $mount_pid ]] && { wait "$mount_pid" 2>/dev/null || true; }
+    weed_stop
+    rm -rf "$dir"
+}

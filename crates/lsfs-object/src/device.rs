@@ -78,10 +78,23 @@ pub struct DiskCacheConfig {
 /// A write-ahead file for a read-write open (`wal.rs`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WalConfig {
-    pub path: PathBuf,
+    pub place: WalPlace,
     /// Past this size a flush uploads every changed object and restarts
-    /// the file.
+    /// the file (or deletes the records in the store).
     pub max_bytes: u64,
+}
+
+/// Where a flush's records wait until the objects they went into are
+/// stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WalPlace {
+    /// A local file (`wal.rs`): an fsync costs an fdatasync on local disk,
+    /// and a machine lost for good takes what it holds.
+    File(PathBuf),
+    /// The store itself, one small object per flush (`store_log.rs`): an
+    /// fsync costs one PUT of what it covers, and nothing acknowledged
+    /// depends on the machine.
+    Store,
 }
 
 /// `geometry.json`.
@@ -155,7 +168,7 @@ struct Cache {
 }
 
 struct WalState {
-    wal: Wal,
+    wal: Sink,
     max_bytes: u64,
     /// Device ranges written since the last flush (start to end, merged).
     ranges: BTreeMap<u64, u64>,
@@ -166,6 +179,22 @@ struct WalState {
     /// after it (the superblocks that freed them are stored by then), and
     /// read as zeros meanwhile.
     deletes: HashSet<Obj>,
+}
+
+/// Where [`WalState`]'s records go ([`WalPlace`]).
+enum Sink {
+    File(Wal),
+    Store(crate::store_log::StoreLog),
+}
+
+impl Sink {
+    /// Bytes of records since the last upload.
+    fn len(&self) -> u64 {
+        match self {
+            Sink::File(f) => f.len(),
+            Sink::Store(l) => l.len(),
+        }
+    }
 }
 
 impl WalState {
@@ -315,10 +344,29 @@ impl ObjectDevice {
             ostats: ObjectStats::default(),
             view: Mutex::new(None),
         };
-        if let Some(w) = wal {
-            dev.open_wal(w)?;
+        match wal.map(|w| &w.place) {
+            Some(WalPlace::File(path)) => dev.open_wal(path, wal.expect("some").max_bytes)?,
+            Some(WalPlace::Store) => {
+                lease::acquire(t, &dev.rt, &lease::Holder::me())?;
+                dev.leased.store(true, Ordering::Relaxed);
+            }
+            None => {}
         }
         if writable {
+            // Records a store-log mount left are acknowledged writes,
+            // whatever this mount keeps its own in.
+            let high = dev.replay_store_log()?;
+            if let Some(w) = wal.filter(|w| w.place == WalPlace::Store) {
+                let mut c = dev.cache.lock().unwrap();
+                let fs_id = dev.fs_id(&mut c).map_err(|e| format!("{}: {e}", t.url))?;
+                c.wal = Some(WalState {
+                    wal: Sink::Store(crate::store_log::StoreLog::new(fs_id, high)),
+                    max_bytes: w.max_bytes,
+                    ranges: BTreeMap::new(),
+                    high: HashMap::new(),
+                    deletes: HashSet::new(),
+                });
+            }
             // Which writer opened last, for a disk cache to tell whether
             // another one may have changed objects since it closed.
             let before = dev.stamp_writer()?;
@@ -622,12 +670,20 @@ impl ObjectDevice {
         let fs_id = self.fs_id(c)?;
         let w = c.wal.as_mut().expect("in write-ahead mode");
         w.ranges.clear();
-        w.wal.restart(&self.target.url, fs_id).map_err(|e| {
-            Error::io(
-                format!("restarting the write-ahead file {}", w.wal.path.display()),
-                e,
-            )
-        })?;
+        match &mut w.wal {
+            Sink::File(f) => f.restart(&self.target.url, fs_id).map_err(|e| {
+                Error::io(
+                    format!("restarting the write-ahead file {}", f.path.display()),
+                    e,
+                )
+            })?,
+            Sink::Store(l) => {
+                let n = l
+                    .restart(&self.target, &self.rt, fs_id)
+                    .map_err(|e| Error::io(self.target.url.clone(), std::io::Error::other(e)))?;
+                self.ostats.deletes.fetch_add(n, Ordering::Relaxed);
+            }
+        }
         self.ostats.wal_syncs.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -701,12 +757,45 @@ impl ObjectDevice {
         Ok(out)
     }
 
+    /// Replay the flush records a mount that kept them in the store left
+    /// there (`store_log.rs`): apply them in order, upload every changed
+    /// object, then delete them oldest first. Returns the highest record
+    /// number found (0 if none), after which new records start.
+    fn replay_store_log(&self) -> std::result::Result<u64, String> {
+        let mut c = self.cache.lock().unwrap();
+        let url = &self.target.url;
+        let (records, high) = crate::store_log::find(&self.target, &self.rt, || {
+            self.fs_id(&mut c).map_err(|e| format!("{url}: {e}"))
+        })?;
+        if records.is_empty() {
+            return Ok(high);
+        }
+        let r = (|| {
+            for rec in &records {
+                for (off, bytes) in &rec.ranges {
+                    self.check(*off, bytes.len(), "replayed write")?;
+                    self.apply(&mut c, *off, bytes)?;
+                }
+            }
+            self.upload_dirty(&mut c)
+        })();
+        r.map_err(|e| format!("{url}: replaying the flush records in the store: {e}"))?;
+        for rec in &records {
+            crate::store_log::delete(&self.target, &self.rt, rec.seq)?;
+        }
+        tracing::info!(
+            "{url}: stored {} flushes a mount left as records in the store",
+            records.len()
+        );
+        Ok(high)
+    }
+
     /// Open with the write-ahead file `w`: check that it is this file
     /// system's, take the lease, replay what a crash left in it, and
     /// restart it.
-    fn open_wal(&self, w: &WalConfig) -> std::result::Result<(), String> {
-        let p = w.path.display();
-        let (wal, found) = Wal::open(&w.path)?;
+    fn open_wal(&self, path: &std::path::Path, max_bytes: u64) -> std::result::Result<(), String> {
+        let p = path.display();
+        let (wal, found) = Wal::open(path)?;
         let mut c = self.cache.lock().unwrap();
         let fs_id = self
             .fs_id(&mut c)
@@ -746,7 +835,7 @@ impl ObjectDevice {
                 ));
             }
         }
-        let me = lease::Holder::with_wal(&w.path, wal.header.id);
+        let me = lease::Holder::with_wal(path, wal.header.id);
         if !found.records.is_empty() {
             // Replaying over a store someone else wrote since would undo
             // their writes: only the lease this file's mount left proves
@@ -777,8 +866,8 @@ impl ObjectDevice {
         }
         let replayed = found.records.len();
         c.wal = Some(WalState {
-            wal,
-            max_bytes: w.max_bytes,
+            wal: Sink::File(wal),
+            max_bytes,
             ranges: BTreeMap::new(),
             high: HashMap::new(),
             deletes: HashSet::new(),
@@ -895,7 +984,11 @@ fn read_geometry(t: &Target, rt: &Runtime) -> std::result::Result<Geometry, Stri
 
 /// Delete every object of the file system at `t` (mkfs --force).
 fn delete_all(t: &Target, rt: &Runtime) -> std::result::Result<(), String> {
-    for dir in [Some(t.path("seg")), Some(t.prefix.clone())] {
+    for dir in [
+        Some(t.path("seg")),
+        Some(t.path(crate::store_log::DIR)),
+        Some(t.prefix.clone()),
+    ] {
         let list = rt
             .block_on(t.store.list_with_delimiter(dir.as_ref()))
             .map_err(|e| format!("{}: listing objects: {e}", t.url))?;
@@ -984,12 +1077,34 @@ impl BlockDevice for ObjectDevice {
                 rec.push((start, self.cached(&mut c, start, end - start)?));
             }
             let w = c.wal.as_mut().expect("in write-ahead mode");
-            let n = w.wal.append(&rec).map_err(|e| {
-                Error::io(
-                    format!("appending to the write-ahead file {}", w.wal.path.display()),
-                    e,
-                )
-            })?;
+            let n = match &mut w.wal {
+                Sink::File(f) => f.append(&rec).map_err(|e| {
+                    Error::io(
+                        format!("appending to the write-ahead file {}", f.path.display()),
+                        e,
+                    )
+                })?,
+                Sink::Store(l) => {
+                    let stored = l.append(&self.target, &self.rt, &rec);
+                    let n = match stored {
+                        Ok(n) => n,
+                        Err(e) => {
+                            // Not acknowledged, but still to be covered by
+                            // the next flush that succeeds.
+                            for (start, b) in &rec {
+                                w.note(*start, b.len() as u64);
+                            }
+                            return Err(Error::io(
+                                self.target.url.clone(),
+                                std::io::Error::other(e),
+                            ));
+                        }
+                    };
+                    self.ostats.puts.fetch_add(1, Ordering::Relaxed);
+                    self.ostats.put_bytes.fetch_add(n, Ordering::Relaxed);
+                    n
+                }
+            };
             self.ostats.wal_records.fetch_add(1, Ordering::Relaxed);
             self.ostats.wal_bytes.fetch_add(n, Ordering::Relaxed);
             if w.wal.len() > w.max_bytes {
@@ -1108,8 +1223,8 @@ impl BlockDevice for ObjectDevice {
                 // Kept, and tried again at the next release (or the drop).
                 self.leased.store(true, Ordering::Relaxed);
                 tracing::error!(
-                    "{}: storing what the write-ahead file holds failed; the lease is kept \
-                     for a mount with that file: {e}",
+                    "{}: storing what the write-ahead file (or the records in the store) \
+                     holds failed; the lease is kept for the next mount, which stores it: {e}",
                     self.target.url
                 );
                 return Err(e);

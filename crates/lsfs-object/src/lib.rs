@@ -7,7 +7,8 @@
 //! every flush, and deletes a segment's object when the segment is
 //! discarded (`device.rs`). A lease object lets one read-write mount in at
 //! a time (`lease.rs`). A mount may instead keep what a flush covers in a
-//! local write-ahead file (`wal.rs`) and upload the objects later, and
+//! local write-ahead file (`wal.rs`), or as records in the store itself
+//! (`store_log.rs`), and upload the objects later, and
 //! keep segment objects in a bounded cache on local disk
 //! (`disk_cache.rs`). See
 //! docs/OBJECT_STORE.md.
@@ -16,8 +17,9 @@ pub mod device;
 pub mod disk_cache;
 pub mod layout;
 pub mod lease;
+pub mod store_log;
 pub mod target;
 pub mod wal;
 
-pub use device::{DiskCacheConfig, ObjectDevice, ObjectStats, WalConfig};
+pub use device::{DiskCacheConfig, ObjectDevice, ObjectStats, WalConfig, WalPlace};
 pub use target::{is_object_url, Target};

@@ -145,6 +145,32 @@ pub fn parse(path: &Path, b: &[u8]) -> Result<Found, String> {
     })
 }
 
+/// Record `seq` of `ranges`, its checksum seeded with `seed` (the file's
+/// generation; for records kept in the store, `store_log.rs`, the file
+/// system's id).
+pub fn encode_record(seq: u64, seed: u64, ranges: &[(u64, Vec<u8>)]) -> Vec<u8> {
+    let payload: usize = ranges.iter().map(|(_, b)| 12 + b.len()).sum();
+    let mut r = Vec::with_capacity(REC_HEAD + payload + 4);
+    r.extend_from_slice(&REC_MAGIC.to_le_bytes());
+    r.extend_from_slice(&seq.to_le_bytes());
+    r.extend_from_slice(&(payload as u64).to_le_bytes());
+    for (off, b) in ranges {
+        r.extend_from_slice(&off.to_le_bytes());
+        r.extend_from_slice(&(b.len() as u32).to_le_bytes());
+        r.extend_from_slice(b);
+    }
+    let c = crc(seed, &r);
+    r.extend_from_slice(&c.to_le_bytes());
+    r
+}
+
+/// `b` decoded if it is exactly one whole record `seq` made with `seed`
+/// ([`encode_record`]).
+pub fn decode_record(b: &[u8], seq: u64, seed: u64) -> Option<Record> {
+    let (r, len) = record_at(b, 0, seq, seed)?;
+    (REC_HEAD + len + 4 == b.len()).then_some(r)
+}
+
 /// The record at `at` if it is whole and is record `seq` of `generation`,
 /// with its payload's length.
 fn record_at(b: &[u8], at: usize, seq: u64, generation: u64) -> Option<(Record, usize)> {
@@ -254,18 +280,7 @@ impl Wal {
 
     /// Append one record of `ranges` and fdatasync it; returns its bytes.
     pub fn append(&mut self, ranges: &[(u64, Vec<u8>)]) -> std::io::Result<u64> {
-        let payload: usize = ranges.iter().map(|(_, b)| 12 + b.len()).sum();
-        let mut r = Vec::with_capacity(REC_HEAD + payload + 4);
-        r.extend_from_slice(&REC_MAGIC.to_le_bytes());
-        r.extend_from_slice(&self.next_seq.to_le_bytes());
-        r.extend_from_slice(&(payload as u64).to_le_bytes());
-        for (off, b) in ranges {
-            r.extend_from_slice(&off.to_le_bytes());
-            r.extend_from_slice(&(b.len() as u32).to_le_bytes());
-            r.extend_from_slice(b);
-        }
-        let c = crc(self.header.generation, &r);
-        r.extend_from_slice(&c.to_le_bytes());
+        let r = encode_record(self.next_seq, self.header.generation, ranges);
         let mut f = &self.file;
         // Appended at the end of what counts: whatever a torn flush left
         // there was cut off by the restart at open.

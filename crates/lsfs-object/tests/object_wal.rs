@@ -10,7 +10,7 @@ use common::*;
 use lsfs_core::device::BlockDevice;
 use lsfs_core::fs::{Lsfs, MountConfig};
 use lsfs_core::meta::open::MkfsOptions;
-use lsfs_object::{ObjectDevice, Target, WalConfig};
+use lsfs_object::{ObjectDevice, Target, WalConfig, WalPlace};
 use lsfs_vfs::{Vfs, ROOT_INO};
 use object_store::memory::InMemory;
 use std::path::Path;
@@ -18,8 +18,16 @@ use std::sync::Arc;
 
 fn wal(dir: &Path, max_bytes: u64) -> WalConfig {
     WalConfig {
-        path: dir.join("fs.wal"),
+        place: WalPlace::File(dir.join("fs.wal")),
         max_bytes,
+    }
+}
+
+/// The file of a write-ahead file's configuration.
+fn file_of(w: &WalConfig) -> &Path {
+    match &w.place {
+        WalPlace::File(p) => p,
+        WalPlace::Store => panic!("not a file"),
     }
 }
 
@@ -57,26 +65,11 @@ fn fsynced_files_survive_a_crash_in_the_write_ahead_file_alone() {
     let dev = open(&t, &w).unwrap();
     let kill = dev.kill_switch();
     let mut fs = Lsfs::open(Box::new(dev), MountConfig::default()).unwrap();
-    let mut files = Vec::new();
-    for n in 0..6u8 {
-        let a = fs
-            .mknod(
-                ROOT_INO,
-                format!("f{n}").as_bytes(),
-                libc::S_IFREG | 0o644,
-                0,
-                &ctx(),
-            )
-            .unwrap();
-        let b = data(n, 5000 + 3000 * n as usize);
-        fs.write(a.ino, 0, &b).unwrap();
-        fs.fsync(a.ino, false).unwrap();
-        files.push((format!("f{n}"), b));
-    }
+    let files = six_fsynced_files(&mut fs, "f");
     // The process dies: nothing more reaches the store.
     kill.store(true, std::sync::atomic::Ordering::Relaxed);
     drop(fs);
-    assert!(std::fs::metadata(&w.path).unwrap().len() > 5000);
+    assert!(std::fs::metadata(file_of(&w)).unwrap().len() > 5000);
 
     // Without the file, the store alone does not have them.
     {
@@ -96,16 +89,7 @@ fn fsynced_files_survive_a_crash_in_the_write_ahead_file_alone() {
     // With it, everything is back, stored, and fsck is clean.
     let dev = open(&t, &w).unwrap();
     assert!(dev.object_counters().puts > 0, "the replay uploaded");
-    let mut fs = Lsfs::open(Box::new(dev), MountConfig::default()).unwrap();
-    for (name, b) in &files {
-        let e = fs.lookup(ROOT_INO, name.as_bytes()).unwrap();
-        assert_eq!(&fs.read(e.ino, 0, b.len() as u32).unwrap(), b, "{name}");
-    }
-    fs.unmount().unwrap();
-    drop(fs);
-    let report =
-        lsfs_core::fsck::fsck(Box::new(ObjectDevice::open(&t, false, 8 << 20).unwrap())).unwrap();
-    assert!(report.errors.is_empty(), "fsck: {:?}", report.errors);
+    files_read_back_and_fsck_is_clean(dev, &t, &files);
     // The unmount stored everything and gave the lease back: a mount
     // without the file may follow.
     drop(ObjectDevice::open(&t, true, 8 << 20).unwrap());
@@ -133,14 +117,14 @@ fn a_flush_appends_to_the_file_and_a_torn_tail_is_ignored() {
             .store(true, std::sync::atomic::Ordering::Relaxed);
         drop(dev);
         // The second record torn: cut short, or a byte changed.
-        let mut f = std::fs::read(&w.path).unwrap();
+        let mut f = std::fs::read(file_of(&w)).unwrap();
         let n = f.len();
         if cut == 1 {
             f.truncate(n - 1);
         } else {
             f[n - 100] ^= 0x40;
         }
-        std::fs::write(&w.path, &f).unwrap();
+        std::fs::write(file_of(&w), &f).unwrap();
         let dev = open(&t, &w).unwrap();
         assert_eq!(
             read(&dev, SEG2 + 4096, 8192),
@@ -186,7 +170,7 @@ fn another_file_systems_write_ahead_file_is_refused() {
     let err = open(
         &t2,
         &WalConfig {
-            path: other.clone(),
+            place: WalPlace::File(other.clone()),
             max_bytes: 1 << 20,
         },
     )
@@ -197,7 +181,7 @@ fn another_file_systems_write_ahead_file_is_refused() {
     // One mount per file.
     let a = open(&t2, &w);
     assert!(a.is_err(), "still t1's file");
-    std::fs::remove_file(&w.path).unwrap();
+    std::fs::remove_file(file_of(&w)).unwrap();
     let a = open(&t2, &w).unwrap();
     let err = open(&t2, &w).err().unwrap();
     assert!(err.contains("in use by another mount"), "{err}");
@@ -236,7 +220,7 @@ fn the_bound_and_a_new_segment_start_uploads_superblocks_last() {
         "after 1 MiB of 4 KiB records: {i}"
     );
     assert!(
-        std::fs::metadata(&w.path).unwrap().len() < 4096,
+        std::fs::metadata(file_of(&w)).unwrap().len() < 4096,
         "restarted"
     );
     assert_eq!(dev.object_counters().puts, base.puts + 1, "segment 2");
@@ -342,11 +326,27 @@ impl Rng {
 #[test]
 fn random_writes_and_a_crash_keep_every_flush() {
     let d = tempfile::tempdir().unwrap();
+    random_writes_and_a_crash(wal(d.path(), 1 << 20));
+}
+
+/// The same with the records kept in the store (`store_log.rs`): the
+/// reopen, as from another machine, has nothing local; the dead writer's
+/// lease is given up first, as its refusal says to.
+#[test]
+fn random_writes_and_a_crash_keep_every_flush_in_records_in_the_store() {
+    random_writes_and_a_crash(WalConfig {
+        place: WalPlace::Store,
+        max_bytes: 1 << 20,
+    });
+}
+
+fn random_writes_and_a_crash(w: WalConfig) {
     for seed in 1..=6u64 {
         let t = Target::on(Arc::new(InMemory::new()), "fs/random");
         ObjectDevice::create(&t, geo(), false).unwrap();
-        let w = wal(d.path(), 1 << 20);
-        let _ = std::fs::remove_file(&w.path);
+        if let WalPlace::File(p) = &w.place {
+            let _ = std::fs::remove_file(p);
+        }
         let size = geo().device_bytes as usize;
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
         let mut flushed = vec![0u8; size];
@@ -388,6 +388,13 @@ fn random_writes_and_a_crash_keep_every_flush() {
         dev.kill_switch()
             .store(true, std::sync::atomic::Ordering::Relaxed);
         drop(dev);
+        if w.place == WalPlace::Store {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(t.store.delete(&t.path("lease"))).unwrap();
+        }
         let dev = open(&t, &w).unwrap();
         let got = read(&dev, 0, size);
         let in_discarded = |i: usize| {

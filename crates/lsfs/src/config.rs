@@ -74,9 +74,13 @@ impl From<UringSetting> for lsfs_fuse::UringMode {
 
 pub const CACHE_BYTES_DEFAULT: u64 = 64 << 20;
 
+/// `object_wal`'s word for keeping flush records in the store itself.
+pub const WAL_IN_STORE: &str = "store";
+
 /// A local path setting `name` and its bound `name_bytes`: from a mount
 /// option, else this file, else the environment (`env`, `env_BYTES`).
-/// The path must be absolute; a bound without a path is refused.
+/// The path must be absolute (or, for `object_wal`, the word `store`); a
+/// bound without a path is refused.
 fn path_and_bound(
     (name, env): (&str, &str),
     (opt_path, file_path): (Option<PathBuf>, &Option<PathBuf>),
@@ -98,10 +102,16 @@ fn path_and_bound(
             return Ok(None);
         }
     };
-    if !path.is_absolute() {
+    let store_word = name == "object_wal" && path == std::path::Path::new(WAL_IN_STORE);
+    if !path.is_absolute() && !store_word {
         return Err(format!(
-            "{from} = {:?}: must be an absolute path",
-            path.display()
+            "{from} = {:?}: must be an absolute path{}",
+            path.display(),
+            if name == "object_wal" {
+                " or \"store\""
+            } else {
+                ""
+            }
         ));
     }
     let bytes = match (opt_bytes.or(file_bytes), var(&env_bytes)) {
@@ -157,7 +167,14 @@ impl FileConfig {
             (bytes, self.object_wal_bytes),
             (lsfs_object::wal::DEFAULT_WAL_BYTES, 1 << 20, 64 << 30),
         )?;
-        Ok(got.map(|(path, max_bytes)| lsfs_object::WalConfig { path, max_bytes }))
+        Ok(got.map(|(path, max_bytes)| lsfs_object::WalConfig {
+            place: if path == std::path::Path::new(WAL_IN_STORE) {
+                lsfs_object::WalPlace::Store
+            } else {
+                lsfs_object::WalPlace::File(path)
+            },
+            max_bytes,
+        }))
     }
 
     /// The cache of segment objects on local disk, if one is asked for;
@@ -324,13 +341,25 @@ mod tests {
         }
         let f: FileConfig = toml::from_str("object_wal = \"/var/lib/x.wal\"").unwrap();
         let w = f.object_wal(None, None).unwrap().unwrap();
-        assert_eq!(w.path, std::path::PathBuf::from("/var/lib/x.wal"));
+        use lsfs_object::WalPlace;
+        assert_eq!(w.place, WalPlace::File("/var/lib/x.wal".into()));
         assert_eq!(w.max_bytes, lsfs_object::wal::DEFAULT_WAL_BYTES);
         let w = f
             .object_wal(Some("/o.wal".into()), Some(2 << 20))
             .unwrap()
             .unwrap();
-        assert_eq!((w.path.to_str(), w.max_bytes), (Some("/o.wal"), 2 << 20));
+        assert_eq!(
+            (w.place, w.max_bytes),
+            (WalPlace::File("/o.wal".into()), 2 << 20)
+        );
+        // The word "store": records kept in the store itself.
+        let s: FileConfig = toml::from_str("object_wal = \"store\"").unwrap();
+        assert_eq!(
+            s.object_wal(None, None).unwrap().unwrap().place,
+            WalPlace::Store
+        );
+        let w = f.object_wal(Some("store".into()), None).unwrap().unwrap();
+        assert_eq!(w.place, WalPlace::Store, "the mount option wins");
         let err = f.object_wal(None, Some(1000)).unwrap_err();
         assert!(
             err.contains("object_wal_bytes") && err.contains("1048576"),
@@ -339,7 +368,7 @@ mod tests {
         let rel: FileConfig = toml::from_str("object_wal = \"x.wal\"").unwrap();
         let err = rel.object_wal(None, None).unwrap_err();
         assert!(
-            err.contains("object_wal") && err.contains("absolute"),
+            err.contains("object_wal") && err.contains("absolute") && err.contains("store"),
             "{err}"
         );
         let d: FileConfig = toml::from_str(

@@ -251,7 +251,8 @@ struct MountArgs {
     /// LZ4 or zstd frames, zstd at level N, 1 to 19, default 3; `nocompress` is `off`; default: as the image
     /// says, or the config file); `object_wal=PATH` (an object store's flushes go to
     /// this local write-ahead file and its objects are uploaded later:
-    /// docs/OBJECT_STORE.md) and `object_wal_bytes=SIZE` (its bound,
+    /// docs/OBJECT_STORE.md; `object_wal=store` keeps each flush as a small
+    /// object in the store itself instead) and `object_wal_bytes=SIZE` (its bound,
     /// default 64M); `object_disk_cache=DIR` and `object_disk_cache_bytes=SIZE`
     /// (an object store's segments cached on local disk, default bound
     /// 1G); the generic `nosuid`,

@@ -1,5 +1,5 @@
 //! What the object device's tests share: a small geometry, the caller of
-//! file system calls, and data to write.
+//! file system calls, data to write, fsynced files and their check.
 #![allow(dead_code)]
 
 use lsfs_object::layout::Geometry;
@@ -29,4 +29,43 @@ pub fn data(seed: u8, len: usize) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
         .collect()
+}
+
+/// Six files named PREFIX0 .. PREFIX5 in the root, of 5,000 to 20,000
+/// bytes, each written and fsynced; their names and contents.
+pub fn six_fsynced_files(fs: &mut lsfs_core::fs::Lsfs, prefix: &str) -> Vec<(String, Vec<u8>)> {
+    use lsfs_vfs::{Vfs, ROOT_INO};
+    let mut files = Vec::new();
+    for n in 0..6u8 {
+        let name = format!("{prefix}{n}");
+        let a = fs
+            .mknod(ROOT_INO, name.as_bytes(), libc::S_IFREG | 0o644, 0, &ctx())
+            .unwrap();
+        let b = data(n, 5000 + 3000 * n as usize);
+        fs.write(a.ino, 0, &b).unwrap();
+        fs.fsync(a.ino, false).unwrap();
+        files.push((name, b));
+    }
+    files
+}
+
+/// Mount `dev`, read back every one of `files`, unmount; then fsck the
+/// store at `t` read-only, which must be clean.
+pub fn files_read_back_and_fsck_is_clean(
+    dev: lsfs_object::ObjectDevice,
+    t: &lsfs_object::Target,
+    files: &[(String, Vec<u8>)],
+) {
+    use lsfs_core::fs::{Lsfs, MountConfig};
+    use lsfs_vfs::{Vfs, ROOT_INO};
+    let mut fs = Lsfs::open(Box::new(dev), MountConfig::default()).unwrap();
+    for (name, b) in files {
+        let e = fs.lookup(ROOT_INO, name.as_bytes()).unwrap();
+        assert_eq!(&fs.read(e.ino, 0, b.len() as u32).unwrap(), b, "{name}");
+    }
+    fs.unmount().unwrap();
+    drop(fs);
+    let ro = lsfs_object::ObjectDevice::open(t, false, 8 << 20).unwrap();
+    let report = lsfs_core::fsck::fsck(Box::new(ro)).unwrap();
+    assert!(report.errors.is_empty(), "fsck: {:?}", report.errors);
 }
