@@ -239,7 +239,7 @@ fn io(what: String, e: object_store::Error) -> Error {
     Error::io(what, std::io::Error::other(e.to_string()))
 }
 
-fn runtime() -> std::result::Result<Runtime, String> {
+pub(crate) fn runtime() -> std::result::Result<Runtime, String> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("lsfs-object")

@@ -173,6 +173,16 @@ impl StoreLog {
     }
 }
 
+/// How many flush records wait in the store at `t` (for `lsfs fsck`,
+/// which reads the store without them).
+pub fn pending(t: &Target) -> Result<usize, String> {
+    let rt = crate::device::runtime()?;
+    let list = rt
+        .block_on(t.store.list_with_delimiter(Some(&t.path(DIR))))
+        .map_err(|e| format!("{}: listing {DIR}/: {e}", t.url))?;
+    Ok(list.objects.len())
+}
+
 /// Delete record `n` (already gone is no error).
 pub fn delete(t: &Target, rt: &Runtime, n: u64) -> Result<(), String> {
     let path = t.path(&name(n));

@@ -11,13 +11,25 @@ fn open(image: &Path) -> Result<Box<dyn BlockDevice>, String> {
 /// Check an image; exit status as e2fsck: 0 clean, 4 errors left, 8 could not check.
 pub fn fsck(image: &Path, json: bool) -> Result<u8, String> {
     let dev = open(image)?;
-    let report = match lsfs_core::fsck::fsck(dev) {
+    let mut report = match lsfs_core::fsck::fsck(dev) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("lsfs fsck: {}: {e}", image.display());
             return Ok(8);
         }
     };
+    if let Some(url) = crate::device_target::object_url(image) {
+        // Records a mount kept in the store (object_wal=store) and a
+        // crash left: acknowledged writes this check did not see.
+        let n = lsfs_object::store_log::pending(&lsfs_object::Target::parse(url)?)?;
+        if n > 0 {
+            report.warnings.push(format!(
+                "{n} flush records wait in the store (log/): writes a mount acknowledged that \
+                 are not in its segments yet, so this check did not see them; the next \
+                 read-write mount stores them"
+            ));
+        }
+    }
     if json {
         println!(
             "{}",
