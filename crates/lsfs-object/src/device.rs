@@ -347,7 +347,7 @@ impl ObjectDevice {
         match wal.map(|w| &w.place) {
             Some(WalPlace::File(path)) => dev.open_wal(path, wal.expect("some").max_bytes)?,
             Some(WalPlace::Store) => {
-                lease::acquire(t, &dev.rt, &lease::Holder::me())?;
+                lease::acquire(t, &dev.rt, &lease::Holder::with_records_in_store())?;
                 dev.leased.store(true, Ordering::Relaxed);
             }
             None => {}

@@ -47,7 +47,8 @@ pub struct Holder {
     /// tells the holder from a later process given the same pid.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start: Option<u64>,
-    /// The write-ahead file of the mount (`HOST:PATH`), if it has one.
+    /// The write-ahead file of the mount (`HOST:PATH`), if it has one, or
+    /// [`IN_STORE`] for a mount that keeps its flush records in the store.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wal: Option<String>,
     /// That file's id (random, in its header).
@@ -104,6 +105,24 @@ impl Holder {
         }
     }
 
+    /// This process, as a holder that keeps its flush records in the store
+    /// (`store_log.rs`). Named in `wal` so that a build that does not know
+    /// such records refuses to take a dead holder's lease over (it would
+    /// write over the store without replaying them); a build that knows
+    /// them replays them whatever its own mode, so takes it over.
+    pub fn with_records_in_store() -> Holder {
+        Holder {
+            wal: Some(IN_STORE.to_string()),
+            ..Holder::me()
+        }
+    }
+
+    /// Whether the holder keeps a write-ahead file on its own host (not
+    /// records in the store, which any mount replays).
+    fn has_local_wal(&self) -> bool {
+        self.wal.as_deref().is_some_and(|w| w != IN_STORE)
+    }
+
     /// Whether the holder is known to be gone: it ran on this machine in
     /// this boot, and its process is not running now. Anything not known
     /// (another machine, another boot, a lease without boot id or start
@@ -117,6 +136,9 @@ impl Holder {
             && process_start(self.pid) != Some(start)
     }
 }
+
+/// `Holder::wal` of a mount whose flush records are in the store.
+pub const IN_STORE: &str = "store";
 
 /// Take the lease of `t` as `me`, or say who holds it.
 pub fn acquire(t: &Target, rt: &Runtime, me: &Holder) -> Result<(), String> {
@@ -147,7 +169,7 @@ pub fn acquire(t: &Target, rt: &Runtime, me: &Holder) -> Result<(), String> {
                 // ours. (A copy of the file on another host proves
                 // nothing about the mount there.)
                 let same_wal = me.wal_id.is_some() && h.wal_id == me.wal_id && h.host == host();
-                if h.wal.is_some() && !same_wal && h.is_gone() {
+                if h.has_local_wal() && !same_wal && h.is_gone() {
                     return Err(format!(
                         "{}: the mount that held it (pid {} on host {}) is gone, but its \
                          write-ahead file {} may hold acknowledged writes not yet in the store. \
@@ -197,9 +219,11 @@ pub fn acquire(t: &Target, rt: &Runtime, me: &Holder) -> Result<(), String> {
                     h.host,
                     h.pid,
                     h.since,
-                    h.wal
-                        .map(|w| format!(", with the write-ahead file {w}"))
-                        .unwrap_or_default()
+                    match h.wal.as_deref() {
+                        Some(IN_STORE) => ", with its flush records in the store".to_string(),
+                        Some(w) => format!(", with the write-ahead file {w}"),
+                        None => String::new(),
+                    }
                 )
             });
             Err(format!(

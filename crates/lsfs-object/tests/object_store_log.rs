@@ -78,6 +78,13 @@ fn fsynced_files_survive_the_machine_in_records_in_the_store() {
     let t = Target::on(Arc::new(InMemory::new()), "fs/log");
     mkfs(&t);
     let files = fsync_and_die(&t, "f");
+    // The lease says the records are in the store: a build that does not
+    // know records refuses to take it over, as for a write-ahead file.
+    let lease = rt()
+        .block_on(async { t.store.get(&t.path("lease")).await?.bytes().await })
+        .unwrap();
+    let holder: serde_json::Value = serde_json::from_slice(&lease).unwrap();
+    assert_eq!(holder["wal"], "store", "{holder}");
     let left = records(&t);
     assert!(left.len() >= 6, "a record per fsync at least: {left:?}");
     assert_eq!(left[0].len(), 20, "names sort as numbers: {left:?}");
