@@ -18,6 +18,16 @@ fn data(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// `lsfs mkfs --size 256M URL`, which must succeed.
+fn mkfs(url: &str) {
+    let st = lsfs()
+        .args(["mkfs", "--size", "256M", url])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success(), "mkfs {url}: {st}");
+}
+
 #[test]
 fn a_file_system_in_an_object_store_through_the_mount() {
     if !common::fuse_available() {
@@ -27,12 +37,7 @@ fn a_file_system_in_an_object_store_through_the_mount() {
     let store = tmp.path().join("bucket");
     let url = format!("file://{}/fs", store.display());
     let target = PathBuf::from(&url);
-    let st = lsfs()
-        .args(["mkfs", "--size", "256M", &url])
-        .stdout(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(st.success(), "mkfs {url}: {st}");
+    mkfs(&url);
     let again = lsfs()
         .args(["mkfs", "--size", "256M", &url])
         .output()
@@ -104,12 +109,7 @@ fn fsck_names_flush_records_that_wait_in_the_store() {
     let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
     let url = format!("file://{}/fs", tmp.path().join("bucket").display());
     let target = PathBuf::from(&url);
-    let st = lsfs()
-        .args(["mkfs", "--size", "256M", &url])
-        .stdout(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(st.success(), "mkfs {url}: {st}");
+    mkfs(&url);
     let mnt = tmp.path().join("mnt");
     fs::create_dir(&mnt).unwrap();
     let b = data(7, 100_000);
