@@ -1017,6 +1017,23 @@ impl BlockDevice for ObjectDevice {
         }
     }
 
+    /// Read-only opens with a fixed view only: a new open of the same
+    /// store, whose cache starts empty (what this one holds may be segments
+    /// the writer has since written again).
+    fn reopen_read_only(&self) -> Option<Result<Box<dyn BlockDevice>>> {
+        self.view.lock().unwrap().as_ref()?;
+        Some(
+            ObjectDevice::open(&self.target, false, self.cache_bytes)
+                .map(|d| Box::new(d) as Box<dyn BlockDevice>)
+                .map_err(|e| {
+                    Error::io(
+                        format!("opening {} again", self.target.url),
+                        std::io::Error::other(e),
+                    )
+                }),
+        )
+    }
+
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.alive()?;
         self.check(offset, buf.len(), "read")?;

@@ -3,7 +3,9 @@
 //! (at once here: `protection_secs = 0`) and writes its segments again,
 //! the reader's reads of them fail with EIO, naming the segment, instead
 //! of returning the writer's newer blocks, or zeros, as the reader's file.
-//! A snapshot is never given up, so a reader of one keeps reading it.
+//! A snapshot is never given up, so a reader of one keeps reading it,
+//! following the DAT when the writer's cleaner moves its blocks; a reader
+//! of a plain checkpoint follows too, until the writer gives it up.
 //! And threaded logging, which would write segments again without the
 //! first record that tells readers so, is refused on an object store.
 
@@ -53,6 +55,10 @@ fn a_reader_whose_checkpoint_the_writer_reused_gets_eio_not_other_data() {
     assert!(fresh.read(a, 0, FILE_BYTES as u32).unwrap() == old);
     // Mounted now, reading only after the writer went on.
     let mut late = reader(&t, None);
+    // The same, of the checkpoint by its number: it follows the writer's
+    // moves, but the writer gives the checkpoint up.
+    let plain = w.checkpoint().unwrap();
+    let mut of_plain = reader(&t, Some(plain));
     // A snapshot of newer contents, and a reader of it.
     let kept = data(2, FILE_BYTES);
     w.write(a, 0, &kept).unwrap();
@@ -79,6 +85,8 @@ fn a_reader_whose_checkpoint_the_writer_reused_gets_eio_not_other_data() {
         ),
         Err(e) => assert_eq!(e.0, libc::EIO, "the late reader's read"),
     }
+    let e = of_plain.read(a, 0, FILE_BYTES as u32).unwrap_err();
+    assert_eq!(e.0, libc::EIO, "the plain checkpoint's reader");
     // The reader that had read the file keeps what it holds in memory, or
     // fails the same way; it never reads the writer's blocks as its own.
     if let Ok(d) = fresh.read(a, 0, FILE_BYTES as u32) {
@@ -175,4 +183,60 @@ fn threaded_logging_is_refused_on_an_object_store() {
     threaded.store.read_only = true;
     let dev = ObjectDevice::open(&t, false, 8 << 20).unwrap();
     Lsfs::open(Box::new(dev), threaded).unwrap();
+}
+
+/// A snapshot's blocks are live, but the cleaner still moves them: the
+/// segments that hold them also hold blocks that died. The writer then
+/// changes only the DAT, which every checkpoint shares, and may write the
+/// old segments again. A reader of the snapshot, mounted before the move,
+/// follows the writer's newer DAT and keeps reading the snapshot.
+#[test]
+fn a_snapshot_reader_follows_blocks_the_cleaner_moved() {
+    let t = Target::on(Arc::new(InMemory::new()), "fs/moved");
+    ObjectDevice::create(&t, geo(), false).unwrap();
+    let opts = MkfsOptions {
+        segment_blocks: SEG_BLOCKS as u32,
+        label: "moved".into(),
+    };
+    let mut cfg = MountConfig::default();
+    cfg.store.protection_secs = 0;
+    let dev = ObjectDevice::open(&t, true, 8 << 20).unwrap();
+    let mut w = Lsfs::mkfs(Box::new(dev), &opts, cfg).unwrap();
+    let mk = |w: &mut Lsfs, name: &[u8]| {
+        w.mknod(ROOT_INO, name, libc::S_IFREG | 0o644, 0, &ctx())
+            .unwrap()
+            .ino
+    };
+    let (a, b) = (mk(&mut w, b"a"), mk(&mut w, b"b"));
+    // a and b interleaved, 16 KiB at a time, so that every segment
+    // holding a also holds b.
+    let kept = data(7, FILE_BYTES);
+    let chunk = 16 << 10;
+    for off in (0..FILE_BYTES).step_by(chunk) {
+        w.write(a, off as u64, &kept[off..off + chunk]).unwrap();
+        w.write(b, off as u64, &data(8, chunk)).unwrap();
+        w.fsync(a, true).unwrap();
+        w.fsync(b, true).unwrap();
+    }
+    w.unlink(ROOT_INO, b"b").unwrap();
+    let snap = w.snapshot_create().unwrap();
+    let mut of_snapshot = reader(&t, Some(snap));
+
+    // The writer fills the device over and over with another file: the
+    // cleaner moves a's blocks out of the half-dead segments and reuses
+    // them.
+    w.checkpoint().unwrap();
+    let pass = w.clean(64, "test").unwrap();
+    assert!(pass.blocks_copied > 0, "the pass copied nothing: {pass:?}");
+    let c = mk(&mut w, b"c");
+    for round in 0..20u8 {
+        w.write(c, 0, &data(round + 9, FILE_BYTES)).unwrap();
+        w.checkpoint().unwrap();
+    }
+    assert!(
+        of_snapshot.read(a, 0, FILE_BYTES as u32).unwrap() == kept,
+        "the snapshot's reader"
+    );
+    assert!(of_snapshot.view_follows() > 0, "the reader never followed");
+    w.unmount().unwrap();
 }

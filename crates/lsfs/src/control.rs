@@ -304,6 +304,9 @@ pub fn stats(fs: &Lsfs) -> Value {
         // Files laid out again when idle (fs/compaction.rs).
         "compaction": fs.compaction_stats(),
         "read_only_reason": st.failure(),
+        // A read-only view of a checkpoint on an object store: how often it
+        // opened the store again to follow blocks the writer moved.
+        "view_follows": fs.view_follows(),
         "memory": memory(fs),
     })
 }

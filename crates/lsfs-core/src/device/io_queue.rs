@@ -936,6 +936,9 @@ impl BlockDevice for QueuedDevice {
     fn fix_view(&self, fs_id: u64, seq: u64) {
         self.0.dev.fix_view(fs_id, seq)
     }
+    fn reopen_read_only(&self) -> Option<Result<Box<dyn BlockDevice>>> {
+        self.0.dev.reopen_read_only()
+    }
     fn fills_holes(&self) -> bool {
         self.0.dev.fills_holes()
     }

@@ -74,6 +74,9 @@ impl BlockDevice for ReadErrorLatch {
     fn fix_view(&self, fs_id: u64, seq: u64) {
         self.inner.fix_view(fs_id, seq)
     }
+    fn reopen_read_only(&self) -> Option<Result<Box<dyn BlockDevice>>> {
+        self.inner.reopen_read_only()
+    }
     fn fills_holes(&self) -> bool {
         self.inner.fills_holes()
     }

@@ -81,6 +81,14 @@ pub trait BlockDevice: Send + Sync {
     /// if they were this view's. Most devices have no other writer and
     /// ignore it.
     fn fix_view(&self, _fs_id: u64, _seq: u64) {}
+    /// A new read-only handle on the same storage, with nothing cached,
+    /// for a read-only view that must open the file system again to follow
+    /// a writer elsewhere (`fs/follow.rs`): the writer's cleaner moved
+    /// blocks the view reads, and only its newer DAT says where to. `None`
+    /// for devices no other open writes while this one is open.
+    fn reopen_read_only(&self) -> Option<Result<Box<dyn BlockDevice>>> {
+        None
+    }
     /// Counters particular to this kind of device, by name (an object
     /// store's requests and their bytes); none for most.
     fn extra_counters(&self) -> Vec<(&'static str, u64)> {

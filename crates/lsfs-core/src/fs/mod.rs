@@ -16,6 +16,7 @@ mod delete;
 pub mod dir;
 mod fallocate;
 pub mod file;
+mod follow;
 pub mod inode;
 mod invariants;
 pub mod locked;
@@ -108,6 +109,9 @@ pub struct Lsfs {
     /// A device read failed: the change it was part of may be half done in
     /// memory, so nothing more is written (see `device/latch.rs`).
     read_errors: crate::device::ReadErrors,
+    /// Times this view opened its storage again to follow a writer
+    /// elsewhere (`follow.rs`).
+    follows: u64,
     /// Device bytes against application bytes (`write_amplification`).
     write_amp: write_amp::WriteAmpMeter,
     /// Namespace and metadata changes since the last checkpoint, for
@@ -229,6 +233,7 @@ impl Lsfs {
             replayed_records: 0,
             views: Views::new(now),
             read_errors: Default::default(),
+            follows: 0,
             write_amp: Default::default(),
             oplog: Default::default(),
             checks_resume_at: None,
@@ -848,8 +853,9 @@ impl Lsfs {
 /// writes besides file data, and what cleaning cannot gain back at the end.
 const FILL_OVERHEAD_DIVISOR: u64 = 32;
 
-impl Vfs for Lsfs {
-    fn lookup(&mut self, parent: Ino, name: &[u8]) -> VfsResult<Attr> {
+/// The reads a view that follows a writer elsewhere retries (`follow.rs`).
+impl Lsfs {
+    fn lookup_once(&mut self, parent: Ino, name: &[u8]) -> VfsResult<Attr> {
         if is_virtual(parent) {
             return self
                 .views
@@ -882,6 +888,152 @@ impl Vfs for Lsfs {
         Ok(a)
     }
 
+    fn getattr_once(&mut self, ino: Ino) -> VfsResult<Attr> {
+        if is_virtual(ino) {
+            return self
+                .views
+                .getattr(&mut self.store, ino)
+                .map_err(Errno::from);
+        }
+        let mut a = self.load(ino)?.inode.attr();
+        self.atomic.patch_attr(&mut a);
+        Ok(a)
+    }
+
+    fn readlink_once(&mut self, ino: Ino) -> VfsResult<Vec<u8>> {
+        let i = if is_virtual(ino) {
+            self.views.inode(&mut self.store, ino)?.0
+        } else {
+            self.get(ino)?
+        };
+        if i.kind() != FileKind::Symlink {
+            return Err(Errno::INVAL);
+        }
+        file::read(&mut self.store, &i, 0, i.size).map_err(Errno::from)
+    }
+
+    fn read_once(&mut self, ino: Ino, offset: u64, size: u32) -> VfsResult<Vec<u8>> {
+        if is_virtual(ino) {
+            return self
+                .views
+                .read(&mut self.store, ino, offset, size as u64)
+                .map_err(Errno::from);
+        }
+        let i = self.regular_file(ino)?;
+        if self.atomic.contains(ino) {
+            return self.atomic_read(ino, offset, size as u64);
+        }
+        let data = file::read(&mut self.store, &i, offset, size as u64).map_err(Errno::from)?;
+        let now = self.store.clock().mono();
+        self.compaction
+            .note_read(ino, offset, data.len() as u64, now);
+        Ok(data)
+    }
+
+    fn seek_data_or_hole_once(
+        &mut self,
+        ino: Ino,
+        offset: u64,
+        data: bool,
+    ) -> VfsResult<Option<u64>> {
+        if is_virtual(ino) {
+            // A checkpoint's files: all data (holes read as zeros).
+            let size = self.getattr(ino)?.size;
+            return Ok(lsfs_vfs::seek_in_all_data(size, offset, data));
+        }
+        let i = self.regular_file(ino)?;
+        if self.atomic.contains(ino) {
+            // Pending blocks are not in the block map: all data, which POSIX allows.
+            let size = self.getattr(ino)?.size;
+            return Ok(lsfs_vfs::seek_in_all_data(size, offset, data));
+        }
+        file::seek_data_or_hole(&mut self.store, &i, offset, data).map_err(Errno::from)
+    }
+
+    fn readdir_once(
+        &mut self,
+        ino: Ino,
+        offset: u64,
+        max_entries: usize,
+    ) -> VfsResult<Vec<DirEntry>> {
+        if is_virtual(ino) {
+            return self
+                .views
+                .readdir(&mut self.store, ino, offset, max_entries)
+                .map_err(Errno::from);
+        }
+        let d = self.dir_inode(ino)?;
+        let mut out = Vec::new();
+        if offset < dir::COOKIE_DOT && out.len() < max_entries {
+            out.push(DirEntry {
+                ino,
+                offset: dir::COOKIE_DOT,
+                kind: FileKind::Dir,
+                name: b".".to_vec(),
+            });
+        }
+        if offset < dir::COOKIE_DOTDOT && out.len() < max_entries {
+            let p = self.parent_of(&d)?;
+            out.push(DirEntry {
+                ino: p,
+                offset: dir::COOKIE_DOTDOT,
+                kind: FileKind::Dir,
+                name: b"..".to_vec(),
+            });
+        }
+        let want = max_entries.saturating_sub(out.len());
+        let mut cookie = offset;
+        while out.len() < max_entries {
+            let batch = dir::list_after(&mut self.store, &d, cookie, want + 1)?;
+            if batch.is_empty() {
+                break;
+            }
+            for (c, ent) in batch {
+                cookie = c;
+                if ent.name == b".." {
+                    continue;
+                }
+                if out.len() < max_entries {
+                    out.push(DirEntry {
+                        ino: ent.ino,
+                        offset: c,
+                        kind: ent.kind,
+                        name: ent.name,
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn getxattr_once(&mut self, ino: Ino, name: &[u8]) -> VfsResult<Vec<u8>> {
+        if is_virtual(ino) {
+            return self
+                .views
+                .getxattr(&mut self.store, ino, name)
+                .map_err(Errno::from);
+        }
+        let i = self.get(ino)?;
+        xattr::get(&mut self.store, &i, name)?.ok_or(Errno::NODATA)
+    }
+
+    fn listxattr_once(&mut self, ino: Ino) -> VfsResult<Vec<Vec<u8>>> {
+        if is_virtual(ino) {
+            return self
+                .views
+                .listxattr(&mut self.store, ino)
+                .map_err(Errno::from);
+        }
+        let i = self.get(ino)?;
+        xattr::list(&mut self.store, &i).map_err(Errno::from)
+    }
+}
+
+impl Vfs for Lsfs {
+    fn lookup(&mut self, parent: Ino, name: &[u8]) -> VfsResult<Attr> {
+        self.following(|fs| fs.lookup_once(parent, name))
+    }
+
     fn forget(&mut self, ino: Ino, nlookup: u64) {
         if let Some(c) = self.inodes.get_mut(&ino) {
             c.lookups = c.lookups.saturating_sub(nlookup);
@@ -892,15 +1044,7 @@ impl Vfs for Lsfs {
     }
 
     fn getattr(&mut self, ino: Ino) -> VfsResult<Attr> {
-        if is_virtual(ino) {
-            return self
-                .views
-                .getattr(&mut self.store, ino)
-                .map_err(Errno::from);
-        }
-        let mut a = self.load(ino)?.inode.attr();
-        self.atomic.patch_attr(&mut a);
-        Ok(a)
+        self.following(|fs| fs.getattr_once(ino))
     }
 
     fn setattr(&mut self, ino: Ino, set: &SetAttr) -> VfsResult<Attr> {
@@ -974,15 +1118,7 @@ impl Vfs for Lsfs {
     }
 
     fn readlink(&mut self, ino: Ino) -> VfsResult<Vec<u8>> {
-        let i = if is_virtual(ino) {
-            self.views.inode(&mut self.store, ino)?.0
-        } else {
-            self.get(ino)?
-        };
-        if i.kind() != FileKind::Symlink {
-            return Err(Errno::INVAL);
-        }
-        file::read(&mut self.store, &i, 0, i.size).map_err(Errno::from)
+        self.following(|fs| fs.readlink_once(ino))
     }
 
     fn mknod(
@@ -1140,36 +1276,11 @@ impl Vfs for Lsfs {
     }
 
     fn read(&mut self, ino: Ino, offset: u64, size: u32) -> VfsResult<Vec<u8>> {
-        if is_virtual(ino) {
-            return self
-                .views
-                .read(&mut self.store, ino, offset, size as u64)
-                .map_err(Errno::from);
-        }
-        let i = self.regular_file(ino)?;
-        if self.atomic.contains(ino) {
-            return self.atomic_read(ino, offset, size as u64);
-        }
-        let data = file::read(&mut self.store, &i, offset, size as u64).map_err(Errno::from)?;
-        let now = self.store.clock().mono();
-        self.compaction
-            .note_read(ino, offset, data.len() as u64, now);
-        Ok(data)
+        self.following(|fs| fs.read_once(ino, offset, size))
     }
 
     fn seek_data_or_hole(&mut self, ino: Ino, offset: u64, data: bool) -> VfsResult<Option<u64>> {
-        if is_virtual(ino) {
-            // A checkpoint's files: all data (holes read as zeros).
-            let size = self.getattr(ino)?.size;
-            return Ok(lsfs_vfs::seek_in_all_data(size, offset, data));
-        }
-        let i = self.regular_file(ino)?;
-        if self.atomic.contains(ino) {
-            // Pending blocks are not in the block map: all data, which POSIX allows.
-            let size = self.getattr(ino)?.size;
-            return Ok(lsfs_vfs::seek_in_all_data(size, offset, data));
-        }
-        file::seek_data_or_hole(&mut self.store, &i, offset, data).map_err(Errno::from)
+        self.following(|fs| fs.seek_data_or_hole_once(ino, offset, data))
     }
 
     fn write(&mut self, ino: Ino, offset: u64, data: &[u8]) -> VfsResult<u32> {
@@ -1238,54 +1349,7 @@ impl Vfs for Lsfs {
     }
 
     fn readdir(&mut self, ino: Ino, offset: u64, max_entries: usize) -> VfsResult<Vec<DirEntry>> {
-        if is_virtual(ino) {
-            return self
-                .views
-                .readdir(&mut self.store, ino, offset, max_entries)
-                .map_err(Errno::from);
-        }
-        let d = self.dir_inode(ino)?;
-        let mut out = Vec::new();
-        if offset < dir::COOKIE_DOT && out.len() < max_entries {
-            out.push(DirEntry {
-                ino,
-                offset: dir::COOKIE_DOT,
-                kind: FileKind::Dir,
-                name: b".".to_vec(),
-            });
-        }
-        if offset < dir::COOKIE_DOTDOT && out.len() < max_entries {
-            let p = self.parent_of(&d)?;
-            out.push(DirEntry {
-                ino: p,
-                offset: dir::COOKIE_DOTDOT,
-                kind: FileKind::Dir,
-                name: b"..".to_vec(),
-            });
-        }
-        let want = max_entries.saturating_sub(out.len());
-        let mut cookie = offset;
-        while out.len() < max_entries {
-            let batch = dir::list_after(&mut self.store, &d, cookie, want + 1)?;
-            if batch.is_empty() {
-                break;
-            }
-            for (c, ent) in batch {
-                cookie = c;
-                if ent.name == b".." {
-                    continue;
-                }
-                if out.len() < max_entries {
-                    out.push(DirEntry {
-                        ino: ent.ino,
-                        offset: c,
-                        kind: ent.kind,
-                        name: ent.name,
-                    });
-                }
-            }
-        }
-        Ok(out)
+        self.following(|fs| fs.readdir_once(ino, offset, max_entries))
     }
 
     fn statfs(&mut self) -> VfsResult<StatFs> {
@@ -1341,25 +1405,11 @@ impl Vfs for Lsfs {
     }
 
     fn getxattr(&mut self, ino: Ino, name: &[u8]) -> VfsResult<Vec<u8>> {
-        if is_virtual(ino) {
-            return self
-                .views
-                .getxattr(&mut self.store, ino, name)
-                .map_err(Errno::from);
-        }
-        let i = self.get(ino)?;
-        xattr::get(&mut self.store, &i, name)?.ok_or(Errno::NODATA)
+        self.following(|fs| fs.getxattr_once(ino, name))
     }
 
     fn listxattr(&mut self, ino: Ino) -> VfsResult<Vec<Vec<u8>>> {
-        if is_virtual(ino) {
-            return self
-                .views
-                .listxattr(&mut self.store, ino)
-                .map_err(Errno::from);
-        }
-        let i = self.get(ino)?;
-        xattr::list(&mut self.store, &i).map_err(Errno::from)
+        self.following(|fs| fs.listxattr_once(ino))
     }
 
     fn removexattr(&mut self, ino: Ino, name: &[u8]) -> VfsResult<()> {

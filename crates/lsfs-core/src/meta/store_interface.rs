@@ -84,6 +84,12 @@ impl Store {
         self.dev.fix_view(self.sb.fs_id, newest);
     }
 
+    /// A new read-only handle on this store's storage, if a writer
+    /// elsewhere may change it (`BlockDevice::reopen_read_only`).
+    pub fn reopen_device(&self) -> Option<Result<Box<dyn crate::device::BlockDevice>>> {
+        self.dev.reopen_read_only()
+    }
+
     /// The counters `lsfs stats` shows (a copy: records compressed after
     /// the engine's lock count what their frames saved once made).
     pub fn stats(&self) -> StoreStats {
