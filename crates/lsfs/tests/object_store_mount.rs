@@ -2,7 +2,8 @@
 //! through the real commands: mkfs, mount, write, unmount, mount again,
 //! read back, fsck; a second read-write mount is refused while the first
 //! holds the lease, a read-only one is not, and the unmount gives the
-//! lease back. And fsck names flush records that wait in the store.
+//! lease back. And fsck names flush records that wait in the store, and
+//! a snapshot's reader follows the writer's cleaner.
 
 #[path = "../../lsfs-fuse/tests/common/mod.rs"]
 mod common;
@@ -137,4 +138,96 @@ fn fsck_names_flush_records_that_wait_in_the_store() {
     let said = fsck();
     assert!(!said.contains("flush records"), "{said}");
     fsck_clean(&target, "after the records were stored");
+}
+
+/// A read-only mount of a snapshot, on another mount point, while the
+/// writer's cleaner moves the snapshot's blocks out of half-dead segments
+/// and the writer fills those segments again: the reader follows the
+/// writer's DAT (`view_follows` in its stats) and reads the snapshot's
+/// file as it was.
+#[test]
+fn a_snapshot_reader_follows_the_writers_cleaner_through_the_mount() {
+    if !common::fuse_available() {
+        return;
+    }
+    use std::os::unix::fs::FileExt;
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let url = format!("file://{}/fs", tmp.path().join("bucket").display());
+    let target = PathBuf::from(&url);
+    let st = lsfs()
+        .args(["mkfs", "--size", "64M", &url])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success(), "mkfs: {st}");
+    let (mnt, mnt2) = (tmp.path().join("mnt"), tmp.path().join("mnt2"));
+    fs::create_dir(&mnt).unwrap();
+    fs::create_dir(&mnt2).unwrap();
+    let w = Mounted::new(&target, &mnt, &[]);
+
+    // a and b interleaved, 16 KiB at a time, so that every segment holding
+    // a also holds b; then b goes.
+    let kept = data(3, 8 << 20);
+    let (a, b) = (
+        fs::File::create(w.mnt.join("a")).unwrap(),
+        fs::File::create(w.mnt.join("b")).unwrap(),
+    );
+    for (i, c) in kept.chunks(16 << 10).enumerate() {
+        let off = (i * (16 << 10)) as u64;
+        a.write_all_at(c, off).unwrap();
+        a.sync_data().unwrap();
+        b.write_all_at(&data(4, c.len()), off).unwrap();
+        b.sync_data().unwrap();
+    }
+    drop((a, b));
+    fs::remove_file(w.mnt.join("b")).unwrap();
+    let out = lsfs()
+        .args(["snapshot", "create", "--json", "--mount"])
+        .arg(&w.mnt)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cno = v["cno"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{v}"))
+        .to_string();
+    let r = Mounted::new(&target, &mnt2, &["--checkpoint", &cno, "-o", "ro"]);
+
+    // The writer cleans the half-dead segments (moving a's blocks) and
+    // writes the device full several times over.
+    let out = lsfs()
+        .args(["gc", "run", "--segments", "64", "--mount"])
+        .arg(&w.mnt)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for round in 0..8 {
+        fs::write(w.mnt.join("c"), data(10 + round, 16 << 20)).unwrap();
+        let sync = std::process::Command::new("sync")
+            .arg("-f")
+            .arg(&w.mnt)
+            .status()
+            .unwrap();
+        assert!(sync.success());
+    }
+    assert!(
+        fs::read(r.mnt.join("a")).unwrap() == kept,
+        "the snapshot's reader read other data"
+    );
+    let follows = mounted::lsfs_json("stats", &r.mnt)["view_follows"]
+        .as_u64()
+        .unwrap();
+    assert!(follows > 0, "the reader never had to follow the writer");
+    r.unmount();
+    w.unmount();
+    fsck_clean(&target, "after the snapshot's reader");
 }
