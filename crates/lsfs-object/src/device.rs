@@ -63,6 +63,13 @@ use tokio::runtime::Runtime;
 /// The object naming the last read-write open (a random id).
 pub const WRITER: &str = "writer";
 
+/// With records kept apart (a write-ahead file or the store's `log/N`),
+/// the first flush this long after the oldest record not yet uploaded
+/// uploads everything: readers on other machines see only uploaded
+/// checkpoints, and a writer that fsyncs a little at a time would
+/// otherwise keep them behind until its log starts a segment.
+pub const UPLOAD_LAG: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Default bound on the objects kept in memory (64 MiB: 32 segments of
 /// the default 2 MiB).
 pub const DEFAULT_CACHE_BYTES: u64 = 64 << 20;
@@ -179,6 +186,10 @@ struct WalState {
     /// after it (the superblocks that freed them are stored by then), and
     /// read as zeros meanwhile.
     deletes: HashSet<Obj>,
+    /// When the oldest record since the last upload was written: a flush
+    /// [`UPLOAD_LAG`] later uploads, so that readers elsewhere, who see
+    /// only what is uploaded, lag a trickle of fsyncs by that much.
+    oldest_record: Option<std::time::Instant>,
 }
 
 /// Where [`WalState`]'s records go ([`WalPlace`]).
@@ -233,6 +244,8 @@ pub struct ObjectDevice {
     /// A read-only open's view, once mounted (`BlockDevice::fix_view`):
     /// the file system's id and the newest log record it found.
     view: Mutex<Option<(u64, u64)>>,
+    /// [`UPLOAD_LAG`], or what [`ObjectDevice::set_upload_lag`] set, in ms.
+    upload_lag_ms: AtomicU64,
 }
 
 fn io(what: String, e: object_store::Error) -> Error {
@@ -295,6 +308,14 @@ impl ObjectDevice {
         }
     }
 
+    /// How long after the oldest record not uploaded a flush uploads
+    /// everything ([`UPLOAD_LAG`] by default): shorter makes readers
+    /// elsewhere lag less, at the cost of more segment uploads.
+    pub fn set_upload_lag(&self, lag: std::time::Duration) {
+        self.upload_lag_ms
+            .store(lag.as_millis() as u64, Ordering::Relaxed);
+    }
+
     /// Open the device at `t`; a writable one takes the lease (`lease.rs`).
     /// `cache_bytes` bounds the objects kept in memory.
     pub fn open(
@@ -343,6 +364,7 @@ impl ObjectDevice {
             stats: DeviceStats::default(),
             ostats: ObjectStats::default(),
             view: Mutex::new(None),
+            upload_lag_ms: AtomicU64::new(UPLOAD_LAG.as_millis() as u64),
         };
         match wal.map(|w| &w.place) {
             Some(WalPlace::File(path)) => dev.open_wal(path, wal.expect("some").max_bytes)?,
@@ -365,6 +387,7 @@ impl ObjectDevice {
                     ranges: BTreeMap::new(),
                     high: HashMap::new(),
                     deletes: HashSet::new(),
+                    oldest_record: None,
                 });
             }
             // Which writer opened last, for a disk cache to tell whether
@@ -670,6 +693,7 @@ impl ObjectDevice {
         let fs_id = self.fs_id(c)?;
         let w = c.wal.as_mut().expect("in write-ahead mode");
         w.ranges.clear();
+        w.oldest_record = None;
         match &mut w.wal {
             Sink::File(f) => f.restart(&self.target.url, fs_id).map_err(|e| {
                 Error::io(
@@ -871,6 +895,7 @@ impl ObjectDevice {
             ranges: BTreeMap::new(),
             high: HashMap::new(),
             deletes: HashSet::new(),
+            oldest_record: None,
         });
         let r = (|| {
             for rec in &found.records {
@@ -1076,6 +1101,21 @@ impl BlockDevice for ObjectDevice {
         Ok(())
     }
 
+    /// Upload every changed object, also with records kept apart (whose
+    /// log then restarts): a snapshot or checkpoint someone asked for is
+    /// then in the store for readers to mount.
+    fn publish(&self) -> Result<()> {
+        self.alive()?;
+        let mut c = self.cache.lock().unwrap();
+        if c.wal.is_some() {
+            self.sync_all(&mut c)?;
+        } else {
+            self.upload_dirty(&mut c)?;
+        }
+        self.stats.note_flush();
+        Ok(())
+    }
+
     /// Without a write-ahead file: upload every changed object. With one:
     /// append the ranges written since the last flush to it and fdatasync
     /// it; upload everything if it passed its bound.
@@ -1124,7 +1164,9 @@ impl BlockDevice for ObjectDevice {
             };
             self.ostats.wal_records.fetch_add(1, Ordering::Relaxed);
             self.ostats.wal_bytes.fetch_add(n, Ordering::Relaxed);
-            if w.wal.len() > w.max_bytes {
+            let oldest = *w.oldest_record.get_or_insert_with(std::time::Instant::now);
+            let lag = std::time::Duration::from_millis(self.upload_lag_ms.load(Ordering::Relaxed));
+            if w.wal.len() > w.max_bytes || oldest.elapsed() >= lag {
                 self.sync_all(&mut c)?;
             }
         }

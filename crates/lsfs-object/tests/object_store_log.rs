@@ -213,3 +213,50 @@ fn a_file_system_made_with_records_in_the_store_replays() {
     assert!(fs.read(e.ino, 0, b.len() as u32).unwrap() == b);
     fs.unmount().unwrap();
 }
+
+/// Readers on other machines see only what is uploaded: with records in
+/// the store, a file fsynced a moment ago is not in a new reader's view
+/// yet; a checkpoint someone asked for is uploaded at once (`publish`), so
+/// that readers can mount it; and a flush past the upload lag uploads
+/// everything (with a lag of 0, every flush does).
+#[test]
+fn readers_see_records_in_the_store_once_uploaded() {
+    let t = Target::on(Arc::new(InMemory::new()), "fs/lag");
+    mkfs(&t);
+    let reader = || {
+        let mut c = MountConfig::default();
+        c.store.read_only = true;
+        let dev = ObjectDevice::open(&t, false, 8 << 20).unwrap();
+        Lsfs::open(Box::new(dev), c).unwrap()
+    };
+    let seen = |name: &[u8]| reader().lookup(ROOT_INO, name).is_ok();
+    let writer = |lag: Option<std::time::Duration>| {
+        let dev = ObjectDevice::open_with(&t, true, 8 << 20, Some(&in_store(64 << 20))).unwrap();
+        if let Some(l) = lag {
+            dev.set_upload_lag(l);
+        }
+        Lsfs::open(Box::new(dev), MountConfig::default()).unwrap()
+    };
+    let make = |fs: &mut Lsfs, name: &[u8]| {
+        let ino = fs
+            .mknod(ROOT_INO, name, libc::S_IFREG | 0o644, 0, &ctx())
+            .unwrap()
+            .ino;
+        fs.write(ino, 0, b"x").unwrap();
+        fs.fsync(ino, false).unwrap();
+    };
+    let mut fs = writer(None);
+    make(&mut fs, b"a");
+    assert!(!records(&t).is_empty(), "the fsync stored no record");
+    assert!(!seen(b"a"), "a record reached a reader before its upload");
+    fs.checkpoint().unwrap();
+    assert!(seen(b"a"), "a checkpoint asked for was not uploaded");
+    assert!(records(&t).is_empty(), "records left after the upload");
+    fs.unmount().unwrap();
+    drop(fs);
+
+    let mut fs = writer(Some(std::time::Duration::ZERO));
+    make(&mut fs, b"b");
+    assert!(seen(b"b"), "a flush past the lag did not upload");
+    fs.unmount().unwrap();
+}

@@ -923,6 +923,12 @@ impl BlockDevice for QueuedDevice {
     fn flush(&self) -> Result<()> {
         self.0.barrier().map(|_| ())
     }
+    /// At once, not queued: everything queued before it runs first.
+    fn publish(&self) -> Result<()> {
+        let t = self.0.flush_durable()?;
+        self.0.complete(t)?;
+        self.0.dev.publish()
+    }
     /// Queued: the bytes asked for, whatever the device then takes.
     fn discard(&self, offset: u64, len: u64) -> Result<u64> {
         self.0.discard(offset, len).map(|_| len)

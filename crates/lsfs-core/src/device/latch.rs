@@ -62,6 +62,9 @@ impl BlockDevice for ReadErrorLatch {
     fn flush(&self) -> Result<()> {
         self.inner.flush()
     }
+    fn publish(&self) -> Result<()> {
+        self.inner.publish()
+    }
     fn discard(&self, offset: u64, len: u64) -> Result<u64> {
         self.inner.discard(offset, len)
     }

@@ -47,6 +47,13 @@ pub trait BlockDevice: Send + Sync {
     }
     /// Make every write that returned before this call durable.
     fn flush(&self) -> Result<()>;
+    /// Make every write so far durable and visible to other opens of the
+    /// same storage (readers elsewhere), for a snapshot or a checkpoint
+    /// someone asked for: a flush for most devices; an object store that
+    /// keeps flush records apart uploads the changed objects.
+    fn publish(&self) -> Result<()> {
+        self.flush()
+    }
     /// Tell the device that nothing will read the `len` bytes at `offset`
     /// before writing them again, so it may drop them: a hole punched in
     /// an image file, BLKDISCARD on a block device. Afterwards the range

@@ -389,8 +389,11 @@ impl Lsfs {
     // ---- checkpoints ----
 
     /// Write a checkpoint now; returns its number.
+    /// Readers elsewhere (an object store's) can mount it once this returns.
     pub fn checkpoint(&mut self) -> Result<u64> {
-        self.checkpoint_for("requested")
+        let cno = self.checkpoint_for("requested")?;
+        self.store.publish()?;
+        Ok(cno)
     }
 
     /// [`Lsfs::checkpoint`], counted under `cause` in
@@ -589,6 +592,8 @@ impl Lsfs {
         let cno = self.checkpoint_for("snapshot")?;
         self.store.set_snapshot(cno, true)?;
         self.checkpoint_for("snapshot")?;
+        // Readers elsewhere can mount it once this returns.
+        self.store.publish()?;
         Ok(cno)
     }
 
@@ -597,6 +602,7 @@ impl Lsfs {
         self.mutable().map_err(Error::Errno)?;
         self.store.set_snapshot(cno, on)?;
         self.checkpoint_for("snapshot")?;
+        self.store.publish()?;
         Ok(())
     }
 

@@ -84,6 +84,12 @@ impl Store {
         self.dev.fix_view(self.sb.fs_id, newest);
     }
 
+    /// Make everything written so far durable and visible to readers
+    /// elsewhere (`BlockDevice::publish`).
+    pub fn publish(&self) -> Result<()> {
+        self.dev.publish()
+    }
+
     /// A new read-only handle on this store's storage, if a writer
     /// elsewhere may change it (`BlockDevice::reopen_read_only`).
     pub fn reopen_device(&self) -> Option<Result<Box<dyn crate::device::BlockDevice>>> {
