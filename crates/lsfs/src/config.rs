@@ -36,9 +36,11 @@ pub struct FileConfig {
     /// An object store's objects kept in memory, in bytes (default 64 MiB;
     /// 8 MiB..=64 GiB; docs/OBJECT_STORE.md). Image files ignore it.
     pub object_cache_bytes: Option<u64>,
-    /// An object store's write-ahead file: an absolute path on local disk
-    /// (default none: every flush uploads the changed objects).
-    /// `-o object_wal=PATH` and `LSFS_OBJECT_WAL` set it too.
+    /// Where an object store's flush records wait for their segments to be
+    /// uploaded: `store` (the default: small objects in the store itself),
+    /// an absolute path on local disk (a write-ahead file), or `off` (every
+    /// flush uploads the changed segment objects whole).
+    /// `-o object_wal=…` and `LSFS_OBJECT_WAL` set it too.
     pub object_wal: Option<PathBuf>,
     /// Its bound in bytes (default 64 MiB; 1 MiB..=64 GiB).
     pub object_wal_bytes: Option<u64>,
@@ -74,18 +76,24 @@ impl From<UringSetting> for lsfs_fuse::UringMode {
 
 pub const CACHE_BYTES_DEFAULT: u64 = 64 << 20;
 
-/// `object_wal`'s word for keeping flush records in the store itself.
+/// `object_wal`'s word for keeping flush records in the store itself
+/// (the default).
 pub const WAL_IN_STORE: &str = "store";
+/// `object_wal`'s word for no records: every flush uploads the changed
+/// segment objects whole.
+pub const WAL_OFF: &str = "off";
 
 /// A local path setting `name` and its bound `name_bytes`: from a mount
 /// option, else this file, else the environment (`env`, `env_BYTES`).
-/// The path must be absolute (or, for `object_wal`, the word `store`); a
-/// bound without a path is refused.
+/// The path must be absolute (or, for `object_wal`, the word `store` or
+/// `off`); a bound without a path is refused, unless there is a default
+/// path (`default_path`).
 fn path_and_bound(
     (name, env): (&str, &str),
     (opt_path, file_path): (Option<PathBuf>, &Option<PathBuf>),
     (opt_bytes, file_bytes): (Option<u64>, Option<u64>),
     (default, lo, hi): (u64, u64, u64),
+    default_path: Option<&str>,
 ) -> Result<Option<(PathBuf, u64)>, String> {
     let var = |n: &str| std::env::var_os(n).filter(|v| !v.is_empty());
     let env_bytes = format!("{env}_BYTES");
@@ -93,6 +101,9 @@ fn path_and_bound(
         (Some(p), _, _) => (name.to_string(), p),
         (None, Some(p), _) => (name.to_string(), p.clone()),
         (None, None, Some(p)) => (env.to_string(), p.into()),
+        (None, None, None) if default_path.is_some() => {
+            (name.to_string(), default_path.expect("some").into())
+        }
         (None, None, None) => {
             if let Some(b) = opt_bytes.or(file_bytes) {
                 return Err(format!(
@@ -102,13 +113,16 @@ fn path_and_bound(
             return Ok(None);
         }
     };
-    let store_word = name == "object_wal" && path == std::path::Path::new(WAL_IN_STORE);
-    if !path.is_absolute() && !store_word {
+    let word = name == "object_wal"
+        && [WAL_IN_STORE, WAL_OFF]
+            .iter()
+            .any(|w| path == std::path::Path::new(w));
+    if !path.is_absolute() && !word {
         return Err(format!(
             "{from} = {:?}: must be an absolute path{}",
             path.display(),
             if name == "object_wal" {
-                " or \"store\""
+                " or \"store\" or \"off\""
             } else {
                 ""
             }
@@ -153,20 +167,25 @@ impl FileConfig {
         )
     }
 
-    /// The write-ahead file for an object store, if one is asked for: a
-    /// mount option (`path`, `bytes`) wins over this file, which wins over
-    /// `LSFS_OBJECT_WAL` and `LSFS_OBJECT_WAL_BYTES`.
+    /// Where an object store's flush records wait, for a mount of `image`:
+    /// a mount option (`path`, `bytes`) wins over this file, which wins over
+    /// `LSFS_OBJECT_WAL` and `LSFS_OBJECT_WAL_BYTES`; with none of them, in
+    /// the store (`object_wal = "store"`) for an object store, and nowhere
+    /// for an image file. `None` for `off`.
     pub fn object_wal(
         &self,
         path: Option<PathBuf>,
         bytes: Option<u64>,
+        object_store: bool,
     ) -> Result<Option<lsfs_object::WalConfig>, String> {
         let got = path_and_bound(
             ("object_wal", "LSFS_OBJECT_WAL"),
             (path, &self.object_wal),
             (bytes, self.object_wal_bytes),
             (lsfs_object::wal::DEFAULT_WAL_BYTES, 1 << 20, 64 << 30),
+            object_store.then_some(WAL_IN_STORE),
         )?;
+        let got = got.filter(|(p, _)| p != std::path::Path::new(WAL_OFF));
         Ok(got.map(|(path, max_bytes)| lsfs_object::WalConfig {
             place: if path == std::path::Path::new(WAL_IN_STORE) {
                 lsfs_object::WalPlace::Store
@@ -193,6 +212,7 @@ impl FileConfig {
                 16 << 20,
                 16 << 40,
             ),
+            None,
         )?;
         Ok(got.map(|(dir, max_bytes)| lsfs_object::DiskCacheConfig { dir, max_bytes }))
     }
@@ -335,17 +355,25 @@ mod tests {
     /// alone refused; the mount option wins over the file.
     #[test]
     fn object_wal_is_checked_and_named() {
+        use lsfs_object::WalPlace;
         let none = FileConfig::default();
         if std::env::var_os("LSFS_OBJECT_WAL").is_none() {
-            assert_eq!(none.object_wal(None, None).unwrap(), None);
+            assert_eq!(none.object_wal(None, None, false).unwrap(), None);
+            // An object store keeps its records in the store by default,
+            // and `off` turns them off.
+            let w = none.object_wal(None, Some(2 << 20), true).unwrap().unwrap();
+            assert_eq!((w.place, w.max_bytes), (WalPlace::Store, 2 << 20));
+            assert_eq!(
+                none.object_wal(Some("off".into()), None, true).unwrap(),
+                None
+            );
         }
         let f: FileConfig = toml::from_str("object_wal = \"/var/lib/x.wal\"").unwrap();
-        let w = f.object_wal(None, None).unwrap().unwrap();
-        use lsfs_object::WalPlace;
+        let w = f.object_wal(None, None, true).unwrap().unwrap();
         assert_eq!(w.place, WalPlace::File("/var/lib/x.wal".into()));
         assert_eq!(w.max_bytes, lsfs_object::wal::DEFAULT_WAL_BYTES);
         let w = f
-            .object_wal(Some("/o.wal".into()), Some(2 << 20))
+            .object_wal(Some("/o.wal".into()), Some(2 << 20), true)
             .unwrap()
             .unwrap();
         assert_eq!(
@@ -355,20 +383,26 @@ mod tests {
         // The word "store": records kept in the store itself.
         let s: FileConfig = toml::from_str("object_wal = \"store\"").unwrap();
         assert_eq!(
-            s.object_wal(None, None).unwrap().unwrap().place,
+            s.object_wal(None, None, true).unwrap().unwrap().place,
             WalPlace::Store
         );
-        let w = f.object_wal(Some("store".into()), None).unwrap().unwrap();
+        let w = f
+            .object_wal(Some("store".into()), None, true)
+            .unwrap()
+            .unwrap();
         assert_eq!(w.place, WalPlace::Store, "the mount option wins");
-        let err = f.object_wal(None, Some(1000)).unwrap_err();
+        let err = f.object_wal(None, Some(1000), true).unwrap_err();
         assert!(
             err.contains("object_wal_bytes") && err.contains("1048576"),
             "{err}"
         );
         let rel: FileConfig = toml::from_str("object_wal = \"x.wal\"").unwrap();
-        let err = rel.object_wal(None, None).unwrap_err();
+        let err = rel.object_wal(None, None, true).unwrap_err();
         assert!(
-            err.contains("object_wal") && err.contains("absolute") && err.contains("store"),
+            err.contains("object_wal")
+                && err.contains("absolute")
+                && err.contains("store")
+                && err.contains("off"),
             "{err}"
         );
         let d: FileConfig = toml::from_str(
@@ -381,7 +415,7 @@ mod tests {
         assert_eq!(c.max_bytes, 64 << 20);
         let alone: FileConfig = toml::from_str("object_wal_bytes = 2097152").unwrap();
         if std::env::var_os("LSFS_OBJECT_WAL").is_none() {
-            let err = alone.object_wal(None, None).unwrap_err();
+            let err = alone.object_wal(None, None, false).unwrap_err();
             assert!(err.contains("without object_wal"), "{err}");
         }
     }

@@ -715,7 +715,11 @@ fn mount(a: MountArgs) -> Result<(), String> {
     if let Some(c) = o.compress {
         cfg.store.compress = Some(c);
     }
-    let wal = file_cfg.object_wal(o.object_wal.clone(), o.object_wal_bytes)?;
+    let wal = file_cfg.object_wal(
+        o.object_wal.clone(),
+        o.object_wal_bytes,
+        device_target::object_url(&a.image).is_some(),
+    )?;
     let disk_cache =
         file_cfg.object_disk_cache(o.object_disk_cache.clone(), o.object_disk_cache_bytes)?;
     let dev = device_target::open_cached(

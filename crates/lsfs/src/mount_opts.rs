@@ -48,8 +48,8 @@ pub struct MountOpts {
     /// with which codec and zstd level, records of user data are
     /// compressed (docs/CONFIG.md).
     pub compress: Option<Compress>,
-    /// `object_wal=PATH`: an object store's write-ahead file, or `store`
-    /// for flush records kept in the store itself.
+    /// `object_wal=PATH`: an object store's write-ahead file, `store` for
+    /// flush records kept in the store itself (the default), or `off`.
     pub object_wal: Option<PathBuf>,
     /// `object_wal_bytes=SIZE`: its bound.
     pub object_wal_bytes: Option<u64>,
@@ -96,7 +96,7 @@ impl Default for MountOpts {
 const KNOWN: &str = "ro, rw, writeback_cache, no_writeback_cache, atomic_writes, \
     no_atomic_writes, checkpoint=N, cache_size=SIZE, threads=N, spin_us=N, uring=off|auto|on, \
     config=FILE, discard=off|on|batched, [no]discard, compress=off|lz4|zstd|zstd:N, nocompress, \
-    object_wal=PATH|store, object_wal_bytes=SIZE, object_disk_cache=DIR, object_disk_cache_bytes=SIZE, \
+    object_wal=store|PATH|off, object_wal_bytes=SIZE, object_disk_cache=DIR, object_disk_cache_bytes=SIZE, \
     allow_other, default_permissions, \
     [no]suid, [no]dev, [no]exec, [no]atime, [no]diratime, relatime, strictatime, sync, \
     async, dirsync; ignored: defaults, [no]auto, nofail, [no]user, users, owner, group, \
@@ -194,11 +194,16 @@ impl MountOpts {
                 ("compress", Some(v)) => o.compress = Some(parse_compress(v)?),
                 ("nocompress", None) => o.compress = Some(Compress::Off),
                 ("object_wal" | "object_disk_cache", Some(v)) => {
-                    let store = key == "object_wal" && v == crate::config::WAL_IN_STORE;
-                    if !v.starts_with('/') && !store {
+                    let word = key == "object_wal"
+                        && [crate::config::WAL_IN_STORE, crate::config::WAL_OFF].contains(&v);
+                    if !v.starts_with('/') && !word {
                         return Err(format!(
                             "option '{opt}': must be an absolute path{}",
-                            if key == "object_wal" { " or store" } else { "" }
+                            if key == "object_wal" {
+                                ", store or off"
+                            } else {
+                                ""
+                            }
                         ));
                     }
                     let p = Some(PathBuf::from(v));
@@ -302,9 +307,11 @@ mod tests {
         );
         let o: MountOpts = "object_wal=store".parse().unwrap();
         assert_eq!(o.object_wal, Some(PathBuf::from("store")));
+        let o: MountOpts = "object_wal=off".parse().unwrap();
+        assert_eq!(o.object_wal, Some(PathBuf::from("off")));
         let e = "object_disk_cache=store".parse::<MountOpts>().unwrap_err();
         assert!(
-            e.contains("absolute path") && !e.contains("or store"),
+            e.contains("absolute path") && !e.contains(", store or off"),
             "{e}"
         );
         let e = "object_wal_bytes=lots".parse::<MountOpts>().unwrap_err();

@@ -518,7 +518,14 @@ fn s3_write_ahead_file_uploads_less_and_survives_crashes() {
     let cfg_arg = format!("--config={}", cfg.display());
     const N: usize = 30;
 
-    let m = mount(&w, &[], &url, &mnt, &[&cfg_arg], &tmp.path().join("m0.log"));
+    let m = mount(
+        &w,
+        &[],
+        &url,
+        &mnt,
+        &[&cfg_arg, "-o", "object_wal=off"],
+        &tmp.path().join("m0.log"),
+    );
     let (plain, plain_t) = small_fsyncs(&m.mnt, "plain", N);
     m.unmount();
     let m = mount(
@@ -591,7 +598,7 @@ fn s3_write_ahead_file_uploads_less_and_survives_crashes() {
 
 /// `-o object_wal=store`: each fsync stores one small record object, not
 /// whole segments; the mount killed (the machine lost: nothing local is
-/// used afterwards), a mount in the default mode replays the records
+/// used afterwards), a mount with `object_wal=off` replays the records
 /// from the store, every fsynced file is there, the records are gone and
 /// fsck is clean.
 #[test]
@@ -624,7 +631,7 @@ fn s3_flush_records_in_the_store_survive_the_machine() {
     assert!(put < (N as u64) * (256 << 10), "{put} bytes put");
     m.crash();
     let log = tmp.path().join("m1.log");
-    let m = mount(&w, &[], &url, &mnt, &[], &log);
+    let m = mount(&w, &[], &url, &mnt, &["-o", "object_wal=off"], &log);
     let said = fs::read_to_string(&log).unwrap();
     assert!(said.contains("left as records in the store"), "{said}");
     for i in 0..N {
