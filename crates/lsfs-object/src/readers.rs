@@ -276,6 +276,9 @@ pub struct Writer {
     /// `readers-promoted`, once read.
     promoted: Option<BTreeSet<u64>>,
     pub status: std::sync::Arc<Mutex<HoldsStatus>>,
+    /// Called with each checkpoint promoted or demoted, after the change
+    /// is durable (a mount has the kernel forget its snapshot directory).
+    pub on_change: Option<Box<dyn Fn(u64) + Send>>,
 }
 
 impl Writer {
@@ -286,6 +289,7 @@ impl Writer {
             hold_secs,
             promoted: None,
             status: Default::default(),
+            on_change: None,
         })
     }
 
@@ -358,6 +362,9 @@ impl Writer {
             match r.and_then(|did| io.map(|()| did)) {
                 Ok(true) => {
                     done_promote += 1;
+                    if let Some(f) = &self.on_change {
+                        f(cno);
+                    }
                     tracing::info!(
                         "{}: checkpoint {cno} promoted to a snapshot: a reader holds it",
                         t.url
@@ -389,6 +396,9 @@ impl Writer {
                         promoted.remove(&cno);
                         if did {
                             done_demote += 1;
+                            if let Some(f) = &self.on_change {
+                                f(cno);
+                            }
                             tracing::info!(
                                 "{}: snapshot {cno} demoted to a plain checkpoint: no reader \
                                  holds it any more",
