@@ -255,7 +255,10 @@ struct MountArgs {
     /// object in the store itself instead) and `object_wal_bytes=SIZE` (its bound,
     /// default 64M); `object_disk_cache=DIR` and `object_disk_cache_bytes=SIZE`
     /// (an object store's segments cached on local disk, default bound
-    /// 1G); the generic `nosuid`,
+    /// 1G); `reader_hold_secs=N` (how long a read-only mount of a
+    /// checkpoint on an object store holds it between renewals, so the
+    /// writer keeps it; default 120, 0..=86400, 0 for no holds); the
+    /// generic `nosuid`,
     /// `nodev`, `noexec`, `noatime`, `sync`, … and their opposites; and,
     /// ignored, what fstab says to mount(8) or systemd (`defaults`,
     /// `noauto`, `nofail`, `user`, `_netdev`, `x-*`, `comment=*`).
