@@ -269,7 +269,10 @@ pub fn stats_text(s: &Value) -> String {
             .as_object()
             .into_iter()
             .flatten()
-            .map(|(cno, n)| format!("{cno} ({} readers)", u(n)))
+            .map(|(cno, n)| match u(n) {
+                1 => format!("{cno} (1 reader)"),
+                n => format!("{cno} ({n} readers)"),
+            })
             .collect();
         let mut rows = vec![
             row(
