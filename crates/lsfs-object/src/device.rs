@@ -1012,6 +1012,10 @@ fn delete_all(t: &Target, rt: &Runtime) -> std::result::Result<(), String> {
     for dir in [
         Some(t.path("seg")),
         Some(t.path(crate::store_log::DIR)),
+        // Holds on the old file system's checkpoints, and
+        // `readers-promoted` (below, in the prefix), which would name
+        // the new one's checkpoints as made for holds.
+        Some(t.path(crate::readers::DIR)),
         Some(t.prefix.clone()),
     ] {
         let list = rt

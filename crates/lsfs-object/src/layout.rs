@@ -11,7 +11,9 @@
 //! * `tail`: the blocks between the last segment and the last block (the
 //!   file system never writes them);
 //! * `lease` (`lease.rs`) and `writer` (the last read-write open's random
-//!   id, `device.rs`): not blocks of the device.
+//!   id, `device.rs`), `readers/<id>` (a read-only mount's hold on its
+//!   checkpoint) and `readers-promoted` (the snapshots the writer made for
+//!   holds; `readers.rs`): not blocks of the device.
 //!
 //! An object that does not exist reads as zeros.
 

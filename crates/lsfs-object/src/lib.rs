@@ -10,13 +10,15 @@
 //! local write-ahead file (`wal.rs`), or as records in the store itself
 //! (`store_log.rs`), and upload the objects later, and
 //! keep segment objects in a bounded cache on local disk
-//! (`disk_cache.rs`). See
+//! (`disk_cache.rs`). Read-only mounts of a checkpoint hold it, and the
+//! writer keeps what they hold (`readers.rs`). See
 //! docs/OBJECT_STORE.md.
 
 pub mod device;
 pub mod disk_cache;
 pub mod layout;
 pub mod lease;
+pub mod readers;
 pub mod store_log;
 pub mod target;
 pub mod wal;

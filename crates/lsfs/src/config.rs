@@ -50,6 +50,11 @@ pub struct FileConfig {
     pub object_disk_cache: Option<PathBuf>,
     /// Its bound in bytes (default 1 GiB; 16 MiB..=16 TiB).
     pub object_disk_cache_bytes: Option<u64>,
+    /// Seconds a read-only mount of a checkpoint on an object store holds
+    /// it between renewals; the writer keeps held checkpoints (default
+    /// 120; 0 = no holds, and a writer honours none; 0..=86400;
+    /// docs/OBJECT_STORE.md). `-o reader_hold_secs=N` overrides it.
+    pub reader_hold_secs: Option<u64>,
     /// The cleaner (see lsfs_core::gc::CleanerConfig for every key, default and range).
     #[serde(default)]
     pub cleaner: lsfs_core::gc::CleanerConfig,
@@ -167,6 +172,20 @@ impl FileConfig {
         )
     }
 
+    /// How long readers' holds last (`reader_hold_secs`; 0: no holds): the
+    /// mount option wins over this file. Validated.
+    pub fn reader_hold_secs(&self, option: Option<u64>) -> Result<u64, String> {
+        check(
+            "reader_hold_secs",
+            option
+                .or(self.reader_hold_secs)
+                .unwrap_or(lsfs_object::readers::DEFAULT_HOLD_SECS),
+            0,
+            lsfs_object::readers::MAX_HOLD_SECS,
+            "s",
+        )
+    }
+
     /// Where an object store's flush records wait, for a mount of `image`:
     /// a mount option (`path`, `bytes`) wins over this file, which wins over
     /// `LSFS_OBJECT_WAL` and `LSFS_OBJECT_WAL_BYTES`; with none of them, in
@@ -226,6 +245,7 @@ impl FileConfig {
     ) -> Result<MountConfig, String> {
         let mut c = MountConfig::default();
         self.object_cache_bytes()?;
+        self.reader_hold_secs(None)?;
         let cache = check(
             "cache size",
             cache_override
@@ -418,6 +438,24 @@ mod tests {
             let err = alone.object_wal(None, None, false).unwrap_err();
             assert!(err.contains("without object_wal"), "{err}");
         }
+    }
+
+    #[test]
+    fn reader_hold_secs_is_checked_and_named() {
+        let none = FileConfig::default();
+        assert_eq!(none.reader_hold_secs(None), Ok(120));
+        assert_eq!(none.reader_hold_secs(Some(0)), Ok(0));
+        let f: FileConfig = toml::from_str("reader_hold_secs = 30").unwrap();
+        assert_eq!(f.reader_hold_secs(None), Ok(30));
+        assert_eq!(f.reader_hold_secs(Some(60)), Ok(60), "the option wins");
+        let big: FileConfig = toml::from_str("reader_hold_secs = 100000").unwrap();
+        let err = big.reader_hold_secs(None).unwrap_err();
+        assert!(
+            err.contains("reader_hold_secs") && err.contains("0..=86400"),
+            "{err}"
+        );
+        // Checked with the rest at mount, also where it would not be used.
+        assert!(big.mount_config(None, false, None).is_err());
     }
 
     #[test]

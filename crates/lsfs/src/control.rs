@@ -39,6 +39,9 @@ pub struct FuseSide {
     /// The requests the mount served, shown by "stats".
     pub counters: Arc<RequestCounters>,
     pub kernel_cache: Arc<KernelCache>,
+    /// What the writer found of readers' holds on an object store (none
+    /// on other devices, on a read-only mount, or with holds off).
+    pub readers: Option<Arc<Mutex<lsfs_object::readers::HoldsStatus>>>,
 }
 
 /// Serve requests until the process ends. Returns the socket path.
@@ -102,7 +105,13 @@ fn handle(fs: &Arc<Mutex<Lsfs>>, fuse: &FuseSide, conn: UnixStream) -> std::io::
                 match r {
                     Ok(mut v) => {
                         match cmd {
-                            "stats" => v["stats"]["fuse"] = fuse_stats(&fuse.counters),
+                            "stats" => {
+                                v["stats"]["fuse"] = fuse_stats(&fuse.counters);
+                                if let Some(r) = &fuse.readers {
+                                    let r = r.lock().unwrap_or_else(|p| p.into_inner());
+                                    v["stats"]["readers"] = json!(*r);
+                                }
+                            }
                             "snapshot" => forget_snapshot(&fuse.kernel_cache, v["cno"].as_u64()),
                             "promote" | "demote" | "delete" => {
                                 forget_snapshot(&fuse.kernel_cache, req["cno"].as_u64())
@@ -168,7 +177,7 @@ fn write_back(fs: &Arc<Mutex<Lsfs>>, fuse: &FuseSide) {
 
 /// The kernel forgets what it cached of `/.lsfs/snapshot` (its listing and
 /// the name of snapshot `cno`, present or missing): a snapshot came or went.
-fn forget_snapshot(cache: &KernelCache, cno: Option<u64>) {
+pub fn forget_snapshot(cache: &KernelCache, cno: Option<u64>) {
     let mut r = cache.invalidate_inode(SNAPSHOT_DIR_INO);
     if let Some(cno) = cno {
         r = r.and(cache.invalidate_entry(SNAPSHOT_DIR_INO, cno.to_string().as_bytes()));

@@ -255,7 +255,10 @@ struct MountArgs {
     /// object in the store itself instead) and `object_wal_bytes=SIZE` (its bound,
     /// default 64M); `object_disk_cache=DIR` and `object_disk_cache_bytes=SIZE`
     /// (an object store's segments cached on local disk, default bound
-    /// 1G); the generic `nosuid`,
+    /// 1G); `reader_hold_secs=N` (how long a read-only mount of a
+    /// checkpoint on an object store holds it between renewals, so the
+    /// writer keeps it; default 120, 0..=86400, 0 for no holds); the
+    /// generic `nosuid`,
     /// `nodev`, `noexec`, `noatime`, `sync`, … and their opposites; and,
     /// ignored, what fstab says to mount(8) or systemd (`defaults`,
     /// `noauto`, `nofail`, `user`, `_netdev`, `x-*`, `comment=*`).
@@ -722,6 +725,24 @@ fn mount(a: MountArgs) -> Result<(), String> {
     )?;
     let disk_cache =
         file_cfg.object_disk_cache(o.object_disk_cache.clone(), o.object_disk_cache_bytes)?;
+    let hold_secs = file_cfg.reader_hold_secs(o.reader_hold_secs)?;
+    let object = device_target::object_url(&a.image)
+        .map(lsfs_object::Target::parse)
+        .transpose()?;
+    // A reader of checkpoint N on an object store holds N, so that the
+    // writer keeps it (lsfs_object::readers). Taken before the open, to
+    // leave the writer as little time as can be to give N up unawares;
+    // dropped (the hold deleted) when this function returns, at unmount
+    // or on a failed mount. A reader of the newest state takes none: it
+    // shows the records written after the last checkpoint too, which no
+    // checkpoint holds, and it cannot keep the writer from reusing their
+    // segments.
+    let _hold = match (&object, checkpoint) {
+        (Some(t), Some(cno)) if hold_secs > 0 => {
+            Some(lsfs_object::readers::ReaderHold::take(t, cno, hold_secs)?)
+        }
+        _ => None,
+    };
     let dev = device_target::open_cached(
         &a.image,
         !cfg.store.read_only,
@@ -729,6 +750,15 @@ fn mount(a: MountArgs) -> Result<(), String> {
         wal.as_ref(),
         disk_cache.as_ref(),
     )?;
+    // A writer that honours holds has not looked at them yet when its open
+    // writes the mount checkpoint, which would give up plain checkpoints
+    // past their protection, held ones too: it opens keeping every one,
+    // looks at the holds once (below), and only then protects as set.
+    let protection_secs = cfg.store.protection_secs;
+    let keep_through_open = object.is_some() && !cfg.store.read_only && hold_secs > 0;
+    if keep_through_open {
+        cfg.store.protection_secs = u64::MAX;
+    }
     let mut fs =
         Lsfs::open(dev, cfg).map_err(|e| format!("cannot mount {}: {e}", a.image.display()))?;
     fs.cleaner.set_power_source(Box::new(power::SysfsPower));
@@ -764,12 +794,40 @@ fn mount(a: MountArgs) -> Result<(), String> {
         cache_forever: Some(lsfs_core::fs::snapview::is_virtual),
         ..Default::default()
     };
+    // The writer keeps the checkpoints readers hold, looking every few
+    // seconds; `lsfs stats` shows what it found.
+    let holds = match &object {
+        Some(t) if !read_only && hold_secs > 0 => {
+            let mut w = lsfs_object::readers::Writer::new(t, hold_secs)?;
+            let cache = opts.kernel_cache.clone();
+            w.on_change = Some(Box::new(move |cno| {
+                control::forget_snapshot(&cache, Some(cno))
+            }));
+            if let Err(e) = w.round(&fs) {
+                tracing::warn!("readers' holds, at mount: {e}");
+            }
+            Some(w)
+        }
+        _ => None,
+    };
+    if keep_through_open {
+        fs.lock().unwrap().store.set_protection_secs(protection_secs);
+    }
     let fuse = control::FuseSide {
         mountpoint: a.mountpoint.clone(),
         counters: opts.counters.clone(),
         kernel_cache: opts.kernel_cache.clone(),
+        readers: holds.as_ref().map(|w| w.status.clone()),
     };
     let sock = control::serve(fs.clone(), fuse).map_err(|e| format!("control socket: {e}"))?;
+    let holds = match holds {
+        Some(w) => Some(lsfs_object::readers::spawn_writer(
+            w,
+            fs.clone(),
+            std::time::Duration::from_secs(lsfs_object::readers::WRITER_ROUND_SECS),
+        )?),
+        None => None,
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let ticker = {
         let (fs, stop) = (fs.clone(), stop.clone());
@@ -834,6 +892,8 @@ fn mount(a: MountArgs) -> Result<(), String> {
     let served = lsfs_fuse::mount_foreground(fs.clone(), &a.mountpoint, &opts);
     stop.store(true, Ordering::Relaxed);
     let _ = ticker.join();
+    // No promotion or demotion after the last checkpoint.
+    drop(holds);
     let _ = std::fs::remove_file(&sock);
     let closed = fs.lock().unwrap_or_else(|p| p.into_inner()).unmount();
     served.map_err(err)?;

@@ -248,6 +248,53 @@ pub fn stats_text(s: &Value) -> String {
     }
     sections.push(("memory", mem));
 
+    // A writer on an object store: the checkpoints read-only mounts hold
+    // and the snapshots it made for them (lsfs_object::readers).
+    let r = &s["readers"];
+    if !r.is_null() {
+        let list = |v: &Value| {
+            let cnos: Vec<String> = v
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|c| u(c).to_string())
+                .collect();
+            if cnos.is_empty() {
+                "none".to_string()
+            } else {
+                cnos.join(" ")
+            }
+        };
+        let held: Vec<String> = r["held"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(cno, n)| match u(n) {
+                1 => format!("{cno} (1 reader)"),
+                n => format!("{cno} ({n} readers)"),
+            })
+            .collect();
+        let mut rows = vec![
+            row(
+                "held",
+                if held.is_empty() {
+                    "none".to_string()
+                } else {
+                    held.join(", ")
+                },
+            ),
+            row("kept as snapshots", list(&r["promoted"])),
+            row(
+                "promoted, demoted",
+                format!("{}, {}", u(&r["promotions"]), u(&r["demotions"])),
+            ),
+        ];
+        if let Some(e) = r["last_error"].as_str() {
+            rows.push(row("last round failed", e.to_string()));
+        }
+        sections.push(("readers' holds", rows));
+    }
+
     let f = &s["fuse"];
     if !f.is_null() {
         let mut fuse = vec![
@@ -307,6 +354,8 @@ mod tests {
             "store": { "blocks_written": 7, "stream_writes": { "meta": 4 } },
             "memory": { "bytes": 0, "bound_bytes": 0, "items": [] },
             "fuse": { "total": 2, "through_io_uring": 1, "getxattr_security_capability": 0, "requests": { "LOOKUP": 2 } },
+            "readers": { "held": { "7": 2 }, "promoted": [7], "promotions": 1, "demotions": 0,
+                         "last_round_secs": 1, "last_error": null },
         });
         let t = stats_text(&s);
         assert!(!t.contains('{'), "{t}");
@@ -330,6 +379,9 @@ mod tests {
             "  LOOKUP:                     2\n",
             "  being freed:         1 files, 4096 blocks (16.0 MiB)\n",
             "  freed in background: 1 of 2 files queued, 512 blocks (2.0 MiB)\n",
+            "\nreaders' holds\n",
+            "  held:              7 (2 readers)\n",
+            "  kept as snapshots: 7\n",
         ] {
             assert!(t.contains(want), "{want:?} not in\n{t}");
         }

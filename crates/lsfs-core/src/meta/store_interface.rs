@@ -90,6 +90,12 @@ impl Store {
         self.dev.publish()
     }
 
+    /// Change how long plain checkpoints are kept (`protection_secs`) on a
+    /// mounted store: from the next checkpoint on.
+    pub fn set_protection_secs(&mut self, secs: u64) {
+        self.config.protection_secs = secs;
+    }
+
     /// A new read-only handle on this store's storage, if a writer
     /// elsewhere may change it (`BlockDevice::reopen_read_only`).
     pub fn reopen_device(&self) -> Option<Result<Box<dyn crate::device::BlockDevice>>> {

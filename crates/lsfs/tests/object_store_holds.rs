@@ -1,0 +1,145 @@
+//! Readers' holds through the real commands, on a `file://` store: a
+//! read-only mount of checkpoint N writes its hold; the writer, which
+//! keeps plain checkpoints 13 s, promotes N at its next look, so N
+//! outlives its protection and the writer's rewrites and checkpoints, and
+//! the reader reads its file back; `lsfs stats` names N as held; once the
+//! reader unmounts, its hold is gone and the writer's next round demotes
+//! N.
+
+#[path = "../../lsfs-fuse/tests/common/mod.rs"]
+mod common;
+mod mounted;
+
+use mounted::{fsck_clean, lsfs, lsfs_json, Mounted};
+use serde_json::Value;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+fn data(seed: u64, len: usize) -> Vec<u8> {
+    (0..len as u64)
+        .map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed) >> 7) as u8)
+        .collect()
+}
+
+/// `lsfs checkpoint ARGS --json --mount MNT`, which must succeed, parsed.
+fn checkpoint(mnt: &Path, args: &[&str]) -> Value {
+    let out = lsfs()
+        .arg("checkpoint")
+        .args(args)
+        .args(["--json", "--mount"])
+        .arg(mnt)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "lsfs checkpoint {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Checkpoint `cno` of the mount at `mnt`: Some(whether it is a
+/// snapshot), or None if it is gone.
+fn snapshot_flag(mnt: &Path, cno: u64) -> Option<bool> {
+    const CP_SNAPSHOT: u64 = 2;
+    checkpoint(mnt, &["list"])["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["cno"].as_u64() == Some(cno))
+        .map(|c| c["flags"].as_u64().unwrap_or(0) & CP_SNAPSHOT != 0)
+}
+
+const PROTECTION_SECS: u64 = 13;
+
+fn hold_objects(store: &Path) -> usize {
+    fs::read_dir(store.join("fs/readers")).map_or(0, |d| d.count())
+}
+
+#[test]
+fn the_writer_keeps_the_checkpoint_a_reader_holds() {
+    if !common::fuse_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let store = tmp.path().join("bucket");
+    let url = format!("file://{}/fs", store.display());
+    let target = PathBuf::from(&url);
+    let st = lsfs()
+        .args(["mkfs", "--size", "64M", &url])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success(), "mkfs {url}: {st}");
+    let (mnt, rmnt) = (tmp.path().join("mnt"), tmp.path().join("rmnt"));
+    fs::create_dir(&mnt).unwrap();
+    fs::create_dir(&rmnt).unwrap();
+    // Plain checkpoints are kept 13 s: longer than the 10 s between the
+    // writer's looks at the holds, so one is promoted before it expires.
+    let config = tmp.path().join("lsfs.toml");
+    fs::write(&config, format!("protection_secs = {PROTECTION_SECS}\n")).unwrap();
+    let w = Mounted::new(&target, &mnt, &["--config", config.to_str().unwrap()]);
+
+    // Checkpoint N, and a reader of it, which holds it.
+    let old = data(1, 4 << 20);
+    fs::write(w.mnt.join("f"), &old).unwrap();
+    let n = checkpoint(&w.mnt, &["create"])["cno"].as_u64().unwrap();
+    let made = Instant::now();
+    // And one no reader holds, made with it: the writer gives it up.
+    fs::write(w.mnt.join("g"), b"g").unwrap();
+    let unheld = checkpoint(&w.mnt, &["create"])["cno"].as_u64().unwrap();
+    let r = Mounted::new(
+        &target,
+        &rmnt,
+        &["--checkpoint", &n.to_string(), "-o", "ro"],
+    );
+    assert_eq!(hold_objects(&store), 1, "the reader's hold");
+    let deadline = made + Duration::from_secs(PROTECTION_SECS);
+    while snapshot_flag(&w.mnt, n) != Some(true) {
+        assert!(Instant::now() < deadline, "checkpoint {n} not promoted");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Past N's protection: the next checkpoint would give it up.
+    std::thread::sleep(deadline.saturating_duration_since(Instant::now()) + Duration::from_secs(1));
+    // The writer rewrites the file over most of the 64 MiB, checkpointing
+    // each time.
+    for round in 0..8 {
+        fs::write(w.mnt.join("f"), data(round + 2, 4 << 20)).unwrap();
+        checkpoint(&w.mnt, &["create"]);
+    }
+    assert_eq!(snapshot_flag(&w.mnt, n), Some(true), "kept for the reader");
+    assert_eq!(snapshot_flag(&w.mnt, unheld), None, "given up, unheld");
+    assert!(
+        fs::read(r.mnt.join("f")).unwrap() == old,
+        "the reader's file"
+    );
+    let promoted: Vec<u64> =
+        serde_json::from_slice(&fs::read(store.join("fs/readers-promoted")).unwrap()).unwrap();
+    assert_eq!(promoted, vec![n]);
+    let stats = lsfs_json("stats", &w.mnt);
+    assert_eq!(stats["readers"]["held"][n.to_string()], 1, "{stats}");
+    let text = lsfs()
+        .args(["stats", "--mount"])
+        .arg(&w.mnt)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("readers' holds"), "{text}");
+
+    // The reader goes, and its hold with it; the writer's next round (in
+    // 10 s at most) demotes N, which the next checkpoint gives up: its
+    // protection is long past.
+    r.unmount();
+    assert_eq!(hold_objects(&store), 0, "the hold went with the reader");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while snapshot_flag(&w.mnt, n) == Some(true) {
+        assert!(Instant::now() < deadline, "snapshot {n} not demoted");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let promoted: Vec<u64> =
+        serde_json::from_slice(&fs::read(store.join("fs/readers-promoted")).unwrap()).unwrap();
+    assert!(promoted.is_empty(), "{promoted:?}");
+    w.unmount();
+    fsck_clean(&target, "after the holds");
+}
