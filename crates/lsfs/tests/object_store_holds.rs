@@ -143,3 +143,57 @@ fn the_writer_keeps_the_checkpoint_a_reader_holds() {
     w.unmount();
     fsck_clean(&target, "after the holds");
 }
+
+/// A writer that mounts while a reader holds a checkpoint past the
+/// writer's protection keeps it through its open (whose mount checkpoint
+/// would give it up) and promotes it at its first look.
+#[test]
+fn a_writer_mounting_keeps_a_held_checkpoint_past_its_protection() {
+    if !common::fuse_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let store = tmp.path().join("bucket");
+    let url = format!("file://{}/fs", store.display());
+    let target = PathBuf::from(&url);
+    let st = lsfs()
+        .args(["mkfs", "--size", "64M", &url])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success(), "mkfs {url}: {st}");
+    let (mnt, rmnt) = (tmp.path().join("mnt"), tmp.path().join("rmnt"));
+    fs::create_dir(&mnt).unwrap();
+    fs::create_dir(&rmnt).unwrap();
+    let old = data(5, 1 << 20);
+    let w = Mounted::new(&target, &mnt, &[]);
+    fs::write(w.mnt.join("f"), &old).unwrap();
+    let n = checkpoint(&w.mnt, &["create"])["cno"].as_u64().unwrap();
+    w.unmount();
+    let r = Mounted::new(
+        &target,
+        &rmnt,
+        &["--checkpoint", &n.to_string(), "-o", "ro"],
+    );
+    // The next writer keeps nothing for protection's sake.
+    let config = tmp.path().join("lsfs.toml");
+    fs::write(&config, "protection_secs = 0\n").unwrap();
+    let w = Mounted::new(&target, &mnt, &["--config", config.to_str().unwrap()]);
+    assert_eq!(
+        snapshot_flag(&w.mnt, n),
+        Some(true),
+        "kept through the open"
+    );
+    for round in 0..4 {
+        fs::write(w.mnt.join("f"), data(round + 6, 1 << 20)).unwrap();
+        checkpoint(&w.mnt, &["create"]);
+    }
+    assert_eq!(snapshot_flag(&w.mnt, n), Some(true), "kept for the reader");
+    assert!(
+        fs::read(r.mnt.join("f")).unwrap() == old,
+        "the reader's file"
+    );
+    r.unmount();
+    w.unmount();
+    fsck_clean(&target, "after the writer's open");
+}
