@@ -10,7 +10,10 @@
 # again with the smallest memory cache (8 MiB), the file read (its time,
 # GETs and disk cache hits). Usage: scripts/s3-wal-bench.sh PATH_TO_LSFS
 # [N] (N defaults to 500, FSX_OPS to 2000; WAL_MODES picks among
-# "plain wal store"). The server is stopped and its
+# "plain wal store"; plain is object_wal=off). Last, read-only mounts
+# reading a 256 MiB file in order without and with segments fetched
+# ahead (object_readahead_segments 0 and 4, alternated, READ_ROUNDS
+# times, default 3). The server is stopped and its
 # directory removed at the end, also on failure.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -47,6 +50,7 @@ for mode in ${WAL_MODES:-plain wal store}; do
     url=s3://lsfs-bench/$mode
     "$lsfs" mkfs --size 1G "$url" >/dev/null
     opts=()
+    opts=(-o object_wal=off)
     [[ $mode == wal ]] && opts=(-o "object_wal=$dir/fs.wal")
     [[ $mode == store ]] && opts=(-o object_wal=store)
     mount_fs "$url" "$dir/$mode.log" "${opts[@]}"
@@ -105,3 +109,26 @@ print("  %s: 64 MiB read after a remount in %.2f s: %d GETs (%d bytes), disk cac
     unmount_fs
 done
 [[ -d $dir/disk-cache ]] && echo "  disk cache: $(du -sb "$dir/disk-cache" | cut -f1) bytes"
+
+url=s3://lsfs-bench/read-ahead
+"$lsfs" mkfs --size 1G "$url" >/dev/null
+mount_fs "$url" "$dir/read-ahead.log"
+head -c $((256 << 20)) /dev/urandom >"$mnt/big"
+unmount_fs
+for ((round = 0; round < ${READ_ROUNDS:-3}; round++)); do
+    for ahead in 0 4; do
+        echo "object_readahead_segments = $ahead" >"$dir/ahead.toml"
+        mount_fs "$url" "$dir/read-ahead.log" --config "$dir/ahead.toml" -o ro
+        t0=$(date +%s.%N)
+        cat "$mnt/big" >/dev/null
+        t1=$(date +%s.%N)
+        "$lsfs" stats --json --mount "$mnt" | python3 -c '
+import json, sys
+o = json.load(sys.stdin)["object_store"]
+ahead, t0, t1 = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+print("  read-only, %s segments ahead: 256 MiB read in %.2f s (%.0f MiB/s): %d GETs, %d of them ahead"
+      % (ahead, t1 - t0, 256 / (t1 - t0), o["gets"], o["readahead_gets"]))' \
+            "$ahead" "$t0" "$t1"
+        unmount_fs
+    done
+done

@@ -70,6 +70,11 @@ pub const WRITER: &str = "writer";
 /// otherwise keep them behind until its log starts a segment.
 pub const UPLOAD_LAG: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// Segments a read-only open fetches ahead, at once, when it reads
+/// segments in order: a large file read from start to end costs a round
+/// trip per segment otherwise, one after the other.
+pub const DEFAULT_READAHEAD_SEGMENTS: u64 = 4;
+
 /// Default bound on the objects kept in memory (64 MiB: 32 segments of
 /// the default 2 MiB).
 pub const DEFAULT_CACHE_BYTES: u64 = 64 << 20;
@@ -133,6 +138,17 @@ pub struct ObjectStats {
     pub wal_bytes: AtomicU64,
     /// Uploads of every changed object that restarted the file.
     pub wal_syncs: AtomicU64,
+    /// Of the GETs, those started ahead of a reader (`read_ahead`); a
+    /// fetch ahead that is not finished when the reader moves elsewhere
+    /// is dropped, and counted here only.
+    pub readahead_gets: AtomicU64,
+}
+
+impl ObjectStats {
+    fn count_get(&self, bytes: u64) {
+        self.gets.fetch_add(1, Ordering::Relaxed);
+        self.get_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
 }
 
 /// A copy of [`ObjectStats`] at one moment.
@@ -149,6 +165,7 @@ pub struct ObjectCounters {
     pub wal_records: u64,
     pub wal_bytes: u64,
     pub wal_syncs: u64,
+    pub readahead_gets: u64,
 }
 
 struct Entry {
@@ -166,6 +183,10 @@ struct Cache {
     dirty_bytes: u64,
     wal: Option<WalState>,
     disk: Option<DiskCache>,
+    /// Segment objects being fetched ahead of a reader, by the store's
+    /// runtime, and the segment the last miss fetched (read-only opens).
+    ahead: HashMap<Obj, tokio::task::JoinHandle<object_store::Result<bytes::Bytes>>>,
+    last_miss: Option<u64>,
     /// Objects a writable open knows the store does not hold (it deleted
     /// them, or a GET found none) and has not uploaded since: they read
     /// as zeros without a request. Without it the log paid a GET answered
@@ -240,7 +261,12 @@ pub struct ObjectDevice {
     /// The id this open wrote to the `writer` object (read-write opens).
     writer_id: AtomicU64,
     stats: DeviceStats,
-    ostats: ObjectStats,
+    ostats: Arc<ObjectStats>,
+    /// Opened read-only: the only opens that read ahead.
+    read_only: bool,
+    /// Segments fetched ahead of a reader going through them in order
+    /// ([`ObjectDevice::set_readahead`]).
+    readahead: AtomicU64,
     /// A read-only open's view, once mounted (`BlockDevice::fix_view`):
     /// the file system's id and the newest log record it found.
     view: Mutex<Option<(u64, u64)>>,
@@ -308,6 +334,12 @@ impl ObjectDevice {
         }
     }
 
+    /// How many segments a read-only open fetches ahead when it reads
+    /// segments in order ([`DEFAULT_READAHEAD_SEGMENTS`]; 0: none).
+    pub fn set_readahead(&self, segments: u64) {
+        self.readahead.store(segments, Ordering::Relaxed);
+    }
+
     /// How long after the oldest record not uploaded a flush uploads
     /// everything ([`UPLOAD_LAG`] by default): shorter makes readers
     /// elsewhere lag less, at the cost of more segment uploads.
@@ -362,7 +394,9 @@ impl ObjectDevice {
             dead: Arc::new(AtomicBool::new(false)),
             writer_id: AtomicU64::new(0),
             stats: DeviceStats::default(),
-            ostats: ObjectStats::default(),
+            ostats: Arc::new(ObjectStats::default()),
+            read_only: !writable,
+            readahead: AtomicU64::new(DEFAULT_READAHEAD_SEGMENTS),
             view: Mutex::new(None),
             upload_lag_ms: AtomicU64::new(UPLOAD_LAG.as_millis() as u64),
         };
@@ -455,6 +489,7 @@ impl ObjectDevice {
             wal_records: l(&s.wal_records),
             wal_bytes: l(&s.wal_bytes),
             wal_syncs: l(&s.wal_syncs),
+            readahead_gets: l(&s.readahead_gets),
         }
     }
 
@@ -479,13 +514,26 @@ impl ObjectDevice {
                     source: "discarded".into(),
                 })
             } else {
-                let got = self
-                    .rt
-                    .block_on(async { self.target.store.get(&path).await?.bytes().await });
+                let ahead = c.ahead.remove(&o);
+                if let Obj::Segment(n) = o {
+                    self.read_ahead(c, n);
+                }
+                let got = match ahead {
+                    // Counted by the task that fetched it.
+                    Some(h) => match self.rt.block_on(h) {
+                        Ok(got) => got,
+                        Err(e) => Err(object_store::Error::Generic {
+                            store: "read-ahead",
+                            source: Box::new(e),
+                        }),
+                    },
+                    None => self
+                        .rt
+                        .block_on(async { self.target.store.get(&path).await?.bytes().await })
+                        .inspect(|b| self.ostats.count_get(b.len() as u64)),
+                };
                 if let Ok(b) = &got {
                     let n = b.len() as u64;
-                    self.ostats.gets.fetch_add(1, Ordering::Relaxed);
-                    self.ostats.get_bytes.fetch_add(n, Ordering::Relaxed);
                     if lsfs_core::device::cleaner_is_reading() {
                         self.ostats.cleaner_gets.fetch_add(1, Ordering::Relaxed);
                         self.ostats
@@ -574,9 +622,56 @@ impl ObjectDevice {
         }
     }
 
+    /// A read-only open that just missed segment `n` right after `n − 1`:
+    /// start fetching the next segments that are neither cached nor on
+    /// their way, and stop fetching those behind `n`. The fetches run on
+    /// the store's runtime; a later miss of one of them waits for it
+    /// (`load`), and it is checked there as any fetched object is.
+    fn read_ahead(&self, c: &mut Cache, n: u64) {
+        let k = self.readahead.load(Ordering::Relaxed);
+        if !self.read_only || k == 0 {
+            return;
+        }
+        let in_order = c.last_miss.is_some_and(|m| m + 1 == n);
+        c.last_miss = Some(n);
+        c.ahead.retain(|o, h| {
+            let keep = !matches!(o, Obj::Segment(s) if *s < n);
+            if !keep {
+                h.abort();
+            }
+            keep
+        });
+        if !in_order {
+            return;
+        }
+        for s in n + 1..(n + 1 + k).min(self.geo.nsegments()) {
+            let o = Obj::Segment(s);
+            if c.objs.contains_key(&o) || c.ahead.contains_key(&o) {
+                continue;
+            }
+            let (store, path, stats) = (
+                self.target.store.clone(),
+                self.target.path(&o.name()),
+                self.ostats.clone(),
+            );
+            let h = self.rt.spawn(async move {
+                let got = store.get(&path).await?.bytes().await;
+                if let Ok(b) = &got {
+                    stats.count_get(b.len() as u64);
+                }
+                got
+            });
+            self.ostats.readahead_gets.fetch_add(1, Ordering::Relaxed);
+            c.ahead.insert(o, h);
+        }
+    }
+
     /// Cache `data` as object `o` (not cached yet), unchanged; evict
     /// others beyond the bound.
     fn insert<'c>(&self, c: &'c mut Cache, o: Obj, data: Vec<u8>) -> &'c mut Entry {
+        if let Some(h) = c.ahead.remove(&o) {
+            h.abort();
+        }
         c.uses += 1;
         c.bytes += data.len() as u64;
         c.objs.insert(
@@ -953,6 +1048,12 @@ impl ObjectDevice {
         self.dead.clone()
     }
 
+    /// The request counters, shared: they go on counting after the device
+    /// is handed to the file system.
+    pub fn stats_handle(&self) -> Arc<ObjectStats> {
+        self.ostats.clone()
+    }
+
     fn alive(&self) -> Result<()> {
         if self.dead.load(Ordering::Relaxed) {
             return Err(Error::io(
@@ -1255,6 +1356,9 @@ impl BlockDevice for ObjectDevice {
             ("cleaner_gets", c.cleaner_gets),
             ("cleaner_get_bytes", c.cleaner_get_bytes),
         ];
+        if self.read_only {
+            v.push(("readahead_gets", c.readahead_gets));
+        }
         if let Some(d) = self.cache.lock().unwrap().disk.as_ref() {
             v.extend([
                 ("disk_cache_hits", d.hits),

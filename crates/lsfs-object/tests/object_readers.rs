@@ -240,3 +240,46 @@ fn a_snapshot_reader_follows_blocks_the_cleaner_moved() {
     assert!(of_snapshot.view_follows() > 0, "the reader never followed");
     w.unmount().unwrap();
 }
+
+/// A reader going through a file in order fetches the next segments ahead
+/// (`ObjectDevice::set_readahead`), and reads the same bytes as without.
+#[test]
+fn a_reader_in_order_fetches_segments_ahead() {
+    let t = Target::on(Arc::new(InMemory::new()), "fs/ahead");
+    ObjectDevice::create(&t, geo(), false).unwrap();
+    let opts = MkfsOptions {
+        segment_blocks: SEG_BLOCKS as u32,
+        label: "ahead".into(),
+    };
+    let dev = ObjectDevice::open(&t, true, 8 << 20).unwrap();
+    let mut w = Lsfs::mkfs(Box::new(dev), &opts, MountConfig::default()).unwrap();
+    let a = w
+        .mknod(ROOT_INO, b"a", libc::S_IFREG | 0o644, 0, &ctx())
+        .unwrap()
+        .ino;
+    let want = data(3, 4 * FILE_BYTES);
+    w.write(a, 0, &want).unwrap();
+    w.unmount().unwrap();
+    drop(w);
+    for ahead in [0, 4] {
+        let dev = ObjectDevice::open(&t, false, 8 << 20).unwrap();
+        dev.set_readahead(ahead);
+        let stats = dev.stats_handle();
+        let mut c = MountConfig::default();
+        c.store.read_only = true;
+        let mut r = Lsfs::open(Box::new(dev), c).unwrap();
+        let mut got = Vec::new();
+        while got.len() < want.len() {
+            got.extend(r.read(a, got.len() as u64, 128 << 10).unwrap());
+        }
+        assert!(got == want, "read ahead {ahead}: other bytes");
+        let n = stats
+            .readahead_gets
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if ahead == 0 {
+            assert_eq!(n, 0);
+        } else {
+            assert!(n >= 8, "{n} segments fetched ahead of 32");
+        }
+    }
+}

@@ -36,6 +36,9 @@ pub struct FileConfig {
     /// An object store's objects kept in memory, in bytes (default 64 MiB;
     /// 8 MiB..=64 GiB; docs/OBJECT_STORE.md). Image files ignore it.
     pub object_cache_bytes: Option<u64>,
+    /// Segments a read-only mount of an object store fetches ahead, at
+    /// once, while it reads segments in order (default 4; 0..=64).
+    pub object_readahead_segments: Option<u64>,
     /// Where an object store's flush records wait for their segments to be
     /// uploaded: `store` (the default: small objects in the store itself),
     /// an absolute path on local disk (a write-ahead file), or `off` (every
@@ -160,6 +163,19 @@ impl FileConfig {
         toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
     }
 
+    /// The segments a read-only mount of an object store fetches ahead,
+    /// validated.
+    pub fn object_readahead_segments(&self) -> Result<u64, String> {
+        check(
+            "object_readahead_segments",
+            self.object_readahead_segments
+                .unwrap_or(lsfs_object::device::DEFAULT_READAHEAD_SEGMENTS),
+            0,
+            64,
+            "segments",
+        )
+    }
+
     /// The bound on an object store's objects kept in memory, validated.
     pub fn object_cache_bytes(&self) -> Result<u64, String> {
         check(
@@ -245,6 +261,7 @@ impl FileConfig {
     ) -> Result<MountConfig, String> {
         let mut c = MountConfig::default();
         self.object_cache_bytes()?;
+        self.object_readahead_segments()?;
         self.reader_hold_secs(None)?;
         let cache = check(
             "cache size",
@@ -460,6 +477,12 @@ mod tests {
 
     #[test]
     fn ranges_are_enforced_and_named() {
+        let f: FileConfig = toml::from_str("object_readahead_segments = 65").unwrap();
+        let err = f.mount_config(None, false, None).unwrap_err();
+        assert!(
+            err.contains("object_readahead_segments") && err.contains("0..=64"),
+            "{err}"
+        );
         let f: FileConfig = toml::from_str("checkpoint_interval_secs = 0").unwrap();
         let err = f.mount_config(None, false, None).unwrap_err();
         assert!(

@@ -20,29 +20,27 @@ pub fn open(image: &Path, writable: bool) -> Result<Box<dyn BlockDevice>, String
         lsfs_object::device::DEFAULT_CACHE_BYTES,
         None,
         None,
+        lsfs_object::device::DEFAULT_READAHEAD_SEGMENTS,
     )
 }
 
 /// [`open`], with the bound on an object store's objects kept in memory,
 /// its write-ahead file and its cache on disk, if any (an image file
-/// refuses those).
+/// refuses those), and the segments a read-only open fetches ahead.
 pub fn open_cached(
     image: &Path,
     writable: bool,
     object_cache_bytes: u64,
     wal: Option<&WalConfig>,
     disk: Option<&DiskCacheConfig>,
+    readahead: u64,
 ) -> Result<Box<dyn BlockDevice>, String> {
     match object_url(image) {
         Some(url) => {
             let t = Target::parse(url)?;
-            Ok(Box::new(ObjectDevice::open_full(
-                &t,
-                writable,
-                object_cache_bytes,
-                wal,
-                disk,
-            )?))
+            let dev = ObjectDevice::open_full(&t, writable, object_cache_bytes, wal, disk)?;
+            dev.set_readahead(readahead);
+            Ok(Box::new(dev))
         }
         None if wal.is_some() || disk.is_some() => Err(format!(
             "{}: {} is not an object store URL; it is for s3://, file:// and memory:// \

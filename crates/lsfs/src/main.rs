@@ -749,6 +749,7 @@ fn mount(a: MountArgs) -> Result<(), String> {
         file_cfg.object_cache_bytes()?,
         wal.as_ref(),
         disk_cache.as_ref(),
+        file_cfg.object_readahead_segments()?,
     )?;
     // A writer that honours holds has not looked at them yet when its open
     // writes the mount checkpoint, which would give up plain checkpoints
@@ -811,7 +812,10 @@ fn mount(a: MountArgs) -> Result<(), String> {
         _ => None,
     };
     if keep_through_open {
-        fs.lock().unwrap().store.set_protection_secs(protection_secs);
+        fs.lock()
+            .unwrap()
+            .store
+            .set_protection_secs(protection_secs);
     }
     let fuse = control::FuseSide {
         mountpoint: a.mountpoint.clone(),
