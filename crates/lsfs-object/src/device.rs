@@ -1381,6 +1381,18 @@ impl BlockDevice for ObjectDevice {
     /// since the file still holds acknowledged writes and only a mount
     /// with it may go on (`lease.rs`).
     fn release(&self) -> Result<()> {
+        if self.read_only {
+            // Nothing to give back but memory. A reader that follows its
+            // writer opens the store again and lets this open go, while
+            // the FUSE side may keep a handle on it until the unmount.
+            let mut c = self.cache.lock().unwrap();
+            for (_, h) in c.ahead.drain() {
+                h.abort();
+            }
+            c.objs.clear();
+            c.bytes = 0;
+            return Ok(());
+        }
         if self.dead.load(Ordering::Relaxed) || !self.leased.swap(false, Ordering::Relaxed) {
             return Ok(());
         }

@@ -109,8 +109,13 @@ impl Lsfs {
         }
         let store = opened.store;
         store.fix_view();
-        let old = std::mem::replace(&mut self.store, store);
+        let mut old = std::mem::replace(&mut self.store, store);
         self.read_errors = read_errors;
+        // Its cache, which may hold segments the writer has since written
+        // again, is of no more use.
+        if let Err(e) = old.release_device() {
+            tracing::warn!("letting the earlier open of the store go: {e}");
+        }
         drop(old);
         self.follows += 1;
         tracing::info!(
