@@ -75,6 +75,12 @@ pub fn stats_text(s: &Value) -> String {
     if let Some(r) = s["read_only_reason"].as_str() {
         fs.push(row("read-only because", r.to_string()));
     }
+    if let Some(n) = s["view_follows"].as_u64().filter(|&n| n > 0) {
+        fs.push(row(
+            "followed the writer",
+            format!("{n} times (opened the store again for blocks its cleaner moved)"),
+        ));
+    }
     sections.push(("file system", fs));
 
     let c = &s["cache"];
@@ -339,6 +345,7 @@ mod tests {
             "inodes_used": 3,
             "compress": "zstd",
             "read_only_reason": null,
+            "view_follows": 2,
             "cache": { "capacity_blocks": 16384, "resident_blocks": 4096, "dirty_blocks": 0,
                        "hits": 9, "misses": 1 },
             "checkpoint": { "current": 4, "count": 3 },
@@ -361,7 +368,8 @@ mod tests {
         assert!(!t.contains('{'), "{t}");
         for want in [
             "\ncache\n",
-            "  compression: zstd\n",
+            "  compression:         zstd\n",
+            "  followed the writer: 2 times (opened the store again for blocks its cleaner moved)\n",
             "  capacity: 16384 blocks (64.0 MiB)\n",
             "  resident: 4096 blocks (16.0 MiB, 25.0 % full)\n",
             "  hit rate: 90.0 % (9 hits, 1 misses)\n",
