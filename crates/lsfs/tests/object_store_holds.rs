@@ -10,10 +10,10 @@
 mod common;
 mod mounted;
 
-use mounted::{fsck_clean, lsfs, lsfs_json, Mounted};
+use mounted::{fsck_clean, lsfs, lsfs_json, object_scratch, Mounted};
 use serde_json::Value;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 fn data(seed: u64, len: usize) -> Vec<u8> {
@@ -62,19 +62,9 @@ fn the_writer_keeps_the_checkpoint_a_reader_holds() {
     if !common::fuse_available() {
         return;
     }
-    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
-    let store = tmp.path().join("bucket");
-    let url = format!("file://{}/fs", store.display());
-    let target = PathBuf::from(&url);
-    let st = lsfs()
-        .args(["mkfs", "--size", "64M", &url])
-        .stdout(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(st.success(), "mkfs {url}: {st}");
-    let (mnt, rmnt) = (tmp.path().join("mnt"), tmp.path().join("rmnt"));
-    fs::create_dir(&mnt).unwrap();
-    fs::create_dir(&rmnt).unwrap();
+    let sc = object_scratch("64M");
+    let (tmp, store, target) = (&sc.tmp, sc.store.clone(), sc.target.clone());
+    let (mnt, rmnt) = (sc.mnt.clone(), sc.mnt2.clone());
     // Plain checkpoints are kept 13 s: longer than the 10 s between the
     // writer's looks at the holds, so one is promoted before it expires.
     let config = tmp.path().join("lsfs.toml");
@@ -152,19 +142,9 @@ fn a_writer_mounting_keeps_a_held_checkpoint_past_its_protection() {
     if !common::fuse_available() {
         return;
     }
-    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
-    let store = tmp.path().join("bucket");
-    let url = format!("file://{}/fs", store.display());
-    let target = PathBuf::from(&url);
-    let st = lsfs()
-        .args(["mkfs", "--size", "64M", &url])
-        .stdout(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(st.success(), "mkfs {url}: {st}");
-    let (mnt, rmnt) = (tmp.path().join("mnt"), tmp.path().join("rmnt"));
-    fs::create_dir(&mnt).unwrap();
-    fs::create_dir(&rmnt).unwrap();
+    let sc = object_scratch("64M");
+    let (tmp, target) = (&sc.tmp, sc.target.clone());
+    let (mnt, rmnt) = (sc.mnt.clone(), sc.mnt2.clone());
     let old = data(5, 1 << 20);
     let w = Mounted::new(&target, &mnt, &[]);
     fs::write(w.mnt.join("f"), &old).unwrap();

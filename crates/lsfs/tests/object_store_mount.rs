@@ -151,19 +151,19 @@ fn a_snapshot_reader_follows_the_writers_cleaner_through_the_mount() {
         return;
     }
     use std::os::unix::fs::FileExt;
-    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
-    let url = format!("file://{}/fs", tmp.path().join("bucket").display());
-    let target = PathBuf::from(&url);
-    let st = lsfs()
-        .args(["mkfs", "--size", "64M", &url])
-        .stdout(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(st.success(), "mkfs: {st}");
-    let (mnt, mnt2) = (tmp.path().join("mnt"), tmp.path().join("mnt2"));
-    fs::create_dir(&mnt).unwrap();
-    fs::create_dir(&mnt2).unwrap();
-    let w = Mounted::new(&target, &mnt, &[]);
+    let sc = mounted::object_scratch("64M");
+    let (target, mnt, mnt2) = (sc.target.clone(), sc.mnt.clone(), sc.mnt2.clone());
+    // No plain checkpoint kept: b's blocks are dead for the cleaner as
+    // soon as b goes. Discards at once: a segment the cleaner freed and the
+    // log did not reuse is deleted from the store by the next upload,
+    // rather than left holding what the reader would read there anyway.
+    let config = sc.tmp.path().join("lsfs.toml");
+    fs::write(&config, "protection_secs = 0\n").unwrap();
+    let w = Mounted::new(
+        &target,
+        &mnt,
+        &["--config", config.to_str().unwrap(), "-o", "discard=on"],
+    );
 
     // a and b interleaved, 16 KiB at a time, so that every segment holding
     // a also holds b; then b goes.
@@ -201,7 +201,7 @@ fn a_snapshot_reader_follows_the_writers_cleaner_through_the_mount() {
     // The writer cleans the half-dead segments (moving a's blocks) and
     // writes the device full several times over.
     let out = lsfs()
-        .args(["gc", "run", "--segments", "64", "--mount"])
+        .args(["gc", "run", "--json", "--segments", "64", "--mount"])
         .arg(&w.mnt)
         .output()
         .unwrap();
@@ -209,6 +209,12 @@ fn a_snapshot_reader_follows_the_writers_cleaner_through_the_mount() {
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    let pass = String::from_utf8_lossy(&out.stdout).to_string();
+    let copied: serde_json::Value = serde_json::from_str(&pass).unwrap();
+    assert!(
+        copied["blocks_copied"].as_u64().unwrap() > 0,
+        "the pass moved nothing: {pass}"
     );
     for round in 0..8 {
         fs::write(w.mnt.join("c"), data(10 + round, 16 << 20)).unwrap();
@@ -219,6 +225,18 @@ fn a_snapshot_reader_follows_the_writers_cleaner_through_the_mount() {
             .unwrap();
         assert!(sync.success());
     }
+    // A checkpoint asked for is in the store at once: the segments the
+    // writer wrote again are there for the reader to find.
+    let out = lsfs()
+        .args(["checkpoint", "create", "--mount"])
+        .arg(&w.mnt)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(
         fs::read(r.mnt.join("a")).unwrap() == kept,
         "the snapshot's reader read other data"
@@ -226,7 +244,10 @@ fn a_snapshot_reader_follows_the_writers_cleaner_through_the_mount() {
     let follows = mounted::lsfs_json("stats", &r.mnt)["view_follows"]
         .as_u64()
         .unwrap();
-    assert!(follows > 0, "the reader never had to follow the writer");
+    assert!(
+        follows > 0,
+        "the reader never had to follow the writer; {pass}"
+    );
     r.unmount();
     w.unmount();
     fsck_clean(&target, "after the snapshot's reader");

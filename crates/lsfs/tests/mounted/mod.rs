@@ -156,3 +156,38 @@ impl Drop for Mounted {
         }
     }
 }
+
+/// A file system in a `file://` store (docs/OBJECT_STORE.md) under a
+/// fresh directory in /var/tmp, made by `lsfs mkfs --size SIZE`, and two
+/// empty mount points; removed when dropped.
+pub struct ObjectScratch {
+    pub tmp: tempfile::TempDir,
+    /// The store's directory (the bucket).
+    pub store: PathBuf,
+    /// The URL, as the commands take it.
+    pub target: PathBuf,
+    pub mnt: PathBuf,
+    pub mnt2: PathBuf,
+}
+
+pub fn object_scratch(size: &str) -> ObjectScratch {
+    let tmp = tempfile::tempdir_in("/var/tmp").unwrap();
+    let store = tmp.path().join("bucket");
+    let url = format!("file://{}/fs", store.display());
+    let st = lsfs()
+        .args(["mkfs", "--size", size, &url])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success(), "mkfs {url}: {st}");
+    let (mnt, mnt2) = (tmp.path().join("mnt"), tmp.path().join("mnt2"));
+    fs::create_dir(&mnt).unwrap();
+    fs::create_dir(&mnt2).unwrap();
+    ObjectScratch {
+        tmp,
+        store,
+        target: PathBuf::from(url),
+        mnt,
+        mnt2,
+    }
+}
