@@ -1206,6 +1206,11 @@ impl BlockDevice for ObjectDevice {
         Ok(())
     }
 
+    /// Always: readers elsewhere see what is uploaded.
+    fn publishes(&self) -> bool {
+        true
+    }
+
     /// Upload every changed object, also with records kept apart (whose
     /// log then restarts): a snapshot or checkpoint someone asked for is
     /// then in the store for readers to mount.

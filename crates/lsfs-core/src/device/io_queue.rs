@@ -923,8 +923,16 @@ impl BlockDevice for QueuedDevice {
     fn flush(&self) -> Result<()> {
         self.0.barrier().map(|_| ())
     }
-    /// At once, not queued: everything queued before it runs first.
+    fn publishes(&self) -> bool {
+        self.0.dev.publishes()
+    }
+    /// At once, not queued: everything queued before it runs first (only
+    /// for a device that publishes: the others' queues are left as they
+    /// are).
     fn publish(&self) -> Result<()> {
+        if !self.0.dev.publishes() {
+            return Ok(());
+        }
         let t = self.0.flush_durable()?;
         self.0.complete(t)?;
         self.0.dev.publish()

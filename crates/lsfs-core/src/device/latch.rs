@@ -62,6 +62,9 @@ impl BlockDevice for ReadErrorLatch {
     fn flush(&self) -> Result<()> {
         self.inner.flush()
     }
+    fn publishes(&self) -> bool {
+        self.inner.publishes()
+    }
     fn publish(&self) -> Result<()> {
         self.inner.publish()
     }

@@ -47,12 +47,17 @@ pub trait BlockDevice: Send + Sync {
     }
     /// Make every write that returned before this call durable.
     fn flush(&self) -> Result<()>;
-    /// Make every write so far durable and visible to other opens of the
-    /// same storage (readers elsewhere), for a snapshot or a checkpoint
-    /// someone asked for: a flush for most devices; an object store that
-    /// keeps flush records apart uploads the changed objects.
+    /// Whether other opens of the same storage (readers elsewhere) see
+    /// writes only once [`BlockDevice::publish`]ed: an object store that
+    /// keeps flush records apart from its segments. Not most devices.
+    fn publishes(&self) -> bool {
+        false
+    }
+    /// Make every write so far visible to other opens of the same storage,
+    /// for a snapshot or a checkpoint someone asked for (only devices that
+    /// [`BlockDevice::publishes`]; nothing for the others).
     fn publish(&self) -> Result<()> {
-        self.flush()
+        Ok(())
     }
     /// Tell the device that nothing will read the `len` bytes at `offset`
     /// before writing them again, so it may drop them: a hole punched in
