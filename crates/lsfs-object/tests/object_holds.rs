@@ -10,10 +10,9 @@ mod common;
 
 use common::*;
 use lsfs_core::fs::{Lsfs, MountConfig};
-use lsfs_core::meta::open::MkfsOptions;
 use lsfs_object::readers::{self, Hold, ReaderHold, Writer};
 use lsfs_object::{ObjectDevice, Target};
-use lsfs_vfs::{Vfs, ROOT_INO};
+use lsfs_vfs::Vfs;
 use object_store::memory::InMemory;
 use object_store::PutPayload;
 use std::collections::BTreeSet;
@@ -60,19 +59,10 @@ fn a_readers_hold_object_comes_and_goes_with_it() {
 fn the_writer_keeps_a_held_checkpoint_and_lets_it_go_after() {
     let t = Target::on(Arc::new(InMemory::new()), "fs/holds");
     let rt = rt();
-    ObjectDevice::create(&t, geo(), false).unwrap();
-    let opts = MkfsOptions {
-        segment_blocks: SEG_BLOCKS as u32,
-        label: "holds".into(),
-    };
     let mut cfg = MountConfig::default();
     cfg.store.protection_secs = 0;
-    let dev = ObjectDevice::open(&t, true, 8 << 20).unwrap();
-    let mut w = Lsfs::mkfs(Box::new(dev), &opts, cfg.clone()).unwrap();
-    let a = w
-        .mknod(ROOT_INO, b"a", libc::S_IFREG | 0o644, 0, &ctx())
-        .unwrap()
-        .ino;
+    let mut w = mkfs_writer(&t, "holds", cfg.clone());
+    let a = new_file(&mut w, b"a");
     let old = data(1, FILE_BYTES);
     w.write(a, 0, &old).unwrap();
     let held = w.checkpoint().unwrap();

@@ -33,19 +33,10 @@ fn reader(t: &Target, checkpoint: Option<u64>) -> Lsfs {
 #[test]
 fn a_reader_whose_checkpoint_the_writer_reused_gets_eio_not_other_data() {
     let t = Target::on(Arc::new(InMemory::new()), "fs/readers");
-    ObjectDevice::create(&t, geo(), false).unwrap();
-    let opts = MkfsOptions {
-        segment_blocks: SEG_BLOCKS as u32,
-        label: "readers".into(),
-    };
     let mut cfg = MountConfig::default();
     cfg.store.protection_secs = 0;
-    let dev = ObjectDevice::open(&t, true, 8 << 20).unwrap();
-    let mut w = Lsfs::mkfs(Box::new(dev), &opts, cfg).unwrap();
-    let a = w
-        .mknod(ROOT_INO, b"a", libc::S_IFREG | 0o644, 0, &ctx())
-        .unwrap()
-        .ino;
+    let mut w = mkfs_writer(&t, "readers", cfg);
+    let a = new_file(&mut w, b"a");
     let old = data(1, FILE_BYTES);
     w.write(a, 0, &old).unwrap();
     w.checkpoint().unwrap();
@@ -103,13 +94,7 @@ fn a_reader_whose_checkpoint_the_writer_reused_gets_eio_not_other_data() {
 #[test]
 fn a_segment_written_after_the_view_is_refused_naming_it() {
     let t = Target::on(Arc::new(InMemory::new()), "fs/view");
-    ObjectDevice::create(&t, geo(), false).unwrap();
-    let opts = MkfsOptions {
-        segment_blocks: SEG_BLOCKS as u32,
-        label: "view".into(),
-    };
-    let dev = ObjectDevice::open(&t, true, 8 << 20).unwrap();
-    let mut w = Lsfs::mkfs(Box::new(dev), &opts, MountConfig::default()).unwrap();
+    let mut w = mkfs_writer(&t, "view", MountConfig::default());
     let fs_id = w.store.superblock().fs_id;
     w.unmount().unwrap();
     drop(w);
@@ -193,15 +178,9 @@ fn threaded_logging_is_refused_on_an_object_store() {
 #[test]
 fn a_snapshot_reader_follows_blocks_the_cleaner_moved() {
     let t = Target::on(Arc::new(InMemory::new()), "fs/moved");
-    ObjectDevice::create(&t, geo(), false).unwrap();
-    let opts = MkfsOptions {
-        segment_blocks: SEG_BLOCKS as u32,
-        label: "moved".into(),
-    };
     let mut cfg = MountConfig::default();
     cfg.store.protection_secs = 0;
-    let dev = ObjectDevice::open(&t, true, 8 << 20).unwrap();
-    let mut w = Lsfs::mkfs(Box::new(dev), &opts, cfg).unwrap();
+    let mut w = mkfs_writer(&t, "moved", cfg);
     let mk = |w: &mut Lsfs, name: &[u8]| {
         w.mknod(ROOT_INO, name, libc::S_IFREG | 0o644, 0, &ctx())
             .unwrap()
@@ -246,17 +225,8 @@ fn a_snapshot_reader_follows_blocks_the_cleaner_moved() {
 #[test]
 fn a_reader_in_order_fetches_segments_ahead() {
     let t = Target::on(Arc::new(InMemory::new()), "fs/ahead");
-    ObjectDevice::create(&t, geo(), false).unwrap();
-    let opts = MkfsOptions {
-        segment_blocks: SEG_BLOCKS as u32,
-        label: "ahead".into(),
-    };
-    let dev = ObjectDevice::open(&t, true, 8 << 20).unwrap();
-    let mut w = Lsfs::mkfs(Box::new(dev), &opts, MountConfig::default()).unwrap();
-    let a = w
-        .mknod(ROOT_INO, b"a", libc::S_IFREG | 0o644, 0, &ctx())
-        .unwrap()
-        .ino;
+    let mut w = mkfs_writer(&t, "ahead", MountConfig::default());
+    let a = new_file(&mut w, b"a");
     let want = data(3, 4 * FILE_BYTES);
     w.write(a, 0, &want).unwrap();
     w.unmount().unwrap();

@@ -10,7 +10,7 @@
 mod common;
 mod mounted;
 
-use mounted::{fsck_clean, lsfs, lsfs_json, object_scratch, Mounted};
+use mounted::{fsck_clean, lsfs, lsfs_args_json, lsfs_json, object_scratch, Mounted};
 use serde_json::Value;
 use std::fs;
 use std::path::Path;
@@ -24,19 +24,7 @@ fn data(seed: u64, len: usize) -> Vec<u8> {
 
 /// `lsfs checkpoint ARGS --json --mount MNT`, which must succeed, parsed.
 fn checkpoint(mnt: &Path, args: &[&str]) -> Value {
-    let out = lsfs()
-        .arg("checkpoint")
-        .args(args)
-        .args(["--json", "--mount"])
-        .arg(mnt)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "lsfs checkpoint {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    lsfs_args_json(&[&["checkpoint"], args].concat(), mnt)
 }
 
 /// Checkpoint `cno` of the mount at `mnt`: Some(whether it is a

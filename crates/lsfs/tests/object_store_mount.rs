@@ -181,17 +181,7 @@ fn a_snapshot_reader_follows_the_writers_cleaner_through_the_mount() {
     }
     drop((a, b));
     fs::remove_file(w.mnt.join("b")).unwrap();
-    let out = lsfs()
-        .args(["snapshot", "create", "--json", "--mount"])
-        .arg(&w.mnt)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = mounted::lsfs_args_json(&["snapshot", "create"], &w.mnt);
     let cno = v["cno"]
         .as_u64()
         .unwrap_or_else(|| panic!("{v}"))
@@ -200,18 +190,8 @@ fn a_snapshot_reader_follows_the_writers_cleaner_through_the_mount() {
 
     // The writer cleans the half-dead segments (moving a's blocks) and
     // writes the device full several times over.
-    let out = lsfs()
-        .args(["gc", "run", "--json", "--segments", "64", "--mount"])
-        .arg(&w.mnt)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let pass = String::from_utf8_lossy(&out.stdout).to_string();
-    let copied: serde_json::Value = serde_json::from_str(&pass).unwrap();
+    let copied = mounted::lsfs_args_json(&["gc", "run", "--segments", "64"], &w.mnt);
+    let pass = copied.to_string();
     assert!(
         copied["blocks_copied"].as_u64().unwrap() > 0,
         "the pass moved nothing: {pass}"
@@ -227,16 +207,7 @@ fn a_snapshot_reader_follows_the_writers_cleaner_through_the_mount() {
     }
     // A checkpoint asked for is in the store at once: the segments the
     // writer wrote again are there for the reader to find.
-    let out = lsfs()
-        .args(["checkpoint", "create", "--mount"])
-        .arg(&w.mnt)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    mounted::lsfs_args_json(&["checkpoint", "create"], &w.mnt);
     assert!(
         fs::read(r.mnt.join("a")).unwrap() == kept,
         "the snapshot's reader read other data"

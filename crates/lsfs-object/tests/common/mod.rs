@@ -69,3 +69,27 @@ pub fn files_read_back_and_fsck_is_clean(
     let report = lsfs_core::fsck::fsck(Box::new(ro)).unwrap();
     assert!(report.errors.is_empty(), "fsck: {:?}", report.errors);
 }
+
+/// A new file system named `label` on a fresh layout of [`geo`] in store
+/// `t` (in segments of [`SEG_BLOCKS`]), mounted read-write with `cfg`.
+pub fn mkfs_writer(
+    t: &lsfs_object::Target,
+    label: &str,
+    cfg: lsfs_core::fs::MountConfig,
+) -> lsfs_core::fs::Lsfs {
+    lsfs_object::ObjectDevice::create(t, geo(), false).unwrap();
+    let opts = lsfs_core::meta::open::MkfsOptions {
+        segment_blocks: SEG_BLOCKS as u32,
+        label: label.into(),
+    };
+    let dev = lsfs_object::ObjectDevice::open(t, true, 8 << 20).unwrap();
+    lsfs_core::fs::Lsfs::mkfs(Box::new(dev), &opts, cfg).unwrap()
+}
+
+/// A regular file `name` (mode 0644) in the root; its inode number.
+pub fn new_file(fs: &mut lsfs_core::fs::Lsfs, name: &[u8]) -> u64 {
+    use lsfs_vfs::{Vfs, ROOT_INO};
+    fs.mknod(ROOT_INO, name, libc::S_IFREG | 0o644, 0, &ctx())
+        .unwrap()
+        .ino
+}

@@ -19,14 +19,21 @@ pub fn lsfs() -> Command {
 
 /// `lsfs CMD --json --mount MNT` (stats, trim, …), which must succeed, parsed.
 pub fn lsfs_json(cmd: &str, mnt: &Path) -> serde_json::Value {
+    lsfs_args_json(&[cmd], mnt)
+}
+
+/// `lsfs ARGS… --json --mount MNT` (`snapshot create`, `gc run --segments
+/// 64`, …), which must succeed, parsed.
+pub fn lsfs_args_json(args: &[&str], mnt: &Path) -> serde_json::Value {
     let out = lsfs()
-        .args([cmd, "--json", "--mount"])
+        .args(args)
+        .args(["--json", "--mount"])
         .arg(mnt)
         .output()
         .unwrap();
     assert!(
         out.status.success(),
-        "lsfs {cmd}: {}",
+        "lsfs {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
