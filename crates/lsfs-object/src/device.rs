@@ -610,11 +610,19 @@ impl ObjectDevice {
             Ok(b) => {
                 let b = b.as_ref();
                 let first = &b[..b.len().min(crate::layout::BLOCK as usize)];
-                match lsfs_core::log::record::RecordHeader::peek(first, fs_id) {
+                use lsfs_core::log::record::RecordHeader;
+                match RecordHeader::peek(first, fs_id) {
                     Some((_, s, _, _)) if s > seq => stale(format!(
                         "the writer wrote this segment again (record {s}; this mount saw up \
                          to record {seq})"
                     )),
+                    None => match RecordHeader::peek_fs_id(first) {
+                        Some(other) if other != fs_id => stale(format!(
+                            "file system {other:#x}, not this mount's {fs_id:#x}, wrote this \
+                             segment (the store was made again)"
+                        )),
+                        _ => Ok(()),
+                    },
                     _ => Ok(()),
                 }
             }

@@ -253,3 +253,46 @@ fn a_reader_in_order_fetches_segments_ahead() {
         }
     }
 }
+
+/// A file system made again in the store under a reader: the new one's
+/// segments are refused (EIO), never read as the reader's, and the reader
+/// does not follow into the new file system.
+#[test]
+fn a_reader_refuses_segments_of_a_file_system_made_again() {
+    let t = Target::on(Arc::new(InMemory::new()), "fs/again");
+    let mut w = mkfs_writer(&t, "again", MountConfig::default());
+    let a = new_file(&mut w, b"a");
+    let old = data(1, FILE_BYTES);
+    w.write(a, 0, &old).unwrap();
+    let snap = w.snapshot_create().unwrap();
+    w.unmount().unwrap();
+    drop(w);
+    let mut r = reader(&t, Some(snap));
+
+    // Made again (mkfs --force), with the same names and numbers.
+    ObjectDevice::create(&t, geo(), true).unwrap();
+    let mut w = mkfs_writer_over(&t, "again");
+    // Files of its own over the whole device, so that it writes every
+    // segment the reader's file lay in.
+    for n in 0..10u8 {
+        let f = new_file(&mut w, format!("f{n}").as_bytes());
+        w.write(f, 0, &data(n + 2, FILE_BYTES)).unwrap();
+        w.checkpoint().unwrap();
+    }
+    let mut refused = 0;
+    for blk in 0..(FILE_BYTES / 4096) as u64 {
+        match r.read(a, blk * 4096, 4096) {
+            Ok(d) => assert!(
+                d[..] == old[blk as usize * 4096..][..4096],
+                "block {blk}: the reader read the new file system's data"
+            ),
+            Err(e) => {
+                assert_eq!(e.0, libc::EIO);
+                refused += 1;
+            }
+        }
+    }
+    assert!(refused > 0, "nothing of the old file system was refused");
+    assert_eq!(r.view_follows(), 0, "followed into another file system");
+    w.unmount().unwrap();
+}

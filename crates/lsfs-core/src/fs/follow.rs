@@ -83,6 +83,15 @@ impl Lsfs {
         };
         let (dev, read_errors) = crate::device::ReadErrorLatch::new(dev?);
         let opened = Store::open(Box::new(dev), self.config.store.clone())?;
+        let (was, is) = (
+            self.store.superblock().fs_id,
+            opened.store.superblock().fs_id,
+        );
+        if was != is {
+            return Err(Error::corrupt(format!(
+                "the store now holds file system {is:#x}, not {was:#x}: it was made again"
+            )));
+        }
         let cp = opened.store.cps().entries.get(&cno).copied();
         let gone = || {
             Error::io(
@@ -98,12 +107,10 @@ impl Lsfs {
             Some(cp) if !opened.store.given_up_at_next_checkpoint(cno) => cp,
             _ => return Err(gone()),
         };
-        // A checkpoint's entry never changes: the same checkpoint, or the
-        // number was reused after the file system was made again.
+        // A checkpoint's entry never changes.
         if Some(cp.ifile_root) != self.view {
             return Err(Error::corrupt(format!(
-                "checkpoint {cno} now has IFILE root {}, this view {:?}: the file system \
-                 was made again",
+                "checkpoint {cno} now has IFILE root {}, this view {:?}",
                 cp.ifile_root, self.view
             )));
         }

@@ -292,6 +292,20 @@ impl RecordHeader {
         record[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
     }
 
+    /// The file system that wrote the record header in `block`, if it is
+    /// one (of any file system: the magic and version match).
+    pub fn peek_fs_id(block: &[u8]) -> Option<u64> {
+        let mut r = Reader::new(block, "record header");
+        if r.u32().ok()? != RECORD_MAGIC
+            || r.u16().ok()? != RECORD_VERSION
+            || r.u16().ok()? as usize != HEADER_BYTES
+        {
+            return None;
+        }
+        r.skip(8).ok()?;
+        r.u64().ok()
+    }
+
     /// Decode the fixed header from the first block of a record; `None` if
     /// the block is not a record header of this file system (stale, foreign
     /// or never written): the normal end of the log.

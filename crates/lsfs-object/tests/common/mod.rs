@@ -78,6 +78,20 @@ pub fn mkfs_writer(
     cfg: lsfs_core::fs::MountConfig,
 ) -> lsfs_core::fs::Lsfs {
     lsfs_object::ObjectDevice::create(t, geo(), false).unwrap();
+    mkfs_on_layout(t, label, cfg)
+}
+
+/// [`mkfs_writer`] on a layout already in the store (`ObjectDevice::create`
+/// with `force`: a file system made again), with the default settings.
+pub fn mkfs_writer_over(t: &lsfs_object::Target, label: &str) -> lsfs_core::fs::Lsfs {
+    mkfs_on_layout(t, label, lsfs_core::fs::MountConfig::default())
+}
+
+fn mkfs_on_layout(
+    t: &lsfs_object::Target,
+    label: &str,
+    cfg: lsfs_core::fs::MountConfig,
+) -> lsfs_core::fs::Lsfs {
     let opts = lsfs_core::meta::open::MkfsOptions {
         segment_blocks: SEG_BLOCKS as u32,
         label: label.into(),
