@@ -40,6 +40,19 @@ mount_fs() {
     mountpoint -q "$mnt" || { cat "$log"; exit 1; }
 }
 
+# read_report FORMAT T0 T1 [MIB]: one line after a timed read, FORMAT
+# (Python's str.format) filled with the mount's object_store counters
+# ("-" for those it lacks), secs and, given MIB, mibs.
+read_report() {
+    "$lsfs" stats --json --mount "$mnt" | python3 -c '
+import collections, json, sys
+o = collections.defaultdict(lambda: "-", json.load(sys.stdin)["object_store"])
+fmt, t0, t1, mib = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+o["secs"] = t1 - t0
+o["mibs"] = mib / (t1 - t0)
+print("  " + fmt.format_map(o))' "$1" "$2" "$3" "${4:-0}"
+}
+
 unmount_fs() {
     fusermount3 -u "$mnt"
     wait "$mount_pid"
@@ -99,13 +112,7 @@ for mode in memory disk; do
     t0=$(date +%s.%N)
     cat "$mnt/big" >/dev/null
     t1=$(date +%s.%N)
-    "$lsfs" stats --json --mount "$mnt" | python3 -c '
-import json, sys
-o = json.load(sys.stdin)["object_store"]
-mode, t0, t1 = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
-print("  %s: 64 MiB read after a remount in %.2f s: %d GETs (%d bytes), disk cache hits %s"
-      % (mode, t1 - t0, o["gets"], o["get_bytes"], o.get("disk_cache_hits", "-")))' \
-        "$mode" "$t0" "$t1"
+    read_report "$mode: 64 MiB read after a remount in {secs:.2f} s: {gets} GETs ({get_bytes} bytes), disk cache hits {disk_cache_hits}" "$t0" "$t1"
     unmount_fs
 done
 [[ -d $dir/disk-cache ]] && echo "  disk cache: $(du -sb "$dir/disk-cache" | cut -f1) bytes"
@@ -122,13 +129,7 @@ for ((round = 0; round < ${READ_ROUNDS:-3}; round++)); do
         t0=$(date +%s.%N)
         cat "$mnt/big" >/dev/null
         t1=$(date +%s.%N)
-        "$lsfs" stats --json --mount "$mnt" | python3 -c '
-import json, sys
-o = json.load(sys.stdin)["object_store"]
-ahead, t0, t1 = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
-print("  read-only, %s segments ahead: 256 MiB read in %.2f s (%.0f MiB/s): %d GETs, %d of them ahead"
-      % (ahead, t1 - t0, 256 / (t1 - t0), o["gets"], o["readahead_gets"]))' \
-            "$ahead" "$t0" "$t1"
+        read_report "read-only, $ahead segments ahead: 256 MiB read in {secs:.2f} s ({mibs:.0f} MiB/s): {gets} GETs, {readahead_gets} of them ahead" "$t0" "$t1" 256
         unmount_fs
     done
 done

@@ -500,6 +500,15 @@ fn small_fsyncs(mnt: &Path, dir: &str, n: usize) -> (u64, Duration) {
     (after - before, took)
 }
 
+/// `--config=FILE` with no checkpoint by time during a test (FILE in
+/// `dir`): what goes up is what the fsyncs and the log's segments make go
+/// up.
+fn no_timed_checkpoints(dir: &std::path::Path) -> String {
+    let cfg = dir.join("lsfs.toml");
+    fs::write(&cfg, "checkpoint_interval_secs = 3600\n").unwrap();
+    format!("--config={}", cfg.display())
+}
+
 #[test]
 fn s3_write_ahead_file_uploads_less_and_survives_crashes() {
     if !common::fuse_available() {
@@ -511,11 +520,7 @@ fn s3_write_ahead_file_uploads_less_and_survives_crashes() {
     mkfs(&w, &url);
     let wal = tmp.path().join("fs.wal");
     let wal_opt = format!("object_wal={}", wal.display());
-    // No checkpoint by time during the test: what goes up is what the
-    // fsyncs and the log's segments make go up.
-    let cfg = tmp.path().join("lsfs.toml");
-    fs::write(&cfg, "checkpoint_interval_secs = 3600\n").unwrap();
-    let cfg_arg = format!("--config={}", cfg.display());
+    let cfg_arg = no_timed_checkpoints(tmp.path());
     const N: usize = 30;
 
     let m = mount(
@@ -610,9 +615,7 @@ fn s3_flush_records_in_the_store_survive_the_machine() {
     let (tmp, mnt, _) = scratch();
     let url = w.url("fs");
     mkfs(&w, &url);
-    let cfg = tmp.path().join("lsfs.toml");
-    fs::write(&cfg, "checkpoint_interval_secs = 3600\n").unwrap();
-    let cfg_arg = format!("--config={}", cfg.display());
+    let cfg_arg = no_timed_checkpoints(tmp.path());
     const N: usize = 30;
     let m = mount(
         &w,

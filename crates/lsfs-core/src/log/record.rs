@@ -292,16 +292,21 @@ impl RecordHeader {
         record[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
     }
 
+    /// `block` read from its start if it begins with a record header of
+    /// this format (magic, version and header size), of any file system;
+    /// the reader stands after those.
+    fn header_reader(block: &[u8]) -> Option<Reader<'_>> {
+        let mut r = Reader::new(block, "record header");
+        (r.u32().ok()? == RECORD_MAGIC
+            && r.u16().ok()? == RECORD_VERSION
+            && r.u16().ok()? as usize == HEADER_BYTES)
+            .then_some(r)
+    }
+
     /// The file system that wrote the record header in `block`, if it is
     /// one (of any file system: the magic and version match).
     pub fn peek_fs_id(block: &[u8]) -> Option<u64> {
-        let mut r = Reader::new(block, "record header");
-        if r.u32().ok()? != RECORD_MAGIC
-            || r.u16().ok()? != RECORD_VERSION
-            || r.u16().ok()? as usize != HEADER_BYTES
-        {
-            return None;
-        }
+        let mut r = Self::header_reader(block)?;
         r.skip(8).ok()?;
         r.u64().ok()
     }
@@ -310,13 +315,7 @@ impl RecordHeader {
     /// the block is not a record header of this file system (stale, foreign
     /// or never written): the normal end of the log.
     pub fn peek(block: &[u8], fs_id: u64) -> Option<(u32, u64, u32, u32)> {
-        let mut r = Reader::new(block, "record header");
-        if r.u32().ok()? != RECORD_MAGIC
-            || r.u16().ok()? != RECORD_VERSION
-            || r.u16().ok()? as usize != HEADER_BYTES
-        {
-            return None;
-        }
+        let mut r = Self::header_reader(block)?;
         r.skip(4).ok()?;
         let flags = r.u32().ok()?;
         if r.u64().ok()? != fs_id {
