@@ -492,6 +492,13 @@ impl Drop for Rounds {
     }
 }
 
+/// Whether a writer holds `t` now: its lease exists and names a mount not
+/// known to be gone (`lease::Holder::is_gone`).
+pub fn writer_holds(t: &Target) -> Result<bool, String> {
+    let rt = small_runtime()?;
+    Ok(crate::lease::holder(t, &rt)?.is_some_and(|h| !h.is_gone()))
+}
+
 fn small_runtime() -> Result<Runtime, String> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -233,7 +233,9 @@ struct MountArgs {
     image: PathBuf,
     /// An existing directory to mount it on.
     mountpoint: PathBuf,
-    /// Mount this checkpoint or snapshot read-only.
+    /// Mount this checkpoint or snapshot read-only. A read-only mount of an
+    /// object store without it shows, while a writer holds the store, the
+    /// writer's newest checkpoint (held as this one would be).
     #[arg(long)]
     checkpoint: Option<u64>,
     /// Mount options, comma-separated: `ro`, `rw`, `writeback_cache` (the
@@ -693,6 +695,42 @@ fn flag_or_option<T: PartialEq + std::fmt::Debug>(
     }
 }
 
+/// What a read-only mount of object store `t` without `--checkpoint`
+/// shows. While a writer holds the store: its newest checkpoint, held and
+/// followed as one named with `--checkpoint` (docs/OBJECT_STORE.md). The
+/// fsync records after that checkpoint are left out: no checkpoint holds
+/// their blocks, the writer may fill their segments again at any time,
+/// and a view of them would then fail with EIO, with nothing to follow.
+/// With no writer nothing moves: the newest state, records included.
+fn reader_checkpoint(image: &Path, t: &lsfs_object::Target) -> Result<Option<u64>, String> {
+    if !lsfs_object::readers::writer_holds(t)? {
+        return Ok(None);
+    }
+    let newest = Lsfs::open(
+        device_target::open(image, false)?,
+        MountConfig {
+            store: lsfs_core::meta::store::StoreConfig {
+                read_only: true,
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    )
+    .map_err(|e| format!("cannot mount {}: {e}", image.display()))?
+    .store
+    .cps()
+    .latest()
+    .map(|c| c.cno);
+    if let Some(cno) = newest {
+        tracing::info!(
+            "{}: a writer holds it; showing its newest checkpoint, {cno} \
+             (the fsync records after it are not held: `--checkpoint N` chooses another)",
+            t.url
+        );
+    }
+    Ok(newest)
+}
+
 fn mount(a: MountArgs) -> Result<(), String> {
     let mnt = mount_dir(&a.mountpoint)?;
     let o = a.options.clone().unwrap_or_default();
@@ -711,6 +749,13 @@ fn mount(a: MountArgs) -> Result<(), String> {
         Some(p) => FileConfig::load(p)?,
         None => FileConfig::default(),
     };
+    let object = device_target::object_url(&a.image)
+        .map(lsfs_object::Target::parse)
+        .transpose()?;
+    let checkpoint = match &object {
+        Some(t) if read_only && checkpoint.is_none() => reader_checkpoint(&a.image, t)?,
+        _ => checkpoint,
+    };
     let mut cfg = file_cfg.mount_config(cache_size, read_only, checkpoint)?;
     if let Some(d) = o.discard {
         cfg.store.discard = d;
@@ -726,17 +771,11 @@ fn mount(a: MountArgs) -> Result<(), String> {
     let disk_cache =
         file_cfg.object_disk_cache(o.object_disk_cache.clone(), o.object_disk_cache_bytes)?;
     let hold_secs = file_cfg.reader_hold_secs(o.reader_hold_secs)?;
-    let object = device_target::object_url(&a.image)
-        .map(lsfs_object::Target::parse)
-        .transpose()?;
     // A reader of checkpoint N on an object store holds N, so that the
     // writer keeps it (lsfs_object::readers). Taken before the open, to
     // leave the writer as little time as can be to give N up unawares;
     // dropped (the hold deleted) when this function returns, at unmount
-    // or on a failed mount. A reader of the newest state takes none: it
-    // shows the records written after the last checkpoint too, which no
-    // checkpoint holds, and it cannot keep the writer from reusing their
-    // segments.
+    // or on a failed mount.
     let _hold = match (&object, checkpoint) {
         (Some(t), Some(cno)) if hold_secs > 0 => {
             Some(lsfs_object::readers::ReaderHold::take(t, cno, hold_secs)?)

@@ -165,3 +165,56 @@ fn a_writer_mounting_keeps_a_held_checkpoint_past_its_protection() {
     w.unmount();
     fsck_clean(&target, "after the writer's open");
 }
+
+/// A read-only mount without `--checkpoint` of a store that a writer
+/// holds shows the writer's newest checkpoint and holds it as a reader of
+/// that checkpoint would: the writer promotes it, keeps it past its
+/// protection and through its rewrites, and the reader reads its file
+/// back. With no writer, the same mount takes no hold and shows the
+/// newest state.
+#[test]
+fn a_reader_of_the_newest_state_holds_the_writers_newest_checkpoint() {
+    if !common::fuse_available() {
+        return;
+    }
+    let sc = object_scratch("64M");
+    let (tmp, store, target) = (&sc.tmp, sc.store.clone(), sc.target.clone());
+    let (mnt, rmnt) = (sc.mnt.clone(), sc.mnt2.clone());
+    let config = tmp.path().join("lsfs.toml");
+    fs::write(&config, format!("protection_secs = {PROTECTION_SECS}\n")).unwrap();
+    let w = Mounted::new(&target, &mnt, &["--config", config.to_str().unwrap()]);
+    let old = data(11, 4 << 20);
+    fs::write(w.mnt.join("f"), &old).unwrap();
+    let n = checkpoint(&w.mnt, &["create"])["cno"].as_u64().unwrap();
+    let made = Instant::now();
+    let r = Mounted::new(&target, &rmnt, &["-o", "ro"]);
+    assert_eq!(hold_objects(&store), 1, "the reader's hold");
+    let deadline = made + Duration::from_secs(PROTECTION_SECS);
+    while snapshot_flag(&w.mnt, n) != Some(true) {
+        assert!(Instant::now() < deadline, "checkpoint {n} not promoted");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(deadline.saturating_duration_since(Instant::now()) + Duration::from_secs(1));
+    for round in 0..8 {
+        fs::write(w.mnt.join("f"), data(round + 12, 4 << 20)).unwrap();
+        checkpoint(&w.mnt, &["create"]);
+    }
+    assert_eq!(snapshot_flag(&w.mnt, n), Some(true), "kept for the reader");
+    assert!(
+        fs::read(r.mnt.join("f")).unwrap() == old,
+        "the reader's file"
+    );
+    r.unmount();
+    let newest = data(19, 4 << 20);
+    fs::write(w.mnt.join("f"), &newest).unwrap();
+    w.unmount();
+
+    let r = Mounted::new(&target, &rmnt, &["-o", "ro"]);
+    assert_eq!(hold_objects(&store), 0, "no writer, no hold");
+    assert!(
+        fs::read(r.mnt.join("f")).unwrap() == newest,
+        "the newest state"
+    );
+    r.unmount();
+    fsck_clean(&target, "after the newest state's readers");
+}
