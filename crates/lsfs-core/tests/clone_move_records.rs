@@ -170,21 +170,22 @@ fn shared_blocks_killed_by_one_durable_write_are_not_freed_under_the_other() {
     let flushes = flush_points(&run.log);
     let mut rng = rand::rngs::StdRng::seed_from_u64(110);
     let mut prev = 0;
-    let mut checked = 0;
+    let mut points = Vec::new();
     let every = (flushes.len() / 20).max(1);
     for (i, &f) in flushes.iter().enumerate() {
         if i % every == 0 {
-            check(&run, f, 0);
+            points.push((f, 0));
             if f > prev + 1 {
-                check(&run, rng.gen_range(prev + 1..f), i as u64);
+                points.push((rng.gen_range(prev + 1..f), i as u64));
             }
-            checked += 2;
         }
         prev = f;
     }
-    check(&run, run.log.len(), 1);
+    points.push((run.log.len(), 1));
+    check_points_in_parallel(&points, |&(nops, seed)| check(&run, nops, seed));
     eprintln!(
-        "crash states checked: {checked} ({} flushes)",
+        "crash states checked: {} ({} flushes)",
+        points.len(),
         flushes.len()
     );
 }

@@ -160,29 +160,29 @@ fn victims_reused_before_a_checkpoint_survive_every_crash() {
     let flushes = flush_points(&run.log);
     let mut rng = rand::rngs::StdRng::seed_from_u64(70);
     let mut prev = 0;
-    let mut checked = 0;
+    let mut points = Vec::new();
     // About 25 flushes, spread over the run, and a point between each and
     // the one before it.
     let every = (flushes.len() / 25).max(1);
     for (i, &f) in flushes.iter().enumerate() {
         if i % every == 0 {
-            check(&run, f, 0);
+            points.push((f, 0));
             if f > prev + 1 {
-                check(&run, rng.gen_range(prev + 1..f), i as u64);
+                points.push((rng.gen_range(prev + 1..f), i as u64));
             }
-            checked += 2;
         }
         prev = f;
     }
     // Right after each move record: the blocks its pass freed uncopied
     // must have died by writes already durable.
     for (i, &m) in run.moves.iter().enumerate() {
-        check(&run, m, i as u64);
-        checked += 1;
+        points.push((m, i as u64));
     }
-    check(&run, run.log.len(), 1);
+    points.push((run.log.len(), 1));
+    check_points_in_parallel(&points, |&(nops, seed)| check(&run, nops, seed));
     eprintln!(
-        "crash states checked: {checked} ({} flushes)",
+        "crash states checked: {} ({} flushes)",
+        points.len(),
         flushes.len()
     );
 }

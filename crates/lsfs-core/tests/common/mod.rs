@@ -217,3 +217,18 @@ pub fn flush_points(log: &lsfs_core::device::CrashLog) -> Vec<usize> {
         .map(|(i, _)| i + 1)
         .collect()
 }
+
+/// Run `check(point)` for every crash point, on as many threads as there
+/// are CPUs: each check opens its own copy of the image, and a test of one
+/// long run with hundreds of points would otherwise leave all but one CPU
+/// idle. A failing check fails the test, naming its point.
+#[allow(dead_code)]
+pub fn check_points_in_parallel<P: Sync>(points: &[P], check: impl Fn(&P) + Sync) {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let check = &check;
+            s.spawn(move || points.iter().skip(t).step_by(threads).for_each(check));
+        }
+    });
+}
