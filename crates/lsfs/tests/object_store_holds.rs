@@ -45,19 +45,42 @@ fn hold_objects(store: &Path) -> usize {
     fs::read_dir(store.join("fs/readers")).map_or(0, |d| d.count())
 }
 
+/// A writer of `sc`'s store that keeps plain checkpoints 13 s: longer
+/// than the 10 s between its looks at the holds, so a held one is
+/// promoted before it expires.
+fn writer_keeping_plain_checkpoints_briefly(sc: &mounted::ObjectScratch) -> Mounted {
+    let config = sc.tmp.path().join("lsfs.toml");
+    fs::write(&config, format!("protection_secs = {PROTECTION_SECS}\n")).unwrap();
+    Mounted::new(&sc.target, &sc.mnt, &["--config", config.to_str().unwrap()])
+}
+
+/// Checkpoint `n`, made at `made` and held by a reader, is promoted by
+/// the writer at `mnt` within its protection, and stays a snapshot past
+/// that protection while the writer rewrites file `f` over most of the
+/// 64 MiB, checkpointing each time (contents from `seed` on).
+fn kept_through_rewrites(mnt: &Path, n: u64, made: Instant, seed: u64) {
+    let deadline = made + Duration::from_secs(PROTECTION_SECS);
+    while snapshot_flag(mnt, n) != Some(true) {
+        assert!(Instant::now() < deadline, "checkpoint {n} not promoted");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Past N's protection: the next checkpoint would give it up.
+    std::thread::sleep(deadline.saturating_duration_since(Instant::now()) + Duration::from_secs(1));
+    for round in 0..8 {
+        fs::write(mnt.join("f"), data(round + seed, 4 << 20)).unwrap();
+        checkpoint(mnt, &["create"]);
+    }
+    assert_eq!(snapshot_flag(mnt, n), Some(true), "kept for the reader");
+}
+
 #[test]
 fn the_writer_keeps_the_checkpoint_a_reader_holds() {
     if !common::fuse_available() {
         return;
     }
     let sc = object_scratch("64M");
-    let (tmp, store, target) = (&sc.tmp, sc.store.clone(), sc.target.clone());
-    let (mnt, rmnt) = (sc.mnt.clone(), sc.mnt2.clone());
-    // Plain checkpoints are kept 13 s: longer than the 10 s between the
-    // writer's looks at the holds, so one is promoted before it expires.
-    let config = tmp.path().join("lsfs.toml");
-    fs::write(&config, format!("protection_secs = {PROTECTION_SECS}\n")).unwrap();
-    let w = Mounted::new(&target, &mnt, &["--config", config.to_str().unwrap()]);
+    let (store, target, rmnt) = (sc.store.clone(), sc.target.clone(), sc.mnt2.clone());
+    let w = writer_keeping_plain_checkpoints_briefly(&sc);
 
     // Checkpoint N, and a reader of it, which holds it.
     let old = data(1, 4 << 20);
@@ -73,20 +96,7 @@ fn the_writer_keeps_the_checkpoint_a_reader_holds() {
         &["--checkpoint", &n.to_string(), "-o", "ro"],
     );
     assert_eq!(hold_objects(&store), 1, "the reader's hold");
-    let deadline = made + Duration::from_secs(PROTECTION_SECS);
-    while snapshot_flag(&w.mnt, n) != Some(true) {
-        assert!(Instant::now() < deadline, "checkpoint {n} not promoted");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    // Past N's protection: the next checkpoint would give it up.
-    std::thread::sleep(deadline.saturating_duration_since(Instant::now()) + Duration::from_secs(1));
-    // The writer rewrites the file over most of the 64 MiB, checkpointing
-    // each time.
-    for round in 0..8 {
-        fs::write(w.mnt.join("f"), data(round + 2, 4 << 20)).unwrap();
-        checkpoint(&w.mnt, &["create"]);
-    }
-    assert_eq!(snapshot_flag(&w.mnt, n), Some(true), "kept for the reader");
+    kept_through_rewrites(&w.mnt, n, made, 2);
     assert_eq!(snapshot_flag(&w.mnt, unheld), None, "given up, unheld");
     assert!(
         fs::read(r.mnt.join("f")).unwrap() == old,
@@ -178,28 +188,15 @@ fn a_reader_of_the_newest_state_holds_the_writers_newest_checkpoint() {
         return;
     }
     let sc = object_scratch("64M");
-    let (tmp, store, target) = (&sc.tmp, sc.store.clone(), sc.target.clone());
-    let (mnt, rmnt) = (sc.mnt.clone(), sc.mnt2.clone());
-    let config = tmp.path().join("lsfs.toml");
-    fs::write(&config, format!("protection_secs = {PROTECTION_SECS}\n")).unwrap();
-    let w = Mounted::new(&target, &mnt, &["--config", config.to_str().unwrap()]);
+    let (store, target, rmnt) = (sc.store.clone(), sc.target.clone(), sc.mnt2.clone());
+    let w = writer_keeping_plain_checkpoints_briefly(&sc);
     let old = data(11, 4 << 20);
     fs::write(w.mnt.join("f"), &old).unwrap();
     let n = checkpoint(&w.mnt, &["create"])["cno"].as_u64().unwrap();
     let made = Instant::now();
     let r = Mounted::new(&target, &rmnt, &["-o", "ro"]);
     assert_eq!(hold_objects(&store), 1, "the reader's hold");
-    let deadline = made + Duration::from_secs(PROTECTION_SECS);
-    while snapshot_flag(&w.mnt, n) != Some(true) {
-        assert!(Instant::now() < deadline, "checkpoint {n} not promoted");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    std::thread::sleep(deadline.saturating_duration_since(Instant::now()) + Duration::from_secs(1));
-    for round in 0..8 {
-        fs::write(w.mnt.join("f"), data(round + 12, 4 << 20)).unwrap();
-        checkpoint(&w.mnt, &["create"]);
-    }
-    assert_eq!(snapshot_flag(&w.mnt, n), Some(true), "kept for the reader");
+    kept_through_rewrites(&w.mnt, n, made, 12);
     assert!(
         fs::read(r.mnt.join("f")).unwrap() == old,
         "the reader's file"
