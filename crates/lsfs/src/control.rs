@@ -301,7 +301,10 @@ pub fn stats(fs: &Lsfs) -> Value {
                    "dirty_blocks": st.cache().dirty_count(), "hits": st.cache().hits, "misses": st.cache().misses },
         "segments": { "total": st.geo().nsegments, "free": st.segs().free_count(), "segment_blocks": st.geo().segment_blocks,
                       "live_blocks": st.segs().held().0, "snapshot_blocks": st.segs().held().1 },
-        "checkpoint": { "current": st.roots().cur_cno, "count": st.cps().entries.len() },
+        // A read-only view shows one checkpoint; "current" is the
+        // newest the store held when it opened.
+        "checkpoint": { "current": st.roots().cur_cno, "count": st.cps().entries.len(),
+                        "shown": fs.shown_checkpoint() },
         "blocks_used": st.roots().blocks_used,
         "inodes_used": st.roots().inodes_used,
         // What new records of user data are compressed with: off, lz4, zstd.

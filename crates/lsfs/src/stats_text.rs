@@ -110,13 +110,14 @@ pub fn stats_text(s: &Value) -> String {
     ));
 
     let cp = &s["checkpoint"];
-    sections.push((
-        "checkpoint",
-        vec![
-            row("current", u(&cp["current"]).to_string()),
-            row("kept", u(&cp["count"]).to_string()),
-        ],
-    ));
+    let mut rows = vec![
+        row("current", u(&cp["current"]).to_string()),
+        row("kept", u(&cp["count"]).to_string()),
+    ];
+    if let Some(n) = cp["shown"].as_u64() {
+        rows.insert(0, row("shown", format!("{n} (this mount is a view of it)")));
+    }
+    sections.push(("checkpoint", rows));
 
     let d = &s["device"];
     sections.push((
@@ -348,7 +349,7 @@ mod tests {
             "view_follows": 2,
             "cache": { "capacity_blocks": 16384, "resident_blocks": 4096, "dirty_blocks": 0,
                        "hits": 9, "misses": 1 },
-            "checkpoint": { "current": 4, "count": 3 },
+            "checkpoint": { "current": 4, "count": 3, "shown": 2 },
             "device": { "reads": 2, "read_bytes": 8192, "writes": 1, "write_bytes": 1048576, "flushes": 1,
                         "discards": 3, "discard_bytes": 6291456 },
             "discard": { "mode": "batched", "segments": 3, "bytes": 6291456, "requests": 2,
@@ -385,6 +386,7 @@ mod tests {
             "  mode:      batched\n",
             "  trims:     1 (2.0 MiB)\n",
             "  LOOKUP:                     2\n",
+            "  shown:   2 (this mount is a view of it)\n",
             "  being freed:         1 files, 4096 blocks (16.0 MiB)\n",
             "  freed in background: 1 of 2 files queued, 512 blocks (2.0 MiB)\n",
             "\nreaders' holds\n",

@@ -196,6 +196,8 @@ fn a_reader_of_the_newest_state_holds_the_writers_newest_checkpoint() {
     let made = Instant::now();
     let r = Mounted::new(&target, &rmnt, &["-o", "ro"]);
     assert_eq!(hold_objects(&store), 1, "the reader's hold");
+    let shown = &lsfs_json("stats", &r.mnt)["checkpoint"]["shown"];
+    assert_eq!(shown.as_u64(), Some(n), "lsfs stats names it");
     kept_through_rewrites(&w.mnt, n, made, 12);
     assert!(
         fs::read(r.mnt.join("f")).unwrap() == old,
@@ -208,6 +210,11 @@ fn a_reader_of_the_newest_state_holds_the_writers_newest_checkpoint() {
 
     let r = Mounted::new(&target, &rmnt, &["-o", "ro"]);
     assert_eq!(hold_objects(&store), 0, "no writer, no hold");
+    let shown = &lsfs_json("stats", &r.mnt)["checkpoint"]["shown"];
+    assert!(
+        shown.is_null(),
+        "the newest state is no checkpoint's view: {shown}"
+    );
     assert!(
         fs::read(r.mnt.join("f")).unwrap() == newest,
         "the newest state"

@@ -65,6 +65,13 @@ impl Lsfs {
         }
     }
 
+    /// The checkpoint this mount shows, if it is a read-only view of one
+    /// (`lsfs stats`).
+    pub fn shown_checkpoint(&self) -> Option<u64> {
+        self.view?;
+        self.config.checkpoint
+    }
+
     /// The checkpoint this mount shows, if it is a read-only view that
     /// may follow a writer elsewhere.
     fn followed_checkpoint(&self) -> Option<u64> {
