@@ -17,7 +17,7 @@ mod stats_text;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use config::FileConfig;
-use lsfs_core::device::FileDevice;
+use lsfs_core::device::{BlockDevice, FileDevice};
 use lsfs_core::fs::{Lsfs, MountConfig};
 use lsfs_core::meta::open::MkfsOptions;
 use lsfs_core::meta::store::Compress;
@@ -696,39 +696,31 @@ fn flag_or_option<T: PartialEq + std::fmt::Debug>(
 }
 
 /// What a read-only mount of object store `t` without `--checkpoint`
-/// shows. While a writer holds the store: its newest checkpoint, held and
-/// followed as one named with `--checkpoint` (docs/OBJECT_STORE.md). The
-/// fsync records after that checkpoint are left out: no checkpoint holds
-/// their blocks, the writer may fill their segments again at any time,
-/// and a view of them would then fail with EIO, with nothing to follow.
-/// With no writer nothing moves: the newest state, records included.
-fn reader_checkpoint(image: &Path, t: &lsfs_object::Target) -> Result<Option<u64>, String> {
+/// shows. While a writer holds the store: its newest checkpoint that the
+/// store's superblocks name, read through `dev`, the device the mount then
+/// opens (so it finds that checkpoint), held and followed as one named with
+/// `--checkpoint` (docs/OBJECT_STORE.md). The fsync records after that
+/// checkpoint are left out: no checkpoint holds their blocks, the writer
+/// may fill their segments again at any time, and a view of them would
+/// then fail with EIO, with nothing to follow. With no writer nothing
+/// moves: the newest state, records included.
+fn reader_checkpoint(
+    dev: &mut dyn BlockDevice,
+    image: &Path,
+    t: &lsfs_object::Target,
+) -> Result<Option<u64>, String> {
     if !lsfs_object::readers::writer_holds(t)? {
         return Ok(None);
     }
-    let newest = Lsfs::open(
-        device_target::open(image, false)?,
-        MountConfig {
-            store: lsfs_core::meta::store::StoreConfig {
-                read_only: true,
-                ..Default::default()
-            },
-            ..Default::default()
-        },
-    )
-    .map_err(|e| format!("cannot mount {}: {e}", image.display()))?
-    .store
-    .cps()
-    .latest()
-    .map(|c| c.cno);
-    if let Some(cno) = newest {
-        tracing::info!(
-            "{}: a writer holds it; showing its newest checkpoint, {cno} \
-             (the fsync records after it are not held: `--checkpoint N` chooses another)",
-            t.url
-        );
-    }
-    Ok(newest)
+    let cno = lsfs_core::inspect::newest_superblock(dev)
+        .map_err(|e| format!("cannot mount {}: {e}", image.display()))?
+        .cp_cno;
+    tracing::info!(
+        "{}: a writer holds it; showing its newest checkpoint, {cno} \
+         (the fsync records after it are not held: `--checkpoint N` chooses another)",
+        t.url
+    );
+    Ok(Some(cno))
 }
 
 fn mount(a: MountArgs) -> Result<(), String> {
@@ -749,13 +741,6 @@ fn mount(a: MountArgs) -> Result<(), String> {
         Some(p) => FileConfig::load(p)?,
         None => FileConfig::default(),
     };
-    let object = device_target::object_url(&a.image)
-        .map(lsfs_object::Target::parse)
-        .transpose()?;
-    let checkpoint = match &object {
-        Some(t) if read_only && checkpoint.is_none() => reader_checkpoint(&a.image, t)?,
-        _ => checkpoint,
-    };
     let mut cfg = file_cfg.mount_config(cache_size, read_only, checkpoint)?;
     if let Some(d) = o.discard {
         cfg.store.discard = d;
@@ -763,26 +748,14 @@ fn mount(a: MountArgs) -> Result<(), String> {
     if let Some(c) = o.compress {
         cfg.store.compress = Some(c);
     }
-    let wal = file_cfg.object_wal(
-        o.object_wal.clone(),
-        o.object_wal_bytes,
-        device_target::object_url(&a.image).is_some(),
-    )?;
+    let object = device_target::object_url(&a.image)
+        .map(lsfs_object::Target::parse)
+        .transpose()?;
+    let wal = file_cfg.object_wal(o.object_wal.clone(), o.object_wal_bytes, object.is_some())?;
     let disk_cache =
         file_cfg.object_disk_cache(o.object_disk_cache.clone(), o.object_disk_cache_bytes)?;
     let hold_secs = file_cfg.reader_hold_secs(o.reader_hold_secs)?;
-    // A reader of checkpoint N on an object store holds N, so that the
-    // writer keeps it (lsfs_object::readers). Taken before the open, to
-    // leave the writer as little time as can be to give N up unawares;
-    // dropped (the hold deleted) when this function returns, at unmount
-    // or on a failed mount.
-    let _hold = match (&object, checkpoint) {
-        (Some(t), Some(cno)) if hold_secs > 0 => {
-            Some(lsfs_object::readers::ReaderHold::take(t, cno, hold_secs)?)
-        }
-        _ => None,
-    };
-    let dev = device_target::open_cached(
+    let mut dev = device_target::open_cached(
         &a.image,
         !cfg.store.read_only,
         file_cfg.object_cache_bytes()?,
@@ -790,6 +763,20 @@ fn mount(a: MountArgs) -> Result<(), String> {
         disk_cache.as_ref(),
         file_cfg.object_readahead_segments()?,
     )?;
+    if let (Some(t), true, None) = (&object, read_only, cfg.checkpoint) {
+        cfg.checkpoint = reader_checkpoint(&mut *dev, &a.image, t)?;
+    }
+    // A reader of checkpoint N on an object store holds N, so that the
+    // writer keeps it (lsfs_object::readers). Taken before the engine's
+    // open, to leave the writer as little time as can be to give N up
+    // unawares; dropped (the hold deleted) when this function returns, at
+    // unmount or on a failed mount.
+    let _hold = match (&object, cfg.checkpoint) {
+        (Some(t), Some(cno)) if hold_secs > 0 => {
+            Some(lsfs_object::readers::ReaderHold::take(t, cno, hold_secs)?)
+        }
+        _ => None,
+    };
     // A writer that honours holds has not looked at them yet when its open
     // writes the mount checkpoint, which would give up plain checkpoints
     // past their protection, held ones too: it opens keeping every one,

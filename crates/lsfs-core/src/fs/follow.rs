@@ -75,11 +75,8 @@ impl Lsfs {
     /// The checkpoint this mount shows, if it is a read-only view that
     /// may follow a writer elsewhere.
     fn followed_checkpoint(&self) -> Option<u64> {
-        self.view?;
-        if !self.store.opened_read_only() {
-            return None;
-        }
-        self.config.checkpoint
+        self.shown_checkpoint()
+            .filter(|_| self.store.opened_read_only())
     }
 
     /// Open the storage again and take the writer's newest DAT. `Ok(false)`
