@@ -296,3 +296,55 @@ fn a_reader_refuses_segments_of_a_file_system_made_again() {
     assert_eq!(r.view_follows(), 0, "followed into another file system");
     w.unmount().unwrap();
 }
+
+/// A reader of checkpoint N moves on to the writer's newer checkpoint M
+/// (`Lsfs::move_view`, with the store opened again outside any lock by
+/// `Reopened::open`): it then reads M's contents, a file removed before M is
+/// unlinked, an inode the kernel held keeps its references, and the inodes to
+/// invalidate are named (the root among them). A live mount cannot move.
+#[test]
+fn a_reader_moves_on_to_a_newer_checkpoint() {
+    let t = Target::on(Arc::new(InMemory::new()), "fs/moves");
+    let mut w = mkfs_writer(&t, "moves", MountConfig::default());
+    let a = new_file(&mut w, b"a");
+    let b = new_file(&mut w, b"b");
+    let (old, new) = (data(7, FILE_BYTES), data(8, FILE_BYTES));
+    w.write(a, 0, &old).unwrap();
+    let n = w.checkpoint().unwrap();
+    let mut r = reader(&t, Some(n));
+    assert!(r.read(a, 0, FILE_BYTES as u32).unwrap() == old);
+    // The kernel holds `a` (looked up twice) and `b`.
+    for name in [&b"a"[..], b"a", b"b"] {
+        r.lookup(ROOT_INO, name).unwrap();
+    }
+    w.write(a, 0, &new).unwrap();
+    w.unlink(ROOT_INO, b"b").unwrap();
+    let m = w.checkpoint().unwrap();
+
+    let dev = r
+        .reopen_for_view()
+        .expect("a view beside a writer")
+        .unwrap();
+    let opened = lsfs_core::fs::Reopened::open(dev, r.config.store.clone()).unwrap();
+    assert!(opened.newest_checkpoint() >= m);
+    let mut stale = r.move_view(opened, m).unwrap();
+    stale.sort();
+    assert_eq!(stale, vec![ROOT_INO, a, b], "the inodes the kernel holds");
+    assert_eq!(r.shown_checkpoint(), Some(m));
+    assert_eq!(r.view_moves(), 1);
+    assert!(r.read(a, 0, FILE_BYTES as u32).unwrap() == new);
+    assert_eq!(r.lookup(ROOT_INO, b"b").unwrap_err().0, libc::ENOENT);
+    // Unlinked in M, its inode not yet reclaimed there: as a file removed
+    // while open.
+    assert_eq!(r.getattr(b).map_or(0, |a| a.nlink), 0, "b is unlinked in M");
+    // The kernel's references to `a` survived the move: two forgets
+    // are what it owes (more would be a miscount the engine warns of).
+    r.forget(a, 2);
+    r.forget(b, 1);
+
+    // The writer's own mount shows no checkpoint and cannot move.
+    assert!(w.reopen_for_view().is_none());
+    let dev = r.reopen_for_view().unwrap().unwrap();
+    let opened = lsfs_core::fs::Reopened::open(dev, r.config.store.clone()).unwrap();
+    assert!(w.move_view(opened, m).is_err(), "a live mount moved");
+}

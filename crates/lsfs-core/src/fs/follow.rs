@@ -20,8 +20,10 @@
 //! records that no checkpoint holds yet, which a later DAT need not map.
 
 use super::Lsfs;
+use crate::device::{BlockDevice, ReadErrors};
 use crate::error::{Error, Result};
-use crate::meta::store::Store;
+use crate::layout::ROOT_INO;
+use crate::meta::store::{Store, StoreConfig};
 use lsfs_vfs::{Errno, VfsResult};
 
 /// Opens of the storage again per request before its error is returned:
@@ -85,8 +87,86 @@ impl Lsfs {
         let Some(dev) = self.store.reopen_device() else {
             return Ok(false);
         };
-        let (dev, read_errors) = crate::device::ReadErrorLatch::new(dev?);
-        let opened = Store::open(Box::new(dev), self.config.store.clone())?;
+        let opened = Reopened::open(dev?, self.config.store.clone())?;
+        let root = self.checkpoint_in(&opened, cno)?;
+        // A checkpoint's entry never changes.
+        if Some(root) != self.view {
+            return Err(Error::corrupt(format!(
+                "checkpoint {cno} now has IFILE root {root}, this view {:?}",
+                self.view
+            )));
+        }
+        self.take_store(opened);
+        self.follows += 1;
+        tracing::info!(
+            "checkpoint {cno}: the writer moved blocks this view reads; following its newer \
+             DAT ({} times since mount)",
+            self.follows
+        );
+        Ok(true)
+    }
+
+    /// A new read-only handle on the storage, for [`Reopened::open`], if
+    /// this mount is a view of a checkpoint that a writer elsewhere may
+    /// leave behind. Taken under the engine's lock; the open, which reads
+    /// the store, is done outside it.
+    pub fn reopen_for_view(&self) -> Option<Result<Box<dyn BlockDevice>>> {
+        self.followed_checkpoint()?;
+        self.store.reopen_device()
+    }
+
+    /// Show checkpoint `cno` of the storage `opened` from now on, instead of
+    /// the checkpoint shown so far: a view that moves on to the writer's
+    /// newer checkpoints. Every later request sees `cno` whole; none sees a
+    /// mix. Returns the inodes the kernel holds (looked up or open, and the
+    /// root): what it cached of them (attributes, pages, listings) is of the
+    /// older checkpoint, and the caller tells it to drop that, outside the
+    /// engine's lock. An inode the new checkpoint no longer has is left out
+    /// of the engine's cache, so the kernel's next request about it fails.
+    pub fn move_view(&mut self, opened: Reopened, cno: u64) -> Result<Vec<u64>> {
+        let was = self
+            .followed_checkpoint()
+            .ok_or_else(|| Error::invalid("only a read-only view of a checkpoint moves on"))?;
+        let root = self.checkpoint_in(&opened, cno)?;
+        self.take_store(opened);
+        self.view = Some(root);
+        self.config.checkpoint = Some(cno);
+        // Every cached inode is as of the older checkpoint; those the
+        // kernel holds are read again, keeping its references.
+        let held: Vec<(u64, u64, u64)> = self
+            .inodes
+            .iter()
+            .filter(|(_, c)| c.lookups > 0 || c.opens > 0)
+            .map(|(&ino, c)| (ino, c.lookups, c.opens))
+            .collect();
+        self.inodes.clear();
+        let mut stale = vec![ROOT_INO];
+        for (ino, lookups, opens) in held {
+            match self.load_any(ino) {
+                Ok(c) => {
+                    c.lookups = lookups;
+                    c.opens = opens;
+                }
+                Err(Error::Errno(Errno::NOENT)) => {}
+                Err(e) => return Err(e),
+            }
+            if ino != ROOT_INO {
+                stale.push(ino);
+            }
+        }
+        self.moves += 1;
+        tracing::info!("moved on from checkpoint {was} to the writer's newer checkpoint {cno}");
+        Ok(stale)
+    }
+
+    /// Times this view moved on to a newer checkpoint ([`Lsfs::move_view`]).
+    pub fn view_moves(&self) -> u64 {
+        self.moves
+    }
+
+    /// The IFILE root of checkpoint `cno` in `opened`, which must be the
+    /// same file system as this mount's and still hold `cno`.
+    fn checkpoint_in(&self, opened: &Reopened, cno: u64) -> Result<u64> {
         let (was, is) = (
             self.store.superblock().fs_id,
             opened.store.superblock().fs_id,
@@ -96,29 +176,22 @@ impl Lsfs {
                 "the store now holds file system {is:#x}, not {was:#x}: it was made again"
             )));
         }
-        let cp = opened.store.cps().entries.get(&cno).copied();
-        let gone = || {
-            Error::io(
+        match opened.store.cps().entries.get(&cno) {
+            Some(cp) if !opened.store.given_up_at_next_checkpoint(cno) => Ok(cp.ifile_root),
+            _ => Err(Error::io(
                 format!("checkpoint {cno}"),
                 std::io::Error::other(
                     "the writer has given it up (plain checkpoints are kept for \
                      protection_secs, less when space runs short; snapshots are never \
                      given up): unmount and mount a newer checkpoint",
                 ),
-            )
-        };
-        let cp = match cp {
-            Some(cp) if !opened.store.given_up_at_next_checkpoint(cno) => cp,
-            _ => return Err(gone()),
-        };
-        // A checkpoint's entry never changes.
-        if Some(cp.ifile_root) != self.view {
-            return Err(Error::corrupt(format!(
-                "checkpoint {cno} now has IFILE root {}, this view {:?}",
-                cp.ifile_root, self.view
-            )));
+            )),
         }
-        let store = opened.store;
+    }
+
+    /// Read through `opened` from now on, with nothing cached from before.
+    fn take_store(&mut self, opened: Reopened) {
+        let Reopened { store, read_errors } = opened;
         store.fix_view();
         let mut old = std::mem::replace(&mut self.store, store);
         self.read_errors = read_errors;
@@ -127,13 +200,29 @@ impl Lsfs {
         if let Err(e) = old.release_device() {
             tracing::warn!("letting the earlier open of the store go: {e}");
         }
-        drop(old);
-        self.follows += 1;
-        tracing::info!(
-            "checkpoint {cno}: the writer moved blocks this view reads; following its newer \
-             DAT ({} times since mount)",
-            self.follows
-        );
-        Ok(true)
+    }
+}
+
+/// The storage opened again, read-only, as the writer left it last: for a
+/// view that follows the writer's moves or moves on to a newer checkpoint.
+pub struct Reopened {
+    store: Store,
+    read_errors: ReadErrors,
+}
+
+impl Reopened {
+    /// Open the storage through `dev` (from [`Lsfs::reopen_for_view`]).
+    pub fn open(dev: Box<dyn BlockDevice>, config: StoreConfig) -> Result<Reopened> {
+        let (dev, read_errors) = crate::device::ReadErrorLatch::new(dev);
+        let opened = Store::open(Box::new(dev), config)?;
+        Ok(Reopened {
+            store: opened.store,
+            read_errors,
+        })
+    }
+
+    /// The newest checkpoint the storage names.
+    pub fn newest_checkpoint(&self) -> u64 {
+        self.store.superblock().cp_cno
     }
 }

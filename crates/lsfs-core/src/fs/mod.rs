@@ -17,6 +17,7 @@ pub mod dir;
 mod fallocate;
 pub mod file;
 mod follow;
+pub use follow::Reopened;
 pub mod inode;
 mod invariants;
 pub mod locked;
@@ -112,6 +113,9 @@ pub struct Lsfs {
     /// Times this view opened its storage again to follow a writer
     /// elsewhere (`follow.rs`).
     follows: u64,
+    /// Times this view moved on to a writer's newer checkpoint
+    /// (`follow.rs`).
+    moves: u64,
     /// Device bytes against application bytes (`write_amplification`).
     write_amp: write_amp::WriteAmpMeter,
     /// Namespace and metadata changes since the last checkpoint, for
@@ -234,6 +238,7 @@ impl Lsfs {
             views: Views::new(now),
             read_errors: Default::default(),
             follows: 0,
+            moves: 0,
             write_amp: Default::default(),
             oplog: Default::default(),
             checks_resume_at: None,
