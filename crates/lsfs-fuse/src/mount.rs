@@ -46,6 +46,11 @@ pub struct MountOptions {
     /// their names and attributes without expiry. On a read-only mount
     /// that holds for every inode.
     pub cache_forever: Option<fn(u64) -> bool>,
+    /// A read-only mount whose checkpoint is replaced by newer ones while
+    /// it is mounted (a reader that follows a writer elsewhere): the kernel
+    /// keeps names and attributes only briefly, and whoever moves the view
+    /// invalidates the inodes it holds (`KernelCache`). Off by default.
+    pub moves_on: bool,
     /// Where other threads drop what the kernel cached of a change it did
     /// not see (`KernelCache`); attached while mounted.
     pub kernel_cache: Arc<KernelCache>,
@@ -99,6 +104,7 @@ impl Default for MountOptions {
             uring: UringMode::Off,
             read_ahead_kb: DEFAULT_READ_AHEAD_KB,
             cache_forever: None,
+            moves_on: false,
             kernel_cache: Arc::default(),
             counters: Arc::default(),
         }
@@ -259,7 +265,7 @@ fn start<V: Vfs + 'static>(
         // and SEEK_DATA/SEEK_HOLE can then go to the Vfs.
         opts.writeback_cache && !read_only,
         opts.counters.clone(),
-        CachePolicy::new(read_only, opts.cache_forever),
+        CachePolicy::new(read_only, opts.moves_on, opts.cache_forever),
         spinner.clone(),
         opts.kernel_cache.clone(),
         opts.atomic_writes,

@@ -24,7 +24,7 @@ use object_store::{ObjectMeta, PutPayload};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::mpsc;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::runtime::Runtime;
 
@@ -511,6 +511,10 @@ fn small_runtime() -> Result<Runtime, String> {
 /// unmount, also after Ctrl-C, which ends the mount normally).
 pub struct ReaderHold {
     pub id: String,
+    target: Target,
+    rt: Arc<Runtime>,
+    hold: Arc<Mutex<Hold>>,
+    hold_secs: u64,
     _rounds: Rounds,
 }
 
@@ -519,28 +523,32 @@ impl ReaderHold {
     /// write must succeed: a mount that cannot tell the writer it reads
     /// would lose its checkpoint without warning.
     pub fn take(t: &Target, cno: u64, hold_secs: u64) -> Result<ReaderHold, String> {
-        let rt = small_runtime()?;
+        let rt = Arc::new(small_runtime()?);
         let id = new_id();
-        let mut h = Hold::new(cno, now_secs(), hold_secs);
+        let h = Hold::new(cno, now_secs(), hold_secs);
         put_hold(t, &rt, &id, &h)?;
+        let hold = Arc::new(Mutex::new(h));
         let (stop, stopped) = mpsc::channel::<()>();
         let every = Duration::from_secs(hold_secs.div_ceil(3).max(1));
-        let (t, tid) = (t.clone(), id.clone());
+        let (tt, tid, trt, th) = (t.clone(), id.clone(), rt.clone(), hold.clone());
         let thread = std::thread::Builder::new()
             .name("lsfs-hold".into())
             .spawn(move || loop {
                 match stopped.recv_timeout(every) {
                     Err(mpsc::RecvTimeoutError::Timeout) => {
+                        // Under the lock, so that a renewal never writes
+                        // back a checkpoint `move_to` has just replaced.
+                        let mut h = th.lock().unwrap_or_else(|p| p.into_inner());
                         h.expires = now_secs() + hold_secs;
                         // A failure is retried at the next renewal; the
                         // hold lasts a full hold time, so two more tries
                         // come before it expires.
-                        if let Err(e) = put_hold(&t, &rt, &tid, &h) {
+                        if let Err(e) = put_hold(&tt, &trt, &tid, &h) {
                             tracing::warn!("{e}");
                         }
                     }
                     _ => {
-                        if let Err(e) = delete_hold(&t, &rt, &tid) {
+                        if let Err(e) = delete_hold(&tt, &trt, &tid) {
                             tracing::warn!("{e} (it expires by itself)");
                         }
                         return;
@@ -550,11 +558,34 @@ impl ReaderHold {
             .map_err(|e| format!("starting the reader's hold thread: {e}"))?;
         Ok(ReaderHold {
             id,
+            target: t.clone(),
+            rt,
+            hold,
+            hold_secs,
             _rounds: Rounds {
                 stop: Some(stop),
                 thread: Some(thread),
             },
         })
+    }
+
+    /// The checkpoint held now.
+    pub fn cno(&self) -> u64 {
+        self.hold.lock().unwrap_or_else(|p| p.into_inner()).cno
+    }
+
+    /// Hold checkpoint `cno` instead, from now on (the same object,
+    /// written again at once): a reader that moves on to a newer
+    /// checkpoint holds it before it opens it, and lets the older one go.
+    /// On failure the hold in the store is unchanged.
+    pub fn move_to(&self, cno: u64) -> Result<(), String> {
+        let mut h = self.hold.lock().unwrap_or_else(|p| p.into_inner());
+        let mut moved = h.clone();
+        moved.cno = cno;
+        moved.expires = now_secs() + self.hold_secs;
+        put_hold(&self.target, &self.rt, &self.id, &moved)?;
+        *h = moved;
+        Ok(())
     }
 }
 

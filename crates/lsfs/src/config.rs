@@ -58,6 +58,12 @@ pub struct FileConfig {
     /// 120; 0 = no holds, and a writer honours none; 0..=86400;
     /// docs/OBJECT_STORE.md). `-o reader_hold_secs=N` overrides it.
     pub reader_hold_secs: Option<u64>,
+    /// Seconds between a reader's looks for a newer checkpoint, when it
+    /// shows the newest one of an object store a writer holds (no
+    /// `--checkpoint`): it then moves on to it (default 10; 0 = it stays on
+    /// the checkpoint it mounted; 0..=86400; docs/OBJECT_STORE.md).
+    /// `-o reader_follow_secs=N` overrides it.
+    pub reader_follow_secs: Option<u64>,
     /// The cleaner (see lsfs_core::gc::CleanerConfig for every key, default and range).
     #[serde(default)]
     pub cleaner: lsfs_core::gc::CleanerConfig,
@@ -83,6 +89,12 @@ impl From<UringSetting> for lsfs_fuse::UringMode {
 }
 
 pub const CACHE_BYTES_DEFAULT: u64 = 64 << 20;
+
+/// Default of `reader_follow_secs`: the writer's own round
+/// (`lsfs_object::readers::WRITER_ROUND_SECS`), so a reader is about as far
+/// behind as the writer is in seeing its hold. Each look reads the store's
+/// two superblock objects.
+pub const DEFAULT_READER_FOLLOW_SECS: u64 = 10;
 
 /// `object_wal`'s word for keeping flush records in the store itself
 /// (the default).
@@ -202,6 +214,21 @@ impl FileConfig {
         )
     }
 
+    /// How often a reader of the newest checkpoint looks for a newer one
+    /// (`reader_follow_secs`; 0: never): the mount option wins over this
+    /// file. Validated.
+    pub fn reader_follow_secs(&self, option: Option<u64>) -> Result<u64, String> {
+        check(
+            "reader_follow_secs",
+            option
+                .or(self.reader_follow_secs)
+                .unwrap_or(DEFAULT_READER_FOLLOW_SECS),
+            0,
+            lsfs_object::readers::MAX_HOLD_SECS,
+            "s",
+        )
+    }
+
     /// Where an object store's flush records wait, for a mount of `image`:
     /// a mount option (`path`, `bytes`) wins over this file, which wins over
     /// `LSFS_OBJECT_WAL` and `LSFS_OBJECT_WAL_BYTES`; with none of them, in
@@ -263,6 +290,7 @@ impl FileConfig {
         self.object_cache_bytes()?;
         self.object_readahead_segments()?;
         self.reader_hold_secs(None)?;
+        self.reader_follow_secs(None)?;
         let cache = check(
             "cache size",
             cache_override
@@ -455,6 +483,25 @@ mod tests {
             let err = alone.object_wal(None, None, false).unwrap_err();
             assert!(err.contains("without object_wal"), "{err}");
         }
+    }
+
+    #[test]
+    fn reader_follow_secs_is_checked_and_named() {
+        let none = FileConfig::default();
+        assert_eq!(
+            none.reader_follow_secs(None),
+            Ok(DEFAULT_READER_FOLLOW_SECS)
+        );
+        assert_eq!(none.reader_follow_secs(Some(0)), Ok(0));
+        let f: FileConfig = toml::from_str("reader_follow_secs = 3").unwrap();
+        assert_eq!(f.reader_follow_secs(None), Ok(3));
+        assert_eq!(f.reader_follow_secs(Some(60)), Ok(60), "the option wins");
+        let big: FileConfig = toml::from_str("reader_follow_secs = 100000").unwrap();
+        let err = big.reader_follow_secs(None).unwrap_err();
+        assert!(
+            err.contains("reader_follow_secs") && err.contains("0..=86400"),
+            "{err}"
+        );
     }
 
     #[test]

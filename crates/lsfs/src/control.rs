@@ -319,6 +319,9 @@ pub fn stats(fs: &Lsfs) -> Value {
         // A read-only view of a checkpoint on an object store: how often it
         // opened the store again to follow blocks the writer moved.
         "view_follows": fs.view_follows(),
+        // A reader of an object store's newest checkpoint: how often it
+        // moved on to a newer one (reader_follow.rs).
+        "view_moves": fs.view_moves(),
         "memory": memory(fs),
     })
 }

@@ -12,6 +12,7 @@ mod migrate_cmd;
 mod mount_helper;
 mod mount_opts;
 mod power;
+mod reader_follow;
 mod size;
 mod stats_text;
 
@@ -235,7 +236,8 @@ struct MountArgs {
     mountpoint: PathBuf,
     /// Mount this checkpoint or snapshot read-only. A read-only mount of an
     /// object store without it shows, while a writer holds the store, the
-    /// writer's newest checkpoint (held as this one would be).
+    /// writer's newest checkpoint (held as this one would be), and moves on
+    /// to each newer one it finds (`reader_follow_secs`).
     #[arg(long)]
     checkpoint: Option<u64>,
     /// Mount options, comma-separated: `ro`, `rw`, `writeback_cache` (the
@@ -259,8 +261,10 @@ struct MountArgs {
     /// (an object store's segments cached on local disk, default bound
     /// 1G); `reader_hold_secs=N` (how long a read-only mount of a
     /// checkpoint on an object store holds it between renewals, so the
-    /// writer keeps it; default 120, 0..=86400, 0 for no holds); the
-    /// generic `nosuid`,
+    /// writer keeps it; default 120, 0..=86400, 0 for no holds);
+    /// `reader_follow_secs=N` (how often a read-only mount of an object
+    /// store's newest checkpoint looks for a newer one and moves on to it;
+    /// default 10, 0..=86400, 0 to stay); the generic `nosuid`,
     /// `nodev`, `noexec`, `noatime`, `sync`, … and their opposites; and,
     /// ignored, what fstab says to mount(8) or systemd (`defaults`,
     /// `noauto`, `nofail`, `user`, `_netdev`, `x-*`, `comment=*`).
@@ -763,18 +767,23 @@ fn mount(a: MountArgs) -> Result<(), String> {
         disk_cache.as_ref(),
         file_cfg.object_readahead_segments()?,
     )?;
+    let follow_secs = file_cfg.reader_follow_secs(o.reader_follow_secs)?;
+    // A reader of the newest checkpoint moves on to newer ones
+    // (reader_follow.rs); one of a checkpoint the user named stays on it.
+    let mut moves_on = false;
     if let (Some(t), true, None) = (&object, read_only, cfg.checkpoint) {
         cfg.checkpoint = reader_checkpoint(&mut *dev, &a.image, t)?;
+        moves_on = cfg.checkpoint.is_some() && follow_secs > 0;
     }
     // A reader of checkpoint N on an object store holds N, so that the
     // writer keeps it (lsfs_object::readers). Taken before the engine's
     // open, to leave the writer as little time as can be to give N up
     // unawares; dropped (the hold deleted) when this function returns, at
     // unmount or on a failed mount.
-    let _hold = match (&object, cfg.checkpoint) {
-        (Some(t), Some(cno)) if hold_secs > 0 => {
-            Some(lsfs_object::readers::ReaderHold::take(t, cno, hold_secs)?)
-        }
+    let hold = match (&object, cfg.checkpoint) {
+        (Some(t), Some(cno)) if hold_secs > 0 => Some(Arc::new(
+            lsfs_object::readers::ReaderHold::take(t, cno, hold_secs)?,
+        )),
         _ => None,
     };
     // A writer that honours holds has not looked at them yet when its open
@@ -819,6 +828,7 @@ fn mount(a: MountArgs) -> Result<(), String> {
         uring: uring.or(file_cfg.uring.map(Into::into)).unwrap_or_default(),
         // Snapshots never change: the kernel keeps them without expiry.
         cache_forever: Some(lsfs_core::fs::snapview::is_virtual),
+        moves_on,
         ..Default::default()
     };
     // The writer keeps the checkpoints readers hold, looking every few
@@ -857,6 +867,16 @@ fn mount(a: MountArgs) -> Result<(), String> {
             std::time::Duration::from_secs(lsfs_object::readers::WRITER_ROUND_SECS),
         )?),
         None => None,
+    };
+    let follower = if moves_on {
+        Some(reader_follow::spawn(
+            fs.clone(),
+            hold.clone(),
+            opts.kernel_cache.clone(),
+            std::time::Duration::from_secs(follow_secs),
+        )?)
+    } else {
+        None
     };
     let stop = Arc::new(AtomicBool::new(false));
     let ticker = {
@@ -924,6 +944,8 @@ fn mount(a: MountArgs) -> Result<(), String> {
     let _ = ticker.join();
     // No promotion or demotion after the last checkpoint.
     drop(holds);
+    // The view stays where it is from here on.
+    drop(follower);
     let _ = std::fs::remove_file(&sock);
     let closed = fs.lock().unwrap_or_else(|p| p.into_inner()).unmount();
     served.map_err(err)?;

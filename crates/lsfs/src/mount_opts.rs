@@ -60,6 +60,9 @@ pub struct MountOpts {
     /// `reader_hold_secs=N`: how long a read-only mount's hold on its
     /// checkpoint lasts between renewals, on an object store (0: no holds).
     pub reader_hold_secs: Option<u64>,
+    /// `reader_follow_secs=N`: how often a reader of an object store's
+    /// newest checkpoint looks for a newer one (0: it stays).
+    pub reader_follow_secs: Option<u64>,
     /// `allow_other`: let other users in (root's mounts always do).
     pub allow_other: bool,
     /// The kernel's generic mount flags (`MS_NOSUID`, …) asked for.
@@ -89,6 +92,7 @@ impl Default for MountOpts {
             object_disk_cache: None,
             object_disk_cache_bytes: None,
             reader_hold_secs: None,
+            reader_follow_secs: None,
             allow_other: false,
             kernel_flags: 0,
             ignored: Vec::new(),
@@ -101,7 +105,7 @@ const KNOWN: &str = "ro, rw, writeback_cache, no_writeback_cache, atomic_writes,
     no_atomic_writes, checkpoint=N, cache_size=SIZE, threads=N, spin_us=N, uring=off|auto|on, \
     config=FILE, discard=off|on|batched, [no]discard, compress=off|lz4|zstd|zstd:N, nocompress, \
     object_wal=store|PATH|off, object_wal_bytes=SIZE, object_disk_cache=DIR, object_disk_cache_bytes=SIZE, \
-    reader_hold_secs=N, allow_other, default_permissions, \
+    reader_hold_secs=N, reader_follow_secs=N, allow_other, default_permissions, \
     [no]suid, [no]dev, [no]exec, [no]atime, [no]diratime, relatime, strictatime, sync, \
     async, dirsync; ignored: defaults, [no]auto, nofail, [no]user, users, owner, group, \
     _netdev, x-*, comment=*";
@@ -229,6 +233,10 @@ impl MountOpts {
                 }
                 ("reader_hold_secs", Some(v)) => {
                     o.reader_hold_secs =
+                        Some(number(key, v, 0, lsfs_object::readers::MAX_HOLD_SECS)?)
+                }
+                ("reader_follow_secs", Some(v)) => {
+                    o.reader_follow_secs =
                         Some(number(key, v, 0, lsfs_object::readers::MAX_HOLD_SECS)?)
                 }
                 ("allow_other", None) => o.allow_other = true,
@@ -361,6 +369,7 @@ mod tests {
             ("checkpoint=0", "must be 1"),
             ("reader_hold_secs=86401", "must be 0..=86400"),
             ("reader_hold_secs=soon", "not a number"),
+            ("reader_follow_secs=86401", "must be 0..=86400"),
             ("cache_size=4X", "unknown unit"),
             ("threads", "unknown mount option 'threads'"),
             ("ro=1", "unknown mount option 'ro=1'"),

@@ -81,6 +81,12 @@ pub fn stats_text(s: &Value) -> String {
             format!("{n} times (opened the store again for blocks its cleaner moved)"),
         ));
     }
+    if let Some(n) = s["view_moves"].as_u64().filter(|&n| n > 0) {
+        fs.push(row(
+            "moved on",
+            format!("{n} times (to the writer's newer checkpoints)"),
+        ));
+    }
     sections.push(("file system", fs));
 
     let c = &s["cache"];
@@ -347,6 +353,7 @@ mod tests {
             "compress": "zstd",
             "read_only_reason": null,
             "view_follows": 2,
+            "view_moves": 3,
             "cache": { "capacity_blocks": 16384, "resident_blocks": 4096, "dirty_blocks": 0,
                        "hits": 9, "misses": 1 },
             "checkpoint": { "current": 4, "count": 3, "shown": 2 },
@@ -371,6 +378,7 @@ mod tests {
             "\ncache\n",
             "  compression:         zstd\n",
             "  followed the writer: 2 times (opened the store again for blocks its cleaner moved)\n",
+            "  moved on:            3 times (to the writer's newer checkpoints)\n",
             "  capacity: 16384 blocks (64.0 MiB)\n",
             "  resident: 4096 blocks (16.0 MiB, 25.0 % full)\n",
             "  hit rate: 90.0 % (9 hits, 1 misses)\n",

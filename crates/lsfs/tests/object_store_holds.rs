@@ -4,7 +4,8 @@
 //! outlives its protection and the writer's rewrites and checkpoints, and
 //! the reader reads its file back; `lsfs stats` names N as held; once the
 //! reader unmounts, its hold is gone and the writer's next round demotes
-//! N.
+//! N. A reader of the newest checkpoint moves on to newer ones, its hold
+//! with it.
 
 #[path = "../../lsfs-fuse/tests/common/mod.rs"]
 mod common;
@@ -194,7 +195,9 @@ fn a_reader_of_the_newest_state_holds_the_writers_newest_checkpoint() {
     fs::write(w.mnt.join("f"), &old).unwrap();
     let n = checkpoint(&w.mnt, &["create"])["cno"].as_u64().unwrap();
     let made = Instant::now();
-    let r = Mounted::new(&target, &rmnt, &["-o", "ro"]);
+    // `reader_follow_secs=0`: it stays on N rather than moving on to the
+    // writer's newer checkpoints (the next test).
+    let r = Mounted::new(&target, &rmnt, &["-o", "ro,reader_follow_secs=0"]);
     assert_eq!(hold_objects(&store), 1, "the reader's hold");
     let shown = &lsfs_json("stats", &r.mnt)["checkpoint"]["shown"];
     assert_eq!(shown.as_u64(), Some(n), "lsfs stats names it");
@@ -221,4 +224,93 @@ fn a_reader_of_the_newest_state_holds_the_writers_newest_checkpoint() {
     );
     r.unmount();
     fsck_clean(&target, "after the newest state's readers");
+}
+
+/// The checkpoints the reader holds named in `store`'s hold objects.
+fn held_cnos(store: &Path) -> Vec<u64> {
+    let Ok(d) = fs::read_dir(store.join("fs/readers")) else {
+        return Vec::new();
+    };
+    d.map(|e| {
+        let v: Value = serde_json::from_slice(&fs::read(e.unwrap().path()).unwrap()).unwrap();
+        v["cno"].as_u64().unwrap()
+    })
+    .collect()
+}
+
+/// Wait up to `secs` for `ok`, which says what it saw when it fails.
+fn within(secs: u64, what: &str, mut ok: impl FnMut() -> Result<(), String>) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        match ok() {
+            Ok(()) => return,
+            Err(seen) if Instant::now() > deadline => panic!("{what}: {seen}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+/// A read-only mount of an object store's newest checkpoint moves on to
+/// the writer's newer checkpoints by itself: its hold moves with it, `lsfs
+/// stats` names the new one, and the kernel's cached pages, names and
+/// attributes follow: a file rewritten reads new, also through a
+/// descriptor opened before the move, a file created appears and a file
+/// removed disappears.
+#[test]
+fn a_reader_of_the_newest_checkpoint_moves_on_to_the_writers_newer_ones() {
+    if !common::fuse_available() {
+        return;
+    }
+    let sc = object_scratch("64M");
+    let (store, target, rmnt) = (sc.store.clone(), sc.target.clone(), sc.mnt2.clone());
+    let w = Mounted::new(&target, &sc.mnt, &[]);
+    let (v1, v2) = (data(31, 1 << 20), data(32, 1 << 20));
+    fs::write(w.mnt.join("f"), &v1).unwrap();
+    fs::write(w.mnt.join("gone"), b"soon removed").unwrap();
+    let n1 = checkpoint(&w.mnt, &["create"])["cno"].as_u64().unwrap();
+    let r = Mounted::new(&target, &rmnt, &["-o", "ro,reader_follow_secs=1"]);
+    let shown = || lsfs_json("stats", &r.mnt)["checkpoint"]["shown"].as_u64();
+    assert_eq!(shown(), Some(n1));
+    assert_eq!(held_cnos(&store), vec![n1]);
+    assert!(fs::read(r.mnt.join("f")).unwrap() == v1);
+    assert!(r.mnt.join("gone").exists() && !r.mnt.join("new").exists());
+    // Held open across the move, its pages cached.
+    let mut open = fs::File::open(r.mnt.join("f")).unwrap();
+
+    fs::write(w.mnt.join("f"), &v2).unwrap();
+    fs::write(w.mnt.join("new"), b"made after n1").unwrap();
+    fs::remove_file(w.mnt.join("gone")).unwrap();
+    let n2 = checkpoint(&w.mnt, &["create"])["cno"].as_u64().unwrap();
+    assert!(n2 > n1);
+
+    within(15, "the reader moved on", || match shown() {
+        Some(c) if c >= n2 => Ok(()),
+        c => Err(format!("shows {c:?}, the writer made {n2}")),
+    });
+    let now = shown().unwrap();
+    assert_eq!(held_cnos(&store), vec![now], "the hold moved with the view");
+    assert!(
+        lsfs_json("stats", &r.mnt)["view_moves"].as_u64().unwrap() >= 1,
+        "counted"
+    );
+    within(3, "the reader's names and data", || {
+        let f = fs::read(r.mnt.join("f")).map_err(|e| e.to_string())?;
+        let names = (r.mnt.join("new").exists(), r.mnt.join("gone").exists());
+        (f == v2 && names == (true, false))
+            .then_some(())
+            .ok_or(format!("f new: {}, (new, gone): {names:?}", f == v2))
+    });
+    let mut through_open = Vec::new();
+    use std::io::{Read, Seek};
+    open.seek(std::io::SeekFrom::Start(0)).unwrap();
+    open.read_to_end(&mut through_open).unwrap();
+    assert!(
+        through_open == v2,
+        "a descriptor opened before the move reads the newer checkpoint"
+    );
+    drop(open);
+    r.unmount();
+    assert_eq!(hold_objects(&store), 0, "the hold goes at unmount");
+    w.unmount();
+    fsck_clean(&target, "after a reader that moved on");
 }
