@@ -471,16 +471,24 @@ pub fn spawn_writer(
             }
         })
         .map_err(|e| format!("starting the readers' holds thread: {e}"))?;
-    Ok(Rounds {
-        stop: Some(stop),
-        thread: Some(thread),
-    })
+    Ok(Rounds::new(stop, thread))
 }
 
 /// A thread that runs until this is dropped (which waits for it).
 pub struct Rounds {
     stop: Option<mpsc::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Rounds {
+    /// `thread`, which ends once `stop` is dropped (its receiver then
+    /// fails), as a `Rounds` that drops `stop` and waits for it.
+    pub fn new(stop: mpsc::Sender<()>, thread: std::thread::JoinHandle<()>) -> Rounds {
+        Rounds {
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
 }
 
 impl Drop for Rounds {
@@ -562,10 +570,7 @@ impl ReaderHold {
             rt,
             hold,
             hold_secs,
-            _rounds: Rounds {
-                stop: Some(stop),
-                thread: Some(thread),
-            },
+            _rounds: Rounds::new(stop, thread),
         })
     }
 

@@ -24,35 +24,20 @@
 
 use lsfs_core::fs::{Lsfs, Reopened};
 use lsfs_fuse::KernelCache;
-use lsfs_object::readers::ReaderHold;
+use lsfs_object::readers::{ReaderHold, Rounds};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// The thread that looks for newer checkpoints; stopped (and waited for)
-/// when dropped.
-pub struct Follower {
-    stop: Option<mpsc::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for Follower {
-    fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 /// Look for a newer checkpoint every `every`, and move the mount's view,
-/// its hold (if it has one) and the kernel's caches on to it.
+/// its hold (if it has one) and the kernel's caches on to it, until the
+/// returned thread is dropped.
 pub fn spawn(
     fs: Arc<Mutex<Lsfs>>,
     hold: Option<Arc<ReaderHold>>,
     cache: Arc<KernelCache>,
     every: Duration,
-) -> Result<Follower, String> {
+) -> Result<Rounds, String> {
     let (stop, stopped) = mpsc::channel::<()>();
     let thread = std::thread::Builder::new()
         .name("lsfs-follow".into())
@@ -69,10 +54,7 @@ pub fn spawn(
             }
         })
         .map_err(|e| format!("starting the reader's follow thread: {e}"))?;
-    Ok(Follower {
-        stop: Some(stop),
-        thread: Some(thread),
-    })
+    Ok(Rounds::new(stop, thread))
 }
 
 enum Look {
