@@ -32,9 +32,11 @@
 //! crash left replays its records into the objects and uploads them
 //! before anything else. What each mode can lose is in docs/CRASH.md.
 //!
-//! A read-write mount may also keep segment objects on local disk
+//! A mount may also keep segment objects on local disk
 //! ([`DiskCacheConfig`], `disk_cache.rs`), between the memory cache and
-//! the store.
+//! the store; a read-only one serves an entry only once the store has
+//! said, to a GET conditional on the entry's ETag, that the object did not
+//! change.
 //!
 //! Every request holds the device's lock, so reads and writes do not
 //! overlap one another's round trips; the FUSE adapter still finishes
@@ -79,8 +81,7 @@ pub const DEFAULT_READAHEAD_SEGMENTS: u64 = 4;
 /// the default 2 MiB).
 pub const DEFAULT_CACHE_BYTES: u64 = 64 << 20;
 
-/// A cache of segment objects on local disk for a read-write open
-/// (`disk_cache.rs`).
+/// A cache of segment objects on local disk (`disk_cache.rs`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DiskCacheConfig {
     pub dir: PathBuf,
@@ -142,6 +143,9 @@ pub struct ObjectStats {
     /// fetch ahead that is not finished when the reader moves elsewhere
     /// is dropped, and counted here only.
     pub readahead_gets: AtomicU64,
+    /// A reader's entries on disk that a conditional GET found unchanged
+    /// (served from disk; not in `gets`).
+    pub disk_revalidated: AtomicU64,
 }
 
 impl ObjectStats {
@@ -185,7 +189,7 @@ struct Cache {
     disk: Option<DiskCache>,
     /// Segment objects being fetched ahead of a reader, by the store's
     /// runtime, and the segment the last miss fetched (read-only opens).
-    ahead: HashMap<Obj, tokio::task::JoinHandle<object_store::Result<bytes::Bytes>>>,
+    ahead: HashMap<Obj, tokio::task::JoinHandle<object_store::Result<Fetched>>>,
     last_miss: Option<u64>,
     /// Objects a writable open knows the store does not hold (it deleted
     /// them, or a GET found none) and has not uploaded since: they read
@@ -194,6 +198,10 @@ struct Cache {
     /// it. Only the lease holder writes, so what it knows stays true.
     absent: HashSet<Obj>,
 }
+
+/// An object's bytes as a GET returned them, and its ETag if the store
+/// gave one.
+type Fetched = (bytes::Bytes, Option<String>);
 
 struct WalState {
     wal: Sink,
@@ -270,6 +278,11 @@ pub struct ObjectDevice {
     /// A read-only open's view, once mounted (`BlockDevice::fix_view`):
     /// the file system's id and the newest log record it found.
     view: Mutex<Option<(u64, u64)>>,
+    /// A read-only open's cache on disk, whose entries are checked against
+    /// their objects' ETags; shared with the opens of the same store that
+    /// follow this one (`reopen_read_only`), which would otherwise find it
+    /// locked.
+    reader_disk: Option<Arc<Mutex<DiskCache>>>,
     /// [`UPLOAD_LAG`], or what [`ObjectDevice::set_upload_lag`] set, in ms.
     upload_lag_ms: AtomicU64,
 }
@@ -370,13 +383,32 @@ impl ObjectDevice {
     }
 
     /// [`ObjectDevice::open_with`], and with a cache of segment objects
-    /// on local disk if `disk` is given (read-write opens only).
+    /// on local disk if `disk` is given.
     pub fn open_full(
         t: &Target,
         writable: bool,
         cache_bytes: u64,
         wal: Option<&WalConfig>,
         disk: Option<&DiskCacheConfig>,
+    ) -> std::result::Result<ObjectDevice, String> {
+        let reader_disk = match disk {
+            Some(d) if !writable => Some(Arc::new(Mutex::new(DiskCache::open_for_readers(
+                &d.dir,
+                d.max_bytes,
+                &t.url,
+            )?))),
+            _ => None,
+        };
+        Self::open_inner(t, writable, cache_bytes, wal, disk, reader_disk)
+    }
+
+    fn open_inner(
+        t: &Target,
+        writable: bool,
+        cache_bytes: u64,
+        wal: Option<&WalConfig>,
+        disk: Option<&DiskCacheConfig>,
+        reader_disk: Option<Arc<Mutex<DiskCache>>>,
     ) -> std::result::Result<ObjectDevice, String> {
         let rt = runtime()?;
         let geo = read_geometry(t, &rt)?;
@@ -398,6 +430,7 @@ impl ObjectDevice {
             read_only: !writable,
             readahead: AtomicU64::new(DEFAULT_READAHEAD_SEGMENTS),
             view: Mutex::new(None),
+            reader_disk,
             upload_lag_ms: AtomicU64::new(UPLOAD_LAG.as_millis() as u64),
         };
         match wal.map(|w| &w.place) {
@@ -503,11 +536,19 @@ impl ObjectDevice {
             let discarded =
                 c.wal.as_ref().is_some_and(|w| w.deletes.contains(&o)) || c.absent.contains(&o);
             let on_disk = match c.disk.as_mut() {
-                Some(d) if !discarded && matches!(o, Obj::Segment(_)) => d.get(o, want),
+                Some(d) if !discarded && matches!(o, Obj::Segment(_)) => {
+                    d.get(o, want).map(|(b, _)| b)
+                }
                 _ => None,
             };
             let got = if let Some(b) = on_disk {
                 Ok(b.into())
+            } else if let Some(rd) = self
+                .reader_disk
+                .as_ref()
+                .filter(|_| matches!(o, Obj::Segment(_)))
+            {
+                self.fetch_for_reader(c, rd, o, &path, want)
             } else if discarded {
                 Err(object_store::Error::NotFound {
                     path: path.to_string(),
@@ -519,19 +560,10 @@ impl ObjectDevice {
                     self.read_ahead(c, n);
                 }
                 let got = match ahead {
-                    // Counted by the task that fetched it.
-                    Some(h) => match self.rt.block_on(h) {
-                        Ok(got) => got,
-                        Err(e) => Err(object_store::Error::Generic {
-                            store: "read-ahead",
-                            source: Box::new(e),
-                        }),
-                    },
-                    None => self
-                        .rt
-                        .block_on(async { self.target.store.get(&path).await?.bytes().await })
-                        .inspect(|b| self.ostats.count_get(b.len() as u64)),
-                };
+                    Some(h) => self.fetched_ahead(h),
+                    None => self.get_object(&path),
+                }
+                .map(|(b, _)| b);
                 if let Ok(b) = &got {
                     let n = b.len() as u64;
                     if lsfs_core::device::cleaner_is_reading() {
@@ -541,7 +573,7 @@ impl ObjectDevice {
                             .fetch_add(n, Ordering::Relaxed);
                     }
                     if let Some(d) = c.disk.as_mut().filter(|_| n == want) {
-                        d.put(o, b);
+                        d.put(o, b, "");
                     }
                 } else if let Err(object_store::Error::NotFound { .. }) = &got {
                     self.ostats.get_misses.fetch_add(1, Ordering::Relaxed);
@@ -570,6 +602,95 @@ impl ObjectDevice {
         let e = c.objs.get_mut(&o).expect("just loaded");
         e.used = uses;
         Ok(e)
+    }
+
+    /// GET object `path`, counted, with its ETag.
+    fn get_object(&self, path: &object_store::path::Path) -> object_store::Result<Fetched> {
+        self.rt
+            .block_on(async {
+                let r = self.target.store.get(path).await?;
+                let tag = r.meta.e_tag.clone();
+                Ok((r.bytes().await?, tag))
+            })
+            .inspect(|(b, _)| self.ostats.count_get(b.len() as u64))
+    }
+
+    /// What a fetch ahead got (counted by its task).
+    fn fetched_ahead(
+        &self,
+        h: tokio::task::JoinHandle<object_store::Result<Fetched>>,
+    ) -> object_store::Result<Fetched> {
+        match self.rt.block_on(h) {
+            Ok(got) => got,
+            Err(e) => Err(object_store::Error::Generic {
+                store: "read-ahead",
+                source: Box::new(e),
+            }),
+        }
+    }
+
+    /// Segment `o` for a read-only open with a cache on disk (`rd`): the
+    /// entry there if the store says, to a GET conditional on the entry's
+    /// ETag, that the object is unchanged (counted in
+    /// `disk_cache_revalidated`, not in `gets`); else the object as the
+    /// GET (or a fetch ahead) returned it, kept on disk with its ETag.
+    fn fetch_for_reader(
+        &self,
+        c: &mut Cache,
+        rd: &Mutex<DiskCache>,
+        o: Obj,
+        path: &object_store::path::Path,
+        want: u64,
+    ) -> object_store::Result<bytes::Bytes> {
+        let held = rd
+            .lock()
+            .unwrap()
+            .get(o, want)
+            .filter(|(_, tag)| !tag.is_empty());
+        let ahead = c.ahead.remove(&o);
+        if let Obj::Segment(n) = o {
+            self.read_ahead(c, n);
+        }
+        let got = match (held, ahead) {
+            (_, Some(h)) => self.fetched_ahead(h),
+            (Some((data, tag)), None) => {
+                let opts = object_store::GetOptions {
+                    if_none_match: Some(tag),
+                    ..Default::default()
+                };
+                let r = self.rt.block_on(async {
+                    let r = self.target.store.get_opts(path, opts).await?;
+                    let tag = r.meta.e_tag.clone();
+                    Ok((r.bytes().await?, tag))
+                });
+                match r {
+                    Err(object_store::Error::NotModified { .. }) => {
+                        self.ostats.disk_revalidated.fetch_add(1, Ordering::Relaxed);
+                        return Ok(data.into());
+                    }
+                    r => {
+                        rd.lock().unwrap().stale(o);
+                        r.inspect(|(b, _)| self.ostats.count_get(b.len() as u64))
+                    }
+                }
+            }
+            (None, None) => self.get_object(path),
+        };
+        match got {
+            Ok((b, tag)) => {
+                if let Some(tag) = tag.filter(|_| b.len() as u64 == want) {
+                    rd.lock().unwrap().put(o, &b, &tag);
+                }
+                Ok(b)
+            }
+            Err(e) => {
+                if matches!(e, object_store::Error::NotFound { .. }) {
+                    self.ostats.get_misses.fetch_add(1, Ordering::Relaxed);
+                    rd.lock().unwrap().remove(o);
+                }
+                Err(e)
+            }
+        }
     }
 
     /// For a read-only open with its view fixed: refuse segment `o`, just
@@ -657,17 +778,25 @@ impl ObjectDevice {
             if c.objs.contains_key(&o) || c.ahead.contains_key(&o) {
                 continue;
             }
+            // Checked with a GET of no bytes when it is needed instead.
+            if self
+                .reader_disk
+                .as_ref()
+                .is_some_and(|d| d.lock().unwrap().holds(o))
+            {
+                continue;
+            }
             let (store, path, stats) = (
                 self.target.store.clone(),
                 self.target.path(&o.name()),
                 self.ostats.clone(),
             );
             let h = self.rt.spawn(async move {
-                let got = store.get(&path).await?.bytes().await;
-                if let Ok(b) = &got {
-                    stats.count_get(b.len() as u64);
-                }
-                got
+                let r = store.get(&path).await?;
+                let tag = r.meta.e_tag.clone();
+                let b = r.bytes().await?;
+                stats.count_get(b.len() as u64);
+                Ok((b, tag))
             });
             self.ostats.readahead_gets.fetch_add(1, Ordering::Relaxed);
             c.ahead.insert(o, h);
@@ -750,7 +879,7 @@ impl ObjectDevice {
                     e.dirty = false;
                     c.dirty_bytes -= e.data.len() as u64;
                     if let Some(d) = c.disk.as_mut() {
-                        d.put(o, &e.data);
+                        d.put(o, &e.data, "");
                     }
                     c.absent.remove(&o);
                     self.ostats.puts.fetch_add(1, Ordering::Relaxed);
@@ -1161,14 +1290,21 @@ impl BlockDevice for ObjectDevice {
     fn reopen_read_only(&self) -> Option<Result<Box<dyn BlockDevice>>> {
         self.view.lock().unwrap().as_ref()?;
         Some(
-            ObjectDevice::open(&self.target, false, self.cache_bytes)
-                .map(|d| Box::new(d) as Box<dyn BlockDevice>)
-                .map_err(|e| {
-                    Error::io(
-                        format!("opening {} again", self.target.url),
-                        std::io::Error::other(e),
-                    )
-                }),
+            ObjectDevice::open_inner(
+                &self.target,
+                false,
+                self.cache_bytes,
+                None,
+                None,
+                self.reader_disk.clone(),
+            )
+            .map(|d| Box::new(d) as Box<dyn BlockDevice>)
+            .map_err(|e| {
+                Error::io(
+                    format!("opening {} again", self.target.url),
+                    std::io::Error::other(e),
+                )
+            }),
         )
     }
 
@@ -1377,6 +1513,18 @@ impl BlockDevice for ObjectDevice {
                 ("disk_cache_hits", d.hits),
                 ("disk_cache_misses", d.misses),
                 ("disk_cache_bytes", d.bytes()),
+            ]);
+        }
+        if let Some(d) = self.reader_disk.as_ref() {
+            let d = d.lock().unwrap();
+            v.extend([
+                ("disk_cache_hits", d.hits),
+                ("disk_cache_misses", d.misses),
+                ("disk_cache_bytes", d.bytes()),
+                (
+                    "disk_cache_revalidated",
+                    self.ostats.disk_revalidated.load(Ordering::Relaxed),
+                ),
             ]);
         }
         if self.has_wal() {

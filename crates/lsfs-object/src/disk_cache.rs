@@ -18,6 +18,20 @@
 //! the superblocks' sequence number and the `writer` id then; an open
 //! that finds anything else (another file system, a close that never
 //! happened, another writer since) empties the cache first.
+//!
+//! A read-only mount, which changes nothing, may keep a cache too
+//! ([`DiskCache::open_for_readers`]): there the writer changes the objects
+//! behind its back, so each entry also keeps the ETag the store gave its
+//! object, and the reader serves an entry only after the store has said,
+//! to a GET conditional on that ETag (`If-None-Match`), that the object is
+//! still the same: a round trip without the object's bytes. Entries
+//! without an ETag (a writer's) are never served to a reader, and a
+//! writer empties a cache a reader used (its `owner.json` never says
+//! closed).
+//!
+//! An entry file is the object as stored, then its ETag (empty for a
+//! writer's entries), the ETag's length (2 bytes, little-endian) and the
+//! CRC-32C of all that (4 bytes).
 
 use crate::layout::Obj;
 use serde::{Deserialize, Serialize};
@@ -75,6 +89,23 @@ fn obj_of(name: &str) -> Option<Obj> {
     Some(Obj::Segment(n))
 }
 
+/// An entry file's object (`want` bytes) and ETag, if it verifies.
+fn parse_entry(mut b: Vec<u8>, want: usize) -> Option<(Vec<u8>, String)> {
+    let body = b.len().checked_sub(4)?;
+    let (head, crc) = b.split_at(body);
+    if crc32c::crc32c(head).to_le_bytes() != crc {
+        return None;
+    }
+    let at = body.checked_sub(2)?;
+    let tag_len = u16::from_le_bytes([b[at], b[at + 1]]) as usize;
+    if want + tag_len != at {
+        return None;
+    }
+    let tag = String::from_utf8(b[want..at].to_vec()).ok()?;
+    b.truncate(want);
+    Some((b, tag))
+}
+
 fn err(dir: &Path, e: std::io::Error) -> String {
     format!("object_disk_cache {}: {e}", dir.display())
 }
@@ -88,6 +119,24 @@ impl DiskCache {
         max_bytes: u64,
         url: &str,
         now: StoreMark,
+    ) -> Result<DiskCache, String> {
+        Self::open_as(dir, max_bytes, url, Some(now))
+    }
+
+    /// Open the cache in `dir` for a read-only mount of the store at
+    /// `url`: entries of the same store are kept whatever the store's state
+    /// (each is checked against its object's ETag before use), and the
+    /// cache stays marked in use, never closed.
+    pub fn open_for_readers(dir: &Path, max_bytes: u64, url: &str) -> Result<DiskCache, String> {
+        Self::open_as(dir, max_bytes, url, None)
+    }
+
+    /// `now`: the store's state for a writer's open; `None` for a reader's.
+    fn open_as(
+        dir: &Path,
+        max_bytes: u64,
+        url: &str,
+        now: Option<StoreMark>,
     ) -> Result<DiskCache, String> {
         std::fs::create_dir_all(dir).map_err(|e| err(dir, e))?;
         let lock = std::fs::OpenOptions::new()
@@ -107,7 +156,8 @@ impl DiskCache {
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok());
         let valid = owner.as_ref().is_some_and(|o| {
-            o.url.trim_end_matches('/') == url.trim_end_matches('/') && o.closed_at == Some(now)
+            o.url.trim_end_matches('/') == url.trim_end_matches('/')
+                && (now.is_none() || o.closed_at == now)
         });
         let mut found = Vec::new();
         for e in std::fs::read_dir(dir).map_err(|e| err(dir, e))? {
@@ -197,26 +247,23 @@ impl DiskCache {
         self.entries.contains_key(&o)
     }
 
-    /// Object `o`, `want` bytes long, if held and it verifies.
-    pub fn get(&mut self, o: Obj, want: u64) -> Option<Vec<u8>> {
+    /// Object `o`, `want` bytes long, and the ETag kept with it (empty
+    /// for a writer's entries), if held and it verifies.
+    pub fn get(&mut self, o: Obj, want: u64) -> Option<(Vec<u8>, String)> {
         if !self.entries.contains_key(&o) {
             self.misses += 1;
             return None;
         }
         let path = self.dir.join(file_name(o));
-        let ok = std::fs::read(&path).ok().filter(|b| {
-            b.len() as u64 == want + 4 && {
-                let (data, crc) = b.split_at(want as usize);
-                crc32c::crc32c(data).to_le_bytes() == crc
-            }
-        });
+        let ok = std::fs::read(&path)
+            .ok()
+            .and_then(|b| parse_entry(b, want as usize));
         match ok {
-            Some(mut b) => {
-                b.truncate(want as usize);
+            Some(got) => {
                 self.uses += 1;
                 self.entries.get_mut(&o).expect("held").used = self.uses;
                 self.hits += 1;
-                Some(b)
+                Some(got)
             }
             None => {
                 tracing::warn!(
@@ -230,17 +277,22 @@ impl DiskCache {
         }
     }
 
-    /// Hold `data` as object `o` (a segment as the store has it), the
-    /// least recently used entries deleted to stay within the bound.
-    pub fn put(&mut self, o: Obj, data: &[u8]) {
-        if !matches!(o, Obj::Segment(_)) || data.len() as u64 + 4 > self.max_bytes {
+    /// Hold `data` as object `o` (a segment as the store has it, with the
+    /// ETag the store gave it, or "" for a writer), the least recently
+    /// used entries deleted to stay within the bound.
+    pub fn put(&mut self, o: Obj, data: &[u8], etag: &str) {
+        let tag = &etag.as_bytes()[..etag.len().min(u16::MAX as usize)];
+        let len = data.len() + tag.len() + 2 + 4;
+        if !matches!(o, Obj::Segment(_)) || len as u64 > self.max_bytes {
             return;
         }
         self.remove(o);
         let tmp = self.dir.join(format!(".tmp-{}", file_name(o)));
-        let mut b = Vec::with_capacity(data.len() + 4);
+        let mut b = Vec::with_capacity(len);
         b.extend_from_slice(data);
-        b.extend_from_slice(&crc32c::crc32c(data).to_le_bytes());
+        b.extend_from_slice(tag);
+        b.extend_from_slice(&(tag.len() as u16).to_le_bytes());
+        b.extend_from_slice(&crc32c::crc32c(&b).to_le_bytes());
         let r = std::fs::write(&tmp, &b)
             .and_then(|_| std::fs::rename(&tmp, self.dir.join(file_name(o))));
         if let Err(e) = r {
@@ -267,6 +319,13 @@ impl DiskCache {
             self.bytes -= e.bytes;
             let _ = std::fs::remove_file(self.dir.join(file_name(o)));
         }
+    }
+
+    /// Drop the hit counted for `o`: a reader found its entry stale.
+    pub fn stale(&mut self, o: Obj) {
+        self.hits = self.hits.saturating_sub(1);
+        self.misses += 1;
+        self.remove(o);
     }
 
     fn evict(&mut self) {

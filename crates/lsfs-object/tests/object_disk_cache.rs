@@ -21,7 +21,7 @@ fn seg(n: u64) -> u64 {
 fn cfg(d: &Path) -> DiskCacheConfig {
     DiskCacheConfig {
         dir: d.join("cache"),
-        max_bytes: 3 * (SEG_BYTES + 4),
+        max_bytes: 3 * (SEG_BYTES + 6),
     }
 }
 
@@ -141,4 +141,83 @@ fn another_writer_or_a_crash_empties_it() {
     assert_eq!(cache_bytes(&c), 0, "emptied after a crash");
     assert_eq!(read_seg(&dev, 5), fill(5, 1));
     dev.release().unwrap();
+}
+
+/// A read-only open keeps segments on disk too, each with its object's
+/// ETag: after a remount, a segment the store holds unchanged comes from
+/// disk once a GET conditional on that ETag returns no bytes (counted as
+/// revalidated, not as a GET); one the writer changed since is fetched
+/// again and its entry replaced. A writer empties a cache a reader used.
+#[test]
+fn a_reader_keeps_segments_on_disk_checked_by_their_etags() {
+    let d = tempfile::tempdir().unwrap();
+    let t = Target::on(Arc::new(InMemory::new()), "fs");
+    ObjectDevice::create(&t, geo(), false).unwrap();
+    let w = ObjectDevice::open(&t, true, 8 << 20).unwrap();
+    for n in 2..7 {
+        w.write_at(seg(n), &fill(n, 0)).unwrap();
+        w.flush().unwrap();
+    }
+    w.release().unwrap();
+    drop(w);
+    let rc = DiskCacheConfig {
+        dir: d.path().join("reader"),
+        max_bytes: 3 * (SEG_BYTES + 64),
+    };
+    let reader = || {
+        let r = ObjectDevice::open_full(&t, false, 8 << 20, None, Some(&rc)).unwrap();
+        r.set_readahead(0);
+        r
+    };
+    let revalidated = |r: &ObjectDevice| {
+        let c: std::collections::HashMap<_, _> = r.extra_counters().into_iter().collect();
+        c["disk_cache_revalidated"]
+    };
+    let r = reader();
+    let gets = r.object_counters().gets;
+    for n in 4..7 {
+        assert_eq!(read_seg(&r, n), fill(n, 0));
+    }
+    assert_eq!(r.object_counters().gets, gets + 3, "fetched");
+    r.release().unwrap();
+    drop(r);
+
+    let r = reader();
+    let gets = r.object_counters().gets;
+    for n in 4..7 {
+        assert_eq!(read_seg(&r, n), fill(n, 0), "segment {n} from disk");
+    }
+    assert_eq!(r.object_counters().gets, gets, "no object fetched again");
+    assert_eq!(revalidated(&r), 3);
+    r.release().unwrap();
+    drop(r);
+
+    // The writer changes segment 5.
+    let w = ObjectDevice::open(&t, true, 8 << 20).unwrap();
+    w.write_at(seg(5), &fill(5, 9)).unwrap();
+    w.flush().unwrap();
+    w.release().unwrap();
+    drop(w);
+    let r = reader();
+    let gets = r.object_counters().gets;
+    assert_eq!(
+        read_seg(&r, 5),
+        fill(5, 9),
+        "the changed segment, not the entry"
+    );
+    assert_eq!(r.object_counters().gets, gets + 1);
+    assert_eq!(read_seg(&r, 6), fill(6, 0));
+    assert_eq!((r.object_counters().gets, revalidated(&r)), (gets + 1, 1));
+    r.release().unwrap();
+    drop(r);
+    let r = reader();
+    assert_eq!(read_seg(&r, 5), fill(5, 9), "its new entry");
+    assert_eq!(revalidated(&r), 1);
+    r.release().unwrap();
+    drop(r);
+
+    // A writer does not trust what a reader kept.
+    let w = ObjectDevice::open_full(&t, true, 8 << 20, None, Some(&rc)).unwrap();
+    assert_eq!(cache_bytes(&rc), 0, "emptied");
+    w.release().unwrap();
 }

@@ -2,14 +2,15 @@
 //! through the real commands: mkfs, mount, write, unmount, mount again,
 //! read back, fsck; a second read-write mount is refused while the first
 //! holds the lease, a read-only one is not, and the unmount gives the
-//! lease back. And fsck names flush records that wait in the store, and
-//! a snapshot's reader follows the writer's cleaner.
+//! lease back. And fsck names flush records that wait in the store, a
+//! snapshot's reader follows the writer's cleaner, and a reader with a
+//! cache on disk reads from it after a remount.
 
 #[path = "../../lsfs-fuse/tests/common/mod.rs"]
 mod common;
 mod mounted;
 
-use mounted::{fsck_clean, lsfs, Mounted};
+use mounted::{fsck_clean, lsfs, lsfs_json, object_scratch, Mounted};
 use std::fs;
 use std::path::PathBuf;
 
@@ -222,4 +223,57 @@ fn a_snapshot_reader_follows_the_writers_cleaner_through_the_mount() {
     r.unmount();
     w.unmount();
     fsck_clean(&target, "after the snapshot's reader");
+}
+
+/// A read-only mount with `object_disk_cache` keeps the segments it reads
+/// on local disk. Mounted again, it reads the same file from there, each
+/// segment after a GET conditional on its ETag that returns no bytes
+/// (`disk_cache_revalidated`); after the writer rewrote the file, it reads
+/// the new contents, not its entries.
+#[test]
+fn a_reader_with_a_disk_cache_reads_from_it_after_a_remount() {
+    if !common::fuse_available() {
+        return;
+    }
+    let sc = object_scratch("64M");
+    let (v1, v2) = (data(41, 8 << 20), data(42, 8 << 20));
+    let w = Mounted::new(&sc.target, &sc.mnt, &[]);
+    fs::write(w.mnt.join("f"), &v1).unwrap();
+    w.unmount();
+    let opts = format!(
+        "ro,object_disk_cache={}",
+        sc.tmp.path().join("reader-cache").display()
+    );
+    let counters = |m: &Mounted| lsfs_json("stats", &m.mnt)["object_store"].clone();
+    let read_with_cache = |want: &[u8]| {
+        let r = Mounted::new(&sc.target, &sc.mnt2, &["-o", &opts]);
+        assert!(fs::read(r.mnt.join("f")).unwrap() == want, "the file");
+        let c = counters(&r);
+        r.unmount();
+        c
+    };
+    let first = read_with_cache(&v1);
+    assert!(
+        first["get_bytes"].as_u64().unwrap() >= v1.len() as u64,
+        "{first}"
+    );
+    let again = read_with_cache(&v1);
+    assert!(
+        again["get_bytes"].as_u64().unwrap() < v1.len() as u64 / 4,
+        "read from disk: {again}"
+    );
+    assert!(
+        again["disk_cache_revalidated"].as_u64().unwrap() >= 4,
+        "{again}"
+    );
+
+    let w = Mounted::new(&sc.target, &sc.mnt, &[]);
+    fs::write(w.mnt.join("f"), &v2).unwrap();
+    w.unmount();
+    let after = read_with_cache(&v2);
+    assert!(
+        after["get_bytes"].as_u64().unwrap() >= v2.len() as u64,
+        "{after}"
+    );
+    fsck_clean(&sc.target, "after a reader with a disk cache");
 }

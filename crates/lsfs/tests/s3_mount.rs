@@ -15,7 +15,9 @@
 //!   it, go on succeeding with the server killed, and survive the mount's
 //!   own crash (SIGKILL): the next mount with the file stores them;
 //! * the cleaner: `lsfs gc stats` says what its reads fetched, what it
-//!   copied and which DELETEs were its victims'.
+//!   copied and which DELETEs were its victims';
+//! * a reader's cache on disk: mounted again, it reads from disk after the
+//!   server answers its conditional GETs "not modified".
 
 #[path = "../../lsfs-fuse/tests/common/mod.rs"]
 mod common;
@@ -748,4 +750,43 @@ fn s3_gc_stats_say_what_the_cleaner_cost_the_store() {
     );
     m.unmount();
     fsck_clean(&w, &url, "after cleaning");
+}
+
+/// A read-only mount with `object_disk_cache`, mounted again, reads a file
+/// from its disk cache: the server answers each segment's GET conditional
+/// on the entry's ETag with "not modified" (`disk_cache_revalidated`), and
+/// the GETs' bytes stay far below the file's.
+#[test]
+fn s3_reader_disk_cache_revalidates_by_etag() {
+    if !common::fuse_available() {
+        return;
+    }
+    let w = Weed::start("lsfs-reader-cache");
+    let (tmp, mnt, mnt2) = scratch();
+    let url = w.url("projects/fs");
+    mkfs(&w, &url);
+    let f = data(5, 8 << 20);
+    let m = mount(&w, &[], &url, &mnt, &[], &tmp.path().join("w.log"));
+    fs::write(m.mnt.join("f"), &f).unwrap();
+    m.unmount();
+    let opts = format!(
+        "ro,object_disk_cache={}",
+        tmp.path().join("reader-cache").display()
+    );
+    let mut seen = Vec::new();
+    for round in 0..2 {
+        let log = tmp.path().join(format!("r{round}.log"));
+        let r = mount(&w, &[], &url, &mnt2, &["-o", &opts], &log);
+        assert!(fs::read(r.mnt.join("f")).unwrap() == f, "round {round}");
+        seen.push(object_counters(&r.mnt));
+        r.unmount();
+    }
+    let again = &seen[1];
+    assert!(
+        again["disk_cache_revalidated"].as_u64().unwrap() >= 4
+            && again["get_bytes"].as_u64().unwrap() < f.len() as u64 / 4,
+        "the second mount: {again} (the first: {})",
+        seen[0]
+    );
+    fsck_clean(&w, &url, "after a reader with a disk cache");
 }
