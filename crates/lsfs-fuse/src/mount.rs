@@ -53,8 +53,9 @@ pub struct MountOptions {
     /// it (clone the `Arc`) to report them.
     pub counters: Arc<RequestCounters>,
     /// How long the server keeps polling the device file after a request
-    /// (`spin.rs`); zero never polls. Only mounts made as root (which own
-    /// their device file) poll.
+    /// (`spin.rs`), or a ring queue thread its completion queue
+    /// (`uring/poll.rs`); zero never polls. Only mounts made as root
+    /// (which own their device file) poll.
     pub spin: Duration,
     /// The kernel's generic mount flags (`libc::MS_NOSUID`, `MS_NOEXEC`,
     /// `MS_NOATIME`, …) from `-o nosuid,noexec,…`; `MS_RDONLY` comes from
@@ -285,7 +286,13 @@ fn start<V: Vfs + 'static>(
         .map_err(mount_error)?;
         let uring_start = match use_uring {
             true => match dev.try_clone() {
-                Ok(d) => Some(UringStart::new(opts.uring, d, ops.clone(), rings.clone())),
+                Ok(d) => Some(UringStart::new(
+                    opts.uring,
+                    d,
+                    ops.clone(),
+                    rings.clone(),
+                    opts.spin,
+                )),
                 Err(e) => {
                     let _ = kernel_mount::unmount(mountpoint);
                     return Err(mount_error(e));

@@ -271,8 +271,9 @@ struct MountArgs {
     /// one gives.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=16))]
     threads: Option<u16>,
-    /// Microseconds the FUSE server keeps polling for the next request
-    /// after one (0..=100000; default 1000; 0 never polls). Polling saves a
+    /// Microseconds the FUSE server (or, with --uring, each ring queue
+    /// thread) keeps polling for the next request after one (0..=100000;
+    /// default 1000; 0 never polls). Polling saves a
     /// cross-CPU wake-up per request while requests come fast and costs up
     /// to one CPU meanwhile; never on battery power. See docs/PERFORMANCE.md.
     #[arg(long, value_parser = clap::value_parser!(u32).range(0..=100_000))]
