@@ -53,9 +53,8 @@ pub struct MountOptions {
     /// it (clone the `Arc`) to report them.
     pub counters: Arc<RequestCounters>,
     /// How long the server keeps polling the device file after a request
-    /// (`spin.rs`), or a ring queue thread its completion queue
-    /// (`uring/poll.rs`); zero never polls. Only mounts made as root
-    /// (which own their device file) poll.
+    /// (`spin.rs`); zero never polls. Only mounts made as root (which own
+    /// their device file) poll.
     pub spin: Duration,
     /// The kernel's generic mount flags (`libc::MS_NOSUID`, `MS_NOEXEC`,
     /// `MS_NOATIME`, …) from `-o nosuid,noexec,…`; `MS_RDONLY` comes from
@@ -68,6 +67,11 @@ pub struct MountOptions {
     /// Serve requests through FUSE over io_uring (`uring/`): one queue
     /// per CPU, each request served on its caller's CPU. Off by default.
     pub uring: UringMode,
+    /// How long a ring queue thread keeps polling its completion queue
+    /// after a request (`uring/poll.rs`); zero, the default, never polls:
+    /// it wins on an idle machine and loses next to busy tasks
+    /// (docs/PERFORMANCE.md).
+    pub ring_spin: Duration,
     /// The kernel's readahead for the mount, in KiB, set through
     /// `/sys/class/bdi` once FUSE_INIT is done (root mounts only; the
     /// kernel starts FUSE mounts at 128 KiB and lets the server only lower
@@ -98,6 +102,7 @@ impl Default for MountOptions {
             kernel_flags: 0,
             atomic_writes: true,
             uring: UringMode::Off,
+            ring_spin: Duration::ZERO,
             read_ahead_kb: DEFAULT_READ_AHEAD_KB,
             cache_forever: None,
             kernel_cache: Arc::default(),
@@ -291,7 +296,7 @@ fn start<V: Vfs + 'static>(
                     d,
                     ops.clone(),
                     rings.clone(),
-                    opts.spin,
+                    opts.ring_spin,
                 )),
                 Err(e) => {
                     let _ = kernel_mount::unmount(mountpoint);

@@ -246,6 +246,7 @@ struct MountArgs {
     /// atomic-write ioctls answer ENOTTY, as on a file system without
     /// them; `atomic_writes`, the default, serves them); the flags below as
     /// `checkpoint=N`, `cache_size=SIZE`, `threads=N`, `spin_us=N`,
+    /// `ring_spin_us=N`,
     /// `config=FILE` (a flag given too must agree); `discard=off|on|batched`
     /// (what freed space is given back to the device by itself; `discard`
     /// is `on`, `nodiscard` is `off`; default batched, or the config
@@ -271,9 +272,8 @@ struct MountArgs {
     /// one gives.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=16))]
     threads: Option<u16>,
-    /// Microseconds the FUSE server (or, with --uring, each ring queue
-    /// thread) keeps polling for the next request after one (0..=100000;
-    /// default 1000; 0 never polls). Polling saves a
+    /// Microseconds the FUSE server keeps polling for the next request
+    /// after one (0..=100000; default 1000; 0 never polls). Polling saves a
     /// cross-CPU wake-up per request while requests come fast and costs up
     /// to one CPU meanwhile; never on battery power. See docs/PERFORMANCE.md.
     #[arg(long, value_parser = clap::value_parser!(u32).range(0..=100_000))]
@@ -284,6 +284,12 @@ struct MountArgs {
     /// `enable_uring` switch if needed. See docs/PERFORMANCE.md.
     #[arg(long)]
     uring: Option<lsfs_fuse::UringMode>,
+    /// With --uring: microseconds each ring queue thread keeps polling for
+    /// the next request after one (0..=100000; default 0, never). Faster
+    /// on an idle machine, slower next to busy tasks; never on battery
+    /// power. See docs/PERFORMANCE.md.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=100_000))]
+    ring_spin_us: Option<u32>,
     /// Block cache size (1M..=64G).
     #[arg(long, value_parser = size::parse_size)]
     cache_size: Option<u64>,
@@ -514,6 +520,7 @@ fn mount_helper_main(args: &[std::ffi::OsString]) -> ExitCode {
         threads: None,
         spin_us: None,
         uring: None,
+        ring_spin_us: None,
         cache_size: None,
         config: None,
         background: true,
@@ -651,6 +658,7 @@ fn run(a: RunArgs) -> Result<(), String> {
         threads: None,
         spin_us: None,
         uring: None,
+        ring_spin_us: None,
         cache_size: None,
         config: None,
         background: false,
@@ -732,6 +740,7 @@ fn mount(a: MountArgs) -> Result<(), String> {
     let threads = flag_or_option("threads", a.threads, o.threads)?.unwrap_or(1);
     let spin_us = flag_or_option("spin_us", a.spin_us, o.spin_us)?.unwrap_or(1000);
     let uring = flag_or_option("uring", a.uring, o.uring)?;
+    let ring_spin_us = flag_or_option("ring_spin_us", a.ring_spin_us, o.ring_spin_us)?.unwrap_or(0);
     let cache_size = flag_or_option("cache_size", a.cache_size, o.cache_size)?;
     let config = flag_or_option("config", a.config.clone(), o.config.clone())?;
     if a.background {
@@ -818,6 +827,12 @@ fn mount(a: MountArgs) -> Result<(), String> {
             std::time::Duration::from_micros(spin_us.into())
         },
         uring: uring.or(file_cfg.uring.map(Into::into)).unwrap_or_default(),
+        // As `spin`.
+        ring_spin: if fs.lock().unwrap().cleaner.on_battery() {
+            std::time::Duration::ZERO
+        } else {
+            std::time::Duration::from_micros(ring_spin_us.into())
+        },
         // Snapshots never change: the kernel keeps them without expiry.
         cache_forever: Some(lsfs_core::fs::snapview::is_virtual),
         ..Default::default()
@@ -951,6 +966,9 @@ fn mount_background(a: &MountArgs, mnt: &Path) -> Result<(), String> {
     }
     if let Some(s) = a.spin_us {
         cmd.arg("--spin-us").arg(s.to_string());
+    }
+    if let Some(s) = a.ring_spin_us {
+        cmd.arg("--ring-spin-us").arg(s.to_string());
     }
     if let Some(u) = a.uring {
         cmd.arg("--uring").arg(u.to_string());

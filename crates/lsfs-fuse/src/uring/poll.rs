@@ -4,11 +4,13 @@
 //! A queue thread that waits in `submit_and_wait(1)` sleeps between
 //! requests, and its CPU may go idle; waking an idle virtual CPU is what
 //! costs on a VM (docs/PERFORMANCE.md). So, like `spin.rs` for
-//! `/dev/fuse`, while requests keep coming within a window (`--spin-us`;
-//! 0 never polls, and the front end passes 0 on battery power), the
-//! thread submits without waiting and polls; once no request came for a
-//! whole window it sleeps in the kernel again, so an idle mount costs
-//! nothing.
+//! `/dev/fuse`, while requests keep coming within a window
+//! (`--ring-spin-us`; 0 never polls, and the front end passes 0 on
+//! battery power), the thread submits without waiting and polls; once no
+//! request came for a whole window it sleeps in the kernel again, so an
+//! idle mount costs nothing. The window is 0 unless asked for: polling
+//! won on an idle machine and lost next to busy tasks, where the ring is
+//! meant to be used.
 //!
 //! What polling must do to see a request: the kernel does not write the
 //! CQE by itself. FUSE's command completes through task work queued on
