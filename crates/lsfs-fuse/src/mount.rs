@@ -72,6 +72,11 @@ pub struct MountOptions {
     /// Serve requests through FUSE over io_uring (`uring/`): one queue
     /// per CPU, each request served on its caller's CPU. Off by default.
     pub uring: UringMode,
+    /// How long a ring queue thread keeps polling its completion queue
+    /// after a request (`uring/poll.rs`); zero, the default, never polls:
+    /// it wins on an idle machine and loses next to busy tasks
+    /// (docs/PERFORMANCE.md).
+    pub ring_spin: Duration,
     /// The kernel's readahead for the mount, in KiB, set through
     /// `/sys/class/bdi` once FUSE_INIT is done (root mounts only; the
     /// kernel starts FUSE mounts at 128 KiB and lets the server only lower
@@ -102,6 +107,7 @@ impl Default for MountOptions {
             kernel_flags: 0,
             atomic_writes: true,
             uring: UringMode::Off,
+            ring_spin: Duration::ZERO,
             read_ahead_kb: DEFAULT_READ_AHEAD_KB,
             cache_forever: None,
             moves_on: false,
@@ -291,7 +297,13 @@ fn start<V: Vfs + 'static>(
         .map_err(mount_error)?;
         let uring_start = match use_uring {
             true => match dev.try_clone() {
-                Ok(d) => Some(UringStart::new(opts.uring, d, ops.clone(), rings.clone())),
+                Ok(d) => Some(UringStart::new(
+                    opts.uring,
+                    d,
+                    ops.clone(),
+                    rings.clone(),
+                    opts.ring_spin,
+                )),
                 Err(e) => {
                     let _ = kernel_mount::unmount(mountpoint);
                     return Err(mount_error(e));

@@ -43,11 +43,23 @@ fn wait_for_ring(c: &RequestCounters, root: &std::path::Path) {
 
 #[test]
 fn every_request_goes_through_the_ring_once_it_is_up() {
+    every_request_through_the_ring(Duration::ZERO);
+}
+
+/// The same with the queue threads polling between requests
+/// (`uring/poll.rs`).
+#[test]
+fn every_request_goes_through_a_polling_ring() {
+    every_request_through_the_ring(Duration::from_millis(1));
+}
+
+fn every_request_through_the_ring(ring_spin: Duration) {
     if !common::fuse_available() {
         return;
     }
     let opts = MountOptions {
         uring: UringMode::On,
+        ring_spin,
         ..common::options(true)
     };
     let c = opts.counters.clone();

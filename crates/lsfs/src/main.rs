@@ -248,6 +248,7 @@ struct MountArgs {
     /// atomic-write ioctls answer ENOTTY, as on a file system without
     /// them; `atomic_writes`, the default, serves them); the flags below as
     /// `checkpoint=N`, `cache_size=SIZE`, `threads=N`, `spin_us=N`,
+    /// `ring_spin_us=N`,
     /// `config=FILE` (a flag given too must agree); `discard=off|on|batched`
     /// (what freed space is given back to the device by itself; `discard`
     /// is `on`, `nodiscard` is `off`; default batched, or the config
@@ -287,6 +288,12 @@ struct MountArgs {
     /// `enable_uring` switch if needed. See docs/PERFORMANCE.md.
     #[arg(long)]
     uring: Option<lsfs_fuse::UringMode>,
+    /// With --uring: microseconds each ring queue thread keeps polling for
+    /// the next request after one (0..=100000; default 0, never). Faster
+    /// on an idle machine, slower next to busy tasks; never on battery
+    /// power. See docs/PERFORMANCE.md.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=100_000))]
+    ring_spin_us: Option<u32>,
     /// Block cache size (1M..=64G).
     #[arg(long, value_parser = size::parse_size)]
     cache_size: Option<u64>,
@@ -517,6 +524,7 @@ fn mount_helper_main(args: &[std::ffi::OsString]) -> ExitCode {
         threads: None,
         spin_us: None,
         uring: None,
+        ring_spin_us: None,
         cache_size: None,
         config: None,
         background: true,
@@ -654,6 +662,7 @@ fn run(a: RunArgs) -> Result<(), String> {
         threads: None,
         spin_us: None,
         uring: None,
+        ring_spin_us: None,
         cache_size: None,
         config: None,
         background: false,
@@ -735,6 +744,7 @@ fn mount(a: MountArgs) -> Result<(), String> {
     let threads = flag_or_option("threads", a.threads, o.threads)?.unwrap_or(1);
     let spin_us = flag_or_option("spin_us", a.spin_us, o.spin_us)?.unwrap_or(1000);
     let uring = flag_or_option("uring", a.uring, o.uring)?;
+    let ring_spin_us = flag_or_option("ring_spin_us", a.ring_spin_us, o.ring_spin_us)?.unwrap_or(0);
     let cache_size = flag_or_option("cache_size", a.cache_size, o.cache_size)?;
     let config = flag_or_option("config", a.config.clone(), o.config.clone())?;
     if a.background {
@@ -826,6 +836,12 @@ fn mount(a: MountArgs) -> Result<(), String> {
             std::time::Duration::from_micros(spin_us.into())
         },
         uring: uring.or(file_cfg.uring.map(Into::into)).unwrap_or_default(),
+        // As `spin`.
+        ring_spin: if fs.lock().unwrap().cleaner.on_battery() {
+            std::time::Duration::ZERO
+        } else {
+            std::time::Duration::from_micros(ring_spin_us.into())
+        },
         // Snapshots never change: the kernel keeps them without expiry.
         cache_forever: Some(lsfs_core::fs::snapview::is_virtual),
         moves_on,
@@ -972,6 +988,9 @@ fn mount_background(a: &MountArgs, mnt: &Path) -> Result<(), String> {
     }
     if let Some(s) = a.spin_us {
         cmd.arg("--spin-us").arg(s.to_string());
+    }
+    if let Some(s) = a.ring_spin_us {
+        cmd.arg("--ring-spin-us").arg(s.to_string());
     }
     if let Some(u) = a.uring {
         cmd.arg("--uring").arg(u.to_string());

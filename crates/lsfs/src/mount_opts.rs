@@ -37,6 +37,9 @@ pub struct MountOpts {
     pub threads: Option<u16>,
     /// `spin_us=N`: microseconds of polling (0..=100000).
     pub spin_us: Option<u32>,
+    /// `ring_spin_us=N`: microseconds of polling by the ring's queue
+    /// threads (0..=100000).
+    pub ring_spin_us: Option<u32>,
     /// `uring=off|auto|on`: serve FUSE requests through io_uring.
     pub uring: Option<lsfs_fuse::UringMode>,
     /// `config=FILE`: a TOML file of mount settings.
@@ -83,6 +86,7 @@ impl Default for MountOpts {
             cache_size: None,
             threads: None,
             spin_us: None,
+            ring_spin_us: None,
             uring: None,
             config: None,
             discard: None,
@@ -102,7 +106,8 @@ impl Default for MountOpts {
 }
 
 const KNOWN: &str = "ro, rw, writeback_cache, no_writeback_cache, atomic_writes, \
-    no_atomic_writes, checkpoint=N, cache_size=SIZE, threads=N, spin_us=N, uring=off|auto|on, \
+    no_atomic_writes, checkpoint=N, cache_size=SIZE, threads=N, spin_us=N, ring_spin_us=N, \
+    uring=off|auto|on, \
     config=FILE, discard=off|on|batched, [no]discard, compress=off|lz4|zstd|zstd:N, nocompress, \
     object_wal=store|PATH|off, object_wal_bytes=SIZE, object_disk_cache=DIR, object_disk_cache_bytes=SIZE, \
     reader_hold_secs=N, reader_follow_secs=N, allow_other, default_permissions, \
@@ -192,6 +197,7 @@ impl MountOpts {
                 }
                 ("threads", Some(v)) => o.threads = Some(number(key, v, 1, 16)?),
                 ("spin_us", Some(v)) => o.spin_us = Some(number(key, v, 0, 100_000)?),
+                ("ring_spin_us", Some(v)) => o.ring_spin_us = Some(number(key, v, 0, 100_000)?),
                 ("uring", Some(v)) => {
                     o.uring = Some(v.parse().map_err(|e| format!("option 'uring={v}': {e}"))?)
                 }
@@ -346,7 +352,7 @@ mod tests {
 
     #[test]
     fn lsfs_settings_as_key_value() {
-        let o: MountOpts = "ro,checkpoint=42,cache_size=16M,threads=4,spin_us=0,config=/etc/l.toml"
+        let o: MountOpts = "ro,checkpoint=42,cache_size=16M,threads=4,spin_us=0,ring_spin_us=500,config=/etc/l.toml"
             .parse()
             .unwrap();
         assert!(o.read_only);
@@ -354,6 +360,7 @@ mod tests {
         assert_eq!(o.cache_size, Some(16 << 20));
         assert_eq!(o.threads, Some(4));
         assert_eq!(o.spin_us, Some(0));
+        assert_eq!(o.ring_spin_us, Some(500));
         assert_eq!(o.config, Some(PathBuf::from("/etc/l.toml")));
         assert_eq!(o.uring, None);
         let o: MountOpts = "uring=auto".parse().unwrap();

@@ -20,6 +20,7 @@
 
 mod abi;
 mod dispatch;
+mod poll;
 mod queue;
 mod reply;
 
@@ -27,6 +28,7 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use fuser::KernelConfig;
 use lsfs_vfs::Vfs;
@@ -127,6 +129,8 @@ pub(crate) struct UringStart<V: Vfs> {
     dev: OwnedFd,
     ops: Arc<Ops<V>>,
     rings: Arc<Mutex<Option<Rings>>>,
+    /// How long a queue thread polls after a request (`poll.rs`).
+    spin: Duration,
 }
 
 impl<V: Vfs + 'static> UringStart<V> {
@@ -137,12 +141,14 @@ impl<V: Vfs + 'static> UringStart<V> {
         dev: OwnedFd,
         ops: Arc<Ops<V>>,
         rings: Arc<Mutex<Option<Rings>>>,
+        spin: Duration,
     ) -> Self {
         UringStart {
             mode,
             dev,
             ops,
             rings,
+            spin,
         }
     }
 
@@ -165,7 +171,7 @@ impl<V: Vfs + 'static> UringStart<V> {
         if let Err(nearest) = config.set_max_write(PAYLOAD as u32) {
             return refuse(format!("max_write {PAYLOAD} refused (nearest {nearest})"));
         }
-        match Rings::start(self.dev, self.ops.clone()) {
+        match Rings::start(self.dev, self.ops.clone(), self.spin) {
             Ok(rings) => {
                 tracing::info!("FUSE over io_uring: {} queues", rings.queues.len());
                 *self.rings.lock().unwrap() = Some(rings);
@@ -183,7 +189,11 @@ pub(crate) struct Rings {
 }
 
 impl Rings {
-    fn start<V: Vfs + 'static>(dev: OwnedFd, ops: Arc<Ops<V>>) -> io::Result<Rings> {
+    fn start<V: Vfs + 'static>(
+        dev: OwnedFd,
+        ops: Arc<Ops<V>>,
+        spin: Duration,
+    ) -> io::Result<Rings> {
         let n = possible_cpus()?;
         let dev = Arc::new(dev);
         let shared = Arc::new(Shared {
@@ -201,6 +211,7 @@ impl Rings {
                 PAYLOAD,
                 ops.clone(),
                 shared.clone(),
+                spin,
             );
             match q {
                 Ok(q) => rings.queues.push(q),

@@ -11,7 +11,8 @@
 //! FUSE_IO_URING_CMD_COMMIT_AND_FETCH, which hands the reply over and
 //! waits for the next request: one system call per request, made on the
 //! caller's CPU, where `/dev/fuse` costs a read and a write and wakes a
-//! server on whichever CPU it slept.
+//! server on whichever CPU it slept. While requests keep coming the
+//! thread polls for the next one instead of sleeping (`poll.rs`).
 //!
 //! Registration before the kernel has processed our FUSE_INIT reply fails
 //! with EAGAIN (the kernel needs the negotiated sizes): it is retried.
@@ -37,6 +38,7 @@ use lsfs_vfs::{Errno, Vfs};
 
 use super::abi::{self, InHeader, ReqHeader, CMD_COMMIT_AND_FETCH, CMD_REGISTER};
 use super::dispatch::{self, Answer};
+use super::poll::Poll;
 use crate::atomic_ioctl::IoctlDone;
 use crate::ops::{IoctlOut, Ops};
 
@@ -116,16 +118,20 @@ struct Queue<V: Vfs> {
     later_tx: Sender<(usize, IoctlOut)>,
     later_rx: Receiver<(usize, IoctlOut)>,
     wake_buf: Box<[u8; 8]>,
+    /// Whether to poll or sleep for the next completion.
+    poll: Poll,
 }
 
 /// Start queue `qid`'s thread, serving `dev` (the connection's
-/// `/dev/fuse`) with buffers of `payload_size` bytes.
+/// `/dev/fuse`) with buffers of `payload_size` bytes, polling for `spin`
+/// after each request.
 pub fn spawn<V: Vfs + 'static>(
     qid: u16,
     dev: Arc<OwnedFd>,
     payload_size: usize,
     ops: Arc<Ops<V>>,
     shared: Arc<Shared>,
+    spin: Duration,
 ) -> io::Result<QueueHandle> {
     // SAFETY: eventfd takes flags and returns a new descriptor or -1.
     let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
@@ -154,6 +160,7 @@ pub fn spawn<V: Vfs + 'static>(
                 later_tx,
                 later_rx,
                 wake_buf: Box::new([0; 8]),
+                poll: Poll::new(spin),
             };
             if let Err(e) = q.run() {
                 tracing::error!("FUSE ring queue {qid} failed: {e}");
@@ -189,7 +196,7 @@ impl<V: Vfs + 'static> Queue<V> {
         self.push_wake_poll()?;
         let started = Instant::now();
         loop {
-            match self.ring.submit_and_wait(1) {
+            match self.poll.submit_and_wait(&mut self.ring) {
                 Ok(_) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
                 Err(e) => return Err(e),
@@ -210,7 +217,10 @@ impl<V: Vfs + 'static> Queue<V> {
                 let i = ud as usize;
                 assert!(i < self.entries.len(), "unknown ring user data {ud}");
                 match res {
-                    0 => self.serve(i)?,
+                    0 => {
+                        self.poll.on_request();
+                        self.serve(i)?
+                    }
                     e if e == -libc::EAGAIN || e == -libc::EINTR => {
                         // Before FUSE_INIT's reply is processed.
                         if started.elapsed() > INIT_PATIENCE {
