@@ -238,6 +238,11 @@ pub fn stats_text(s: &Value) -> String {
 
     sections.push(("I/O queue", fields(&s["io"])));
     sections.push(("store counters", fields(&s["store"])));
+    // Requests and bytes of an object store, its disk cache's hits (and a
+    // reader's revalidations), and what the cleaner's reads cost.
+    if s["object_store"].is_object() {
+        sections.push(("object store", fields(&s["object_store"])));
+    }
 
     let m = &s["memory"];
     let mut mem = vec![row(
@@ -371,6 +376,8 @@ mod tests {
             "fuse": { "total": 2, "through_io_uring": 1, "getxattr_security_capability": 0, "requests": { "LOOKUP": 2 } },
             "readers": { "held": { "7": 2 }, "promoted": [7], "promotions": 1, "demotions": 0,
                          "last_round_secs": 1, "last_error": null },
+            "object_store": { "gets": 3, "get_bytes": 6291456, "disk_cache_revalidated": 4,
+                              "cleaner": { "gets": 1, "deletes": 0 } },
         });
         let t = stats_text(&s);
         assert!(!t.contains('{'), "{t}");
@@ -386,6 +393,10 @@ mod tests {
             "  held by snapshots: 2000 blocks (7.8 MiB)\n",
             "  total:             100 of 2.0 MiB each\n",
             "  limit bytes: 67108864 (64.0 MiB)\n",
+            "\nobject store\n",
+            "  get bytes:              6291456 (6.0 MiB)\n",
+            "  disk cache revalidated: 4\n",
+            "  cleaner:                deletes 0, gets 1\n",
             "  reads:    2 (8.0 KiB)\n",
             "  stream writes:  meta 4\n",
             "  writes:   1 (1.0 MiB)\n",
