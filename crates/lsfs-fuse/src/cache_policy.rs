@@ -28,7 +28,8 @@ pub(crate) const BRIEF: Duration = Duration::from_secs(1);
 pub(crate) struct CachePolicy {
     /// Nothing on this mount can change (mounted read-only).
     frozen: bool,
-    /// The mount moves on to newer checkpoints (`MountOptions::moves_on`).
+    /// The mount moves on to newer checkpoints (`MountOptions::moves_on`):
+    /// nothing is kept long, frozen or not.
     moves_on: bool,
     /// Inodes that never change while the mount lives (snapshots).
     forever: Option<fn(u64) -> bool>,
@@ -37,7 +38,7 @@ pub(crate) struct CachePolicy {
 impl CachePolicy {
     pub(crate) fn new(frozen: bool, moves_on: bool, forever: Option<fn(u64) -> bool>) -> Self {
         CachePolicy {
-            frozen: frozen && !moves_on,
+            frozen,
             moves_on,
             forever,
         }

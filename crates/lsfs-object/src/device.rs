@@ -642,15 +642,20 @@ impl ObjectDevice {
         path: &object_store::path::Path,
         want: u64,
     ) -> object_store::Result<bytes::Bytes> {
-        let held = rd
-            .lock()
-            .unwrap()
-            .get(o, want)
-            .filter(|(_, tag)| !tag.is_empty());
         let ahead = c.ahead.remove(&o);
         if let Obj::Segment(n) = o {
             self.read_ahead(c, n);
         }
+        // A fetch already under way brings the object whole: the entry on
+        // disk is then not read.
+        let held = match ahead {
+            Some(_) => None,
+            None => rd
+                .lock()
+                .unwrap()
+                .get(o, want)
+                .filter(|(_, tag)| !tag.is_empty()),
+        };
         let got = match (held, ahead) {
             (_, Some(h)) => self.fetched_ahead(h),
             (Some((data, tag)), None) => {
