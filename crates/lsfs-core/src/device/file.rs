@@ -11,6 +11,7 @@
 //! the cached pages it overlaps). A flush is an fdatasync either way,
 //! which also empties the device's write cache.
 
+use super::fill_ahead::{self, FillAhead};
 use super::{check_range, BlockDevice, DeviceStats};
 use crate::error::{Error, Result};
 use std::fs::{File, OpenOptions};
@@ -39,6 +40,10 @@ pub struct FileDevice {
     /// Cleared when the host says it cannot discard (EOPNOTSUPP): asking
     /// again at every segment would only fail again.
     discard_ok: AtomicBool,
+    /// A writable image file's holes just ahead of the log, filled at each
+    /// flush (device/fill_ahead.rs); `None` on a block device, read-only,
+    /// or once filling failed.
+    fill: Mutex<Option<FillAhead>>,
     stats: DeviceStats,
 }
 
@@ -114,6 +119,9 @@ impl FileDevice {
             size_bytes,
             is_block_device,
             discard_ok: AtomicBool::new(writable),
+            fill: Mutex::new(
+                (writable && !is_block_device && fill_ahead::wanted()).then(FillAhead::new),
+            ),
             stats: DeviceStats::default(),
         })
     }
@@ -172,6 +180,29 @@ impl FileDevice {
             return Err(std::io::Error::last_os_error());
         }
         Ok(())
+    }
+
+    /// Fill the holes just past this flush's writes (device/fill_ahead.rs).
+    fn fill_holes_ahead(&self) {
+        let mut fill = self.fill.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(f) = fill.as_mut() else {
+            return;
+        };
+        let direct = self
+            .direct
+            .as_ref()
+            .filter(|_| self.direct_ok.load(Ordering::Relaxed));
+        match f.fill(&self.file, direct, self.size_bytes) {
+            Ok(0) => {}
+            Ok(n) => self.stats.note_fill(n),
+            Err(e) => {
+                tracing::info!(
+                    "{}: cannot fill holes ahead of the log ({e}); the image stays sparse",
+                    self.path.display()
+                );
+                *fill = None;
+            }
+        }
     }
 
     /// Write `buf` at `offset` through the `O_DIRECT` descriptor, if there is
@@ -294,10 +325,14 @@ impl BlockDevice for FileDevice {
             )
         })?;
         self.stats.note_write(buf.len());
+        if let Some(f) = self.fill.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            f.note_write(offset, offset + buf.len() as u64);
+        }
         Ok(())
     }
 
     fn flush(&self) -> Result<()> {
+        self.fill_holes_ahead();
         self.file
             .sync_data()
             .map_err(|e| Error::io(format!("flush {}", self.path.display()), e))?;
@@ -422,6 +457,41 @@ mod tests {
         let ro = FileDevice::open(&path, false).unwrap();
         assert_eq!(ro.discard(0, 1 << 20).unwrap(), 0);
         assert_eq!(allocated(&path), after);
+    }
+
+    /// A flush after a small write fills the image's holes just past it
+    /// (device/fill_ahead.rs), counted apart from the writes; the next
+    /// small write there finds no hole and fills nothing. What was written
+    /// reads back, and the zeros read as the hole did.
+    #[test]
+    fn a_flush_fills_the_holes_just_past_a_small_write() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let path = dir.path().join("img");
+        FileDevice::create_image(&path, 32 << 20).unwrap();
+        let dev = FileDevice::open(&path, true).unwrap();
+        if dev.fill.lock().unwrap().is_none() {
+            eprintln!("LSFS_FILL_AHEAD=0: nothing to check");
+            return;
+        }
+        let data = vec![0x5Au8; 8192];
+        dev.write_at(4 << 20, &data).unwrap();
+        dev.flush().unwrap();
+        let c = dev.stats().snapshot();
+        if dev.fill.lock().unwrap().is_none() {
+            eprintln!("the file system under /var/tmp cannot seek holes: nothing to check");
+            return;
+        }
+        assert_eq!((c.writes, c.write_bytes), (1, 8192), "fills are not writes");
+        assert_eq!(c.fills, 1);
+        assert_eq!(c.fill_bytes, super::fill_ahead::WINDOW);
+        assert!(allocated(&path) >= 8192 + c.fill_bytes);
+        dev.write_at((4 << 20) + 8192, &data).unwrap();
+        dev.flush().unwrap();
+        assert_eq!(dev.stats().snapshot().fills, 1, "no hole near enough");
+        let mut got = vec![1u8; 3 << 20];
+        dev.read_at(4 << 20, &mut got).unwrap();
+        assert!(got[..16384].iter().all(|&b| b == 0x5A));
+        assert!(got[16384..].iter().all(|&b| b == 0));
     }
 
     /// A loop device over a sparse file: BLKDISCARD reaches the file under

@@ -4,6 +4,7 @@
 mod crash;
 mod fault;
 mod file;
+mod fill_ahead;
 mod gate;
 mod io_queue;
 mod latch;
@@ -159,6 +160,8 @@ pub struct DeviceStats {
     pub flushes: AtomicU64,
     pub discards: AtomicU64,
     pub discard_bytes: AtomicU64,
+    pub fills: AtomicU64,
+    pub fill_bytes: AtomicU64,
 }
 
 impl DeviceStats {
@@ -176,6 +179,10 @@ impl DeviceStats {
     pub fn note_discard(&self, bytes: u64) {
         self.discards.fetch_add(1, Ordering::Relaxed);
         self.discard_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+    pub fn note_fill(&self, bytes: u64) {
+        self.fills.fetch_add(1, Ordering::Relaxed);
+        self.fill_bytes.fetch_add(bytes, Ordering::Relaxed);
     }
     /// Take back reads counted since `before`: reads that were not the
     /// file system's own (fs/invariants.rs). Reads counted meanwhile by
@@ -196,6 +203,8 @@ impl DeviceStats {
             flushes: self.flushes.load(Ordering::Relaxed),
             discards: self.discards.load(Ordering::Relaxed),
             discard_bytes: self.discard_bytes.load(Ordering::Relaxed),
+            fills: self.fills.load(Ordering::Relaxed),
+            fill_bytes: self.fill_bytes.load(Ordering::Relaxed),
         }
     }
 }
@@ -211,6 +220,11 @@ pub struct DeviceCounters {
     /// Ranges the device dropped, and their bytes (`BlockDevice::discard`).
     pub discards: u64,
     pub discard_bytes: u64,
+    /// Holes of an image file filled with zeros ahead of the log, and their
+    /// bytes (device/fill_ahead.rs). Not in `writes`: the file system did
+    /// not ask for them, the host's disk still wrote them.
+    pub fills: u64,
+    pub fill_bytes: u64,
 }
 
 /// Checks that a discard of `len` bytes at `offset` lies inside the device.
