@@ -15,6 +15,18 @@
 //!   payload is a list of ranges, each a device offset (u64), a length
 //!   (u32) and the bytes.
 //!
+//! The file keeps its length across restarts and grows in steps of
+//! [`GROW`] bytes of zeros ahead of the records: an fdatasync of a record
+//! appended past the file's end, or into a hole, must also commit the
+//! host's allocation (on ext4 a journal commit), and that cost every fsync
+//! once more (the same as an image file's holes, lsfs-core's
+//! `device/fill_ahead.rs`). Whatever lies past the last record (zeros, an
+//! earlier generation's records) is not this generation's, by its
+//! sequence number or its checksum; and every write of a header or a
+//! record ends with a record head's worth of zeros, so that what follows
+//! the last whole record is either those zeros or the head of a record
+//! begun and never finished, which is then reported as a torn tail.
+//!
 //! A record is acknowledged only once it and everything before it were
 //! fdatasynced, so the first record that is short, has a wrong magic, a
 //! wrong sequence number or a wrong checksum ends what counts: it is a
@@ -24,7 +36,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -62,17 +74,29 @@ pub struct Record {
 pub struct Found {
     pub header: Option<Header>,
     pub records: Vec<Record>,
-    /// Bytes after the last whole record (a torn flush), ignored.
+    /// Bytes after the last whole record that a flush began and never
+    /// finished (a torn tail), ignored.
     pub torn_bytes: u64,
+    /// Bytes of the header and the whole records: where the next record
+    /// would go. The file goes on past it (zeros, older records).
+    pub end: u64,
 }
 
 pub struct Wal {
     file: File,
     pub path: PathBuf,
     pub header: Header,
+    /// Bytes of the header and this generation's records.
     len: u64,
+    /// Bytes of the file: `len` and what lies past it.
+    size: u64,
     next_seq: u64,
 }
+
+/// The file grows by this many bytes of zeros when a record would pass
+/// its end, so that only one fdatasync in so many bytes of records
+/// commits an allocation.
+pub const GROW: u64 = 4 << 20;
 
 /// A random id, without a crate for it: the standard library seeds each
 /// `RandomState` from the system's randomness.
@@ -141,8 +165,33 @@ pub fn parse(path: &Path, b: &[u8]) -> Result<Found, String> {
     Ok(Found {
         header: Some(header),
         records,
-        torn_bytes: (b.len() - at) as u64,
+        torn_bytes: torn_at(b, at, seq),
+        end: at as u64,
     })
+}
+
+/// The bytes at `at`, after the last whole record, that look like record
+/// `seq` begun and never finished (a flush that never returned): its head
+/// is there, the rest is short or fails its checksum. The zeros every
+/// write ends with are not torn, nor is anything else that is not such a
+/// head.
+fn torn_at(b: &[u8], at: usize, seq: u64) -> u64 {
+    let Some(head) = b.get(at..at + REC_HEAD) else {
+        return if b[at..].iter().all(|&x| x == 0) {
+            0
+        } else {
+            (b.len() - at) as u64
+        };
+    };
+    let magic = u32::from_le_bytes(head[..4].try_into().unwrap());
+    let this_seq = u64::from_le_bytes(head[4..12].try_into().unwrap());
+    if magic != REC_MAGIC || this_seq != seq {
+        return 0;
+    }
+    let claimed = u64::from_le_bytes(head[12..20].try_into().unwrap());
+    claimed
+        .saturating_add((REC_HEAD + 4) as u64)
+        .min((b.len() - at) as u64)
 }
 
 /// Record `seq` of `ranges`, its checksum seeded with `seed` (the file's
@@ -245,6 +294,7 @@ impl Wal {
                 path: path.to_path_buf(),
                 header,
                 len: b.len() as u64,
+                size: b.len() as u64,
                 next_seq: 1,
             },
             found,
@@ -263,33 +313,60 @@ impl Wal {
 
     /// Start the next generation, empty, for file system `fs_id` at `url`:
     /// everything the file held is in the store.
+    ///
+    /// The file is not cut: its records stay where they are and are no
+    /// longer this generation's (their checksums are seeded with theirs),
+    /// and the next records are written over them, in blocks the host has
+    /// allocated already.
     pub fn restart(&mut self, url: &str, fs_id: u64) -> std::io::Result<()> {
         self.header.url = url.to_string();
         self.header.fs_id = fs_id;
         self.header.generation += 1;
-        let h = encode_header(&self.header);
-        self.file.set_len(0)?;
+        let mut h = encode_header(&self.header);
+        let len = h.len() as u64;
+        self.grow_to(len + REC_HEAD as u64)?;
+        h.extend_from_slice(&[0; REC_HEAD]);
         self.file.write_all_at(&h, 0)?;
-        // The truncation and the header together: until this returns, the
-        // old records may still be found, and they are all in the store.
+        // Until this returns, the old header and records may still be
+        // found, and they are all in the store.
         self.file.sync_data()?;
-        self.len = h.len() as u64;
+        self.len = len;
         self.next_seq = 1;
+        Ok(())
+    }
+
+    /// Grow the file with zeros to the next multiple of [`GROW`] past
+    /// `end`, if `end` is past the file's end.
+    fn grow_to(&mut self, end: u64) -> std::io::Result<()> {
+        static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+        if end <= self.size {
+            return Ok(());
+        }
+        let target = end.div_ceil(GROW) * GROW;
+        while self.size < target {
+            let n = (target - self.size).min(ZEROS.len() as u64) as usize;
+            self.file.write_all_at(&ZEROS[..n], self.size)?;
+            self.size += n as u64;
+        }
         Ok(())
     }
 
     /// Append one record of `ranges` and fdatasync it; returns its bytes.
     pub fn append(&mut self, ranges: &[(u64, Vec<u8>)]) -> std::io::Result<u64> {
-        let r = encode_record(self.next_seq, self.header.generation, ranges);
-        let mut f = &self.file;
-        // Appended at the end of what counts: whatever a torn flush left
-        // there was cut off by the restart at open.
-        std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(self.len))?;
-        f.write_all(&r)?;
+        let mut r = encode_record(self.next_seq, self.header.generation, ranges);
+        let n = r.len() as u64;
+        // Made durable by this record's fdatasync: one allocation
+        // committed for the next GROW bytes of records.
+        self.grow_to(self.len + n + REC_HEAD as u64)?;
+        r.extend_from_slice(&[0; REC_HEAD]);
+        // Appended at the end of what counts: whatever lies there (zeros, a
+        // torn flush's bytes, an earlier generation's records) is not this
+        // generation's.
+        self.file.write_all_at(&r, self.len)?;
         self.file.sync_data()?;
-        self.len += r.len() as u64;
+        self.len += n;
         self.next_seq += 1;
-        Ok(r.len() as u64)
+        Ok(n)
     }
 }
 
@@ -308,8 +385,17 @@ mod tests {
         w.restart("memory://x", 7).unwrap();
         w.append(&[(4096, vec![1; 10]), (0, vec![2; 3])]).unwrap();
         w.append(&[(8192, vec![3; 5])]).unwrap();
+        let end = w.len() as usize;
         drop(w);
-        let b = std::fs::read(&path).unwrap();
+        let whole = std::fs::read(&path).unwrap();
+        assert_eq!(whole.len() as u64, GROW, "grown by zeros");
+        assert!(whole[end..].iter().all(|&x| x == 0));
+        assert_eq!(
+            parse(&path, &whole).unwrap().torn_bytes,
+            0,
+            "zeros are not torn"
+        );
+        let b = whole[..end].to_vec();
         let f = parse(&path, &b).unwrap();
         assert_eq!(f.header.as_ref().unwrap().fs_id, 7);
         assert_eq!(f.records.len(), 2);
@@ -336,6 +422,24 @@ mod tests {
         let mut x = encode_header(&h);
         x.extend_from_slice(&b[encode_header(f.header.as_ref().unwrap()).len()..]);
         assert!(parse(&path, &x).unwrap().records.is_empty());
+        // A restart keeps the file's length; the old records are not the
+        // new generation's, and new records are written over them.
+        let (mut w, found) = Wal::open(&path).unwrap();
+        assert_eq!(found.records.len(), 2);
+        w.restart("memory://x", 7).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), GROW, "not cut");
+        let again = parse(&path, &std::fs::read(&path).unwrap()).unwrap();
+        assert!(again.records.is_empty(), "{:?}", again.records);
+        assert_eq!(
+            again.torn_bytes, 0,
+            "an earlier generation's records are not torn"
+        );
+        w.append(&[(0, vec![9; 7])]).unwrap();
+        drop(w);
+        let again = parse(&path, &std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(again.records.len(), 1);
+        assert_eq!(again.records[0].ranges, vec![(0, vec![9; 7])]);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), GROW);
         assert!(parse(&path, b"hello world, not a wal")
             .unwrap_err()
             .contains("not an lsfs write-ahead file"));
