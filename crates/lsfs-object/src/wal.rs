@@ -293,7 +293,9 @@ impl Wal {
                 file,
                 path: path.to_path_buf(),
                 header,
-                len: b.len() as u64,
+                // Where the next record would go; a restart comes first
+                // anyway (the caller's replay, then `restart`).
+                len: found.end,
                 size: b.len() as u64,
                 next_seq: 1,
             },
