@@ -182,17 +182,34 @@ impl FileDevice {
         Ok(())
     }
 
+    /// Write `buf` at `offset`, direct where it can, buffered otherwise.
+    fn write_raw(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
+        match self.write_direct(offset, buf) {
+            Ok(true) => Ok(()),
+            Ok(false) => self.file.write_all_at(buf, offset),
+            // A device whose sectors are larger than 4 KiB refuses the
+            // alignment: write buffered from now on.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                tracing::warn!(
+                    "{}: direct write refused ({e}); writes are buffered",
+                    self.path.display()
+                );
+                self.direct_ok.store(false, Ordering::Relaxed);
+                self.file.write_all_at(buf, offset)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Fill the holes just past this flush's writes (device/fill_ahead.rs).
     fn fill_holes_ahead(&self) {
         let mut fill = self.fill.lock().unwrap_or_else(|p| p.into_inner());
         let Some(f) = fill.as_mut() else {
             return;
         };
-        let direct = self
-            .direct
-            .as_ref()
-            .filter(|_| self.direct_ok.load(Ordering::Relaxed));
-        match f.fill(&self.file, direct, self.size_bytes) {
+        match f.fill(&self.file, self.size_bytes, &mut |at, zeros| {
+            self.write_raw(at, zeros)
+        }) {
             Ok(0) => {}
             Ok(n) => self.stats.note_fill(n),
             Err(e) => {
@@ -298,22 +315,7 @@ impl BlockDevice for FileDevice {
 
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<()> {
         check_range(self.size_bytes, offset, buf.len(), "write")?;
-        let r = match self.write_direct(offset, buf) {
-            Ok(true) => Ok(()),
-            Ok(false) => self.file.write_all_at(buf, offset),
-            // A device whose sectors are larger than 4 KiB refuses the
-            // alignment: write buffered from now on.
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                tracing::warn!(
-                    "{}: direct write refused ({e}); writes are buffered",
-                    self.path.display()
-                );
-                self.direct_ok.store(false, Ordering::Relaxed);
-                self.file.write_all_at(buf, offset)
-            }
-            Err(e) => Err(e),
-        };
-        r.map_err(|e| {
+        self.write_raw(offset, buf).map_err(|e| {
             Error::io(
                 format!(
                     "write {} bytes at {} of {}",

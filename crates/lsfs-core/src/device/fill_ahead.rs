@@ -40,7 +40,6 @@
 //! an optimization, and the record's own write says what really failed.
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 
 /// How far past a write the holes are filled, once the nearest one is
@@ -58,10 +57,8 @@ const LONG_RUN: u64 = WINDOW / 8;
 /// only costs a commit.
 const MAX_ENDS: usize = 16;
 
-/// Zeros are written from one aligned buffer of this size, in pieces.
-const ZEROS: usize = 1 << 20;
-
-/// `O_DIRECT` alignment of offsets, lengths and memory.
+/// `O_DIRECT` alignment of offsets and lengths: the zeros go where the
+/// device's own writes would go direct.
 const ALIGN: u64 = 4096;
 
 /// `LSFS_FILL_AHEAD=0` keeps image files as sparse as the log leaves them.
@@ -77,12 +74,9 @@ struct Run {
     bytes: u64,
 }
 
-/// The ends of the writes since the last flush, and the zeros to fill with.
+/// The runs of writes since the last flush.
 pub struct FillAhead {
     runs: Vec<Run>,
-    /// Aligned for `O_DIRECT`: `ZEROS` bytes from `zeros_at`.
-    zeros: Vec<u8>,
-    zeros_at: usize,
 }
 
 impl Default for FillAhead {
@@ -93,11 +87,7 @@ impl Default for FillAhead {
 
 impl FillAhead {
     pub fn new() -> FillAhead {
-        FillAhead {
-            runs: Vec::new(),
-            zeros: Vec::new(),
-            zeros_at: 0,
-        }
+        FillAhead { runs: Vec::new() }
     }
 
     /// Remember that a write ended at `end`. A write that continues a
@@ -122,81 +112,63 @@ impl FillAhead {
     }
 
     /// Fill the holes within [`WINDOW`] after the end of every short run,
-    /// through `direct` when it is given (aligned pieces) or `file`; forget
+    /// found with `file`'s `SEEK_HOLE`, through `write` (the device's own
+    /// write, direct where it can: the pieces are block-aligned); forget
     /// the runs. Returns the bytes filled.
     ///
     /// A run of [`LONG_RUN`] or more between two flushes is a bulk writer
     /// (a sequential write, a checkpoint): the window would save it one
     /// commit or two for as many bytes of zeros, so it is left alone.
-    pub fn fill(&mut self, file: &File, direct: Option<&File>, size: u64) -> std::io::Result<u64> {
+    pub fn fill(
+        &mut self,
+        file: &File,
+        size: u64,
+        write: &mut dyn FnMut(u64, &[u8]) -> std::io::Result<()>,
+    ) -> std::io::Result<u64> {
         let runs = std::mem::take(&mut self.runs);
         let mut filled = 0;
         for r in runs.into_iter().filter(|r| r.bytes < LONG_RUN) {
-            filled += self.fill_after(file, direct, r.end, size)?;
+            filled += fill_after(file, r.end, size, write)?;
         }
         Ok(filled)
     }
+}
 
-    fn fill_after(
-        &mut self,
-        file: &File,
-        direct: Option<&File>,
-        end: u64,
-        size: u64,
-    ) -> std::io::Result<u64> {
-        let limit = (end + WINDOW).min(size) / ALIGN * ALIGN;
-        let mut at = end.div_ceil(ALIGN) * ALIGN;
-        // Only when the nearest hole is within half the window: filling
-        // whatever the window's far edge just reached would allocate a
-        // little at every flush, and so commit at every flush again.
-        match seek(file, at, libc::SEEK_HOLE)? {
-            Some(hole) if hole < (end + WINDOW / 2).min(limit) => {}
-            _ => return Ok(0),
-        }
-        let mut filled = 0;
-        while at < limit {
-            let Some(hole) = seek(file, at, libc::SEEK_HOLE)? else {
-                break;
-            };
-            // The end of the file counts as a hole: nothing lies past it.
-            if hole >= limit {
-                break;
-            }
-            let hole = hole.div_ceil(ALIGN) * ALIGN;
-            let data = seek(file, hole, libc::SEEK_DATA)?.unwrap_or(size);
-            let stop = (data / ALIGN * ALIGN).min(limit);
-            if stop > hole {
-                self.write_zeros(file, direct, hole, stop)?;
-                filled += stop - hole;
-            }
-            at = stop.max(hole + ALIGN);
-        }
-        Ok(filled)
+/// Fill the holes in the window after `end`, if the nearest lies within
+/// half of it: filling whatever the window's far edge just reached would
+/// allocate a little at every flush, and so commit at every flush again.
+fn fill_after(
+    file: &File,
+    end: u64,
+    size: u64,
+    write: &mut dyn FnMut(u64, &[u8]) -> std::io::Result<()>,
+) -> std::io::Result<u64> {
+    static ZEROS: [u8; 1 << 20] = [0; 1 << 20];
+    let limit = (end + WINDOW).min(size) / ALIGN * ALIGN;
+    // The end of the file counts as a hole: nothing lies past it.
+    let mut next = seek(file, end.div_ceil(ALIGN) * ALIGN, libc::SEEK_HOLE)?;
+    if !matches!(next, Some(h) if h < (end + WINDOW / 2).min(limit)) {
+        return Ok(0);
     }
-
-    fn write_zeros(
-        &mut self,
-        file: &File,
-        direct: Option<&File>,
-        from: u64,
-        to: u64,
-    ) -> std::io::Result<()> {
-        if self.zeros.is_empty() {
-            self.zeros = vec![0; ZEROS + ALIGN as usize];
-            self.zeros_at = self.zeros.as_ptr().align_offset(ALIGN as usize);
+    let mut filled = 0;
+    while let Some(hole) = next.filter(|&h| h < limit) {
+        let hole = hole.div_ceil(ALIGN) * ALIGN;
+        let data = seek(file, hole, libc::SEEK_DATA)?.unwrap_or(size);
+        let stop = (data / ALIGN * ALIGN).min(limit);
+        let mut at = hole;
+        while at < stop {
+            let n = (stop - at).min(ZEROS.len() as u64);
+            write(at, &ZEROS[..n as usize])?;
+            at += n;
         }
-        let zeros = &self.zeros[self.zeros_at..self.zeros_at + ZEROS];
-        let mut at = from;
-        while at < to {
-            let n = ((to - at) as usize).min(ZEROS);
-            match direct {
-                Some(d) => d.write_all_at(&zeros[..n], at)?,
-                None => file.write_all_at(&zeros[..n], at)?,
-            }
-            at += n as u64;
+        filled += stop.saturating_sub(hole);
+        let after = stop.max(hole + ALIGN);
+        if after >= limit {
+            break;
         }
-        Ok(())
+        next = seek(file, after, libc::SEEK_HOLE)?;
     }
+    Ok(filled)
 }
 
 /// `lseek(fd, at, whence)` for `SEEK_HOLE` or `SEEK_DATA`; `None` when
@@ -218,7 +190,12 @@ fn seek(file: &File, at: u64, whence: libc::c_int) -> std::io::Result<Option<u64
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::fs::{FileExt, MetadataExt};
+
+    /// `f.fill` writing buffered, as a device without direct I/O does.
+    fn fill(f: &mut FillAhead, file: &File, size: u64) -> std::io::Result<u64> {
+        f.fill(file, size, &mut |at, b| file.write_all_at(b, at))
+    }
 
     fn allocated(file: &File) -> u64 {
         file.metadata().unwrap().blocks() * 512
@@ -249,7 +226,7 @@ mod tests {
         let mut f = FillAhead::new();
         f.note_write(1 << 20, (1 << 20) + 4096);
         let before = allocated(&file);
-        let filled = match f.fill(&file, None, size) {
+        let filled = match fill(&mut f, &file, size) {
             Ok(n) => n,
             Err(e) => {
                 eprintln!("no SEEK_HOLE under /var/tmp ({e}): nothing to check");
@@ -283,21 +260,21 @@ mod tests {
             Some((1 << 20) + WINDOW + 4096)
         );
         f.note_write(1 << 20, (1 << 20) + 4096);
-        assert_eq!(f.fill(&file, None, size).unwrap(), 0, "nothing left");
+        assert_eq!(fill(&mut f, &file, size).unwrap(), 0, "nothing left");
         // The log moves on a little: the hole at the window's far edge is
         // not worth an allocation yet; past half the window it is.
         f.note_write(1 << 20, (1 << 20) + 8 * 4096);
-        assert_eq!(f.fill(&file, None, size).unwrap(), 0, "not yet");
+        assert_eq!(fill(&mut f, &file, size).unwrap(), 0, "not yet");
         let half = (1 << 20) + WINDOW / 2 + 2 * 4096;
         f.note_write(half - 4096, half);
-        assert!(f.fill(&file, None, size).unwrap() >= WINDOW / 2 - 4 * 4096);
+        assert!(fill(&mut f, &file, size).unwrap() >= WINDOW / 2 - 4 * 4096);
         // A long run (a bulk writer) is not filled after.
         let bulk = 8 << 20;
         f.note_write(bulk, bulk + LONG_RUN);
-        assert_eq!(f.fill(&file, None, size).unwrap(), 0, "bulk");
+        assert_eq!(fill(&mut f, &file, size).unwrap(), 0, "bulk");
         // A write near the end fills only up to the end.
         f.note_write(size - 8192, size - 4096);
-        assert_eq!(f.fill(&file, None, size).unwrap(), 4096);
+        assert_eq!(fill(&mut f, &file, size).unwrap(), 4096);
         assert_eq!(file.metadata().unwrap().len(), size, "size kept");
     }
 
