@@ -388,6 +388,88 @@ fn batched_discard_waits_for_its_batch() {
     assert_clean(&fsck_bytes(dev.bytes()), "after batches");
 }
 
+/// Batched: each freed segment is discarded only once it has stayed free
+/// for `DISCARD_BATCH_SECS` of its own, and a segment the writer took
+/// before then is not discarded at all (under sustained overwrites the log
+/// takes freed segments back within seconds, and a discard would only
+/// cost the device).
+#[test]
+fn batched_discard_spares_segments_the_writer_takes_back() {
+    let (mut fs, dev, discarded) = mkfs_recorded(config(DiscardMode::Batched, 0));
+    let t0 = fs.store.now();
+    fs.clock().set_secs(t0);
+    let mut tree = Tree::new();
+    let geo = fs.store.geo();
+    let free = (0..geo.nsegments)
+        .filter(|&s| fs.store.segs().is_free(s))
+        .count() as u64;
+    // Two thirds of the free space, written and deleted: its segments
+    // queued at t0.
+    let files = free * 2 / 3 * geo.segment_blocks as u64 * 4096 / FILE_BYTES as u64;
+    for i in 0..files {
+        create(&mut fs, &mut tree, &format!("a{i}"), i);
+    }
+    fs.checkpoint().unwrap();
+    for i in 0..files {
+        remove(&mut fs, &mut tree, &format!("a{i}"));
+    }
+    for _ in 0..3 {
+        fs.checkpoint().unwrap();
+    }
+    let first = fs.store.discard_queue();
+    assert!(first.len() >= 8, "only {} segments queued", first.len());
+    // Half a wait later, new files take some of them back.
+    fs.clock().set_secs(t0 + DISCARD_BATCH_SECS / 2);
+    for i in 0..files {
+        create(&mut fs, &mut tree, &format!("b{i}"), 100 + i);
+    }
+    fs.checkpoint().unwrap();
+    let taken: BTreeSet<u64> = (first.iter().copied())
+        .filter(|&s| !fs.store.segs().is_free(s))
+        .collect();
+    assert!(!taken.is_empty(), "the writer took none of {first:?}");
+    fs.tick().unwrap();
+    assert!(discarded.lock().unwrap().is_empty(), "discarded early");
+    // The first wait is over: the rest of the first segments go, the
+    // taken ones never.
+    fs.clock().set_secs(t0 + DISCARD_BATCH_SECS);
+    fs.tick().unwrap();
+    let ranges = std::mem::take(&mut *discarded.lock().unwrap());
+    let got = discarded_segments(&fs, &ranges);
+    let want: BTreeSet<u64> = first.difference(&taken).copied().collect();
+    assert_eq!(got, want);
+    let st = fs.store.discard_stats();
+    assert_eq!(st.skipped_reused, taken.len() as u64, "{st:?}");
+    assert_eq!(st.queued_segments, 0, "{st:?}");
+    // Freed again: a wait of their own, from now.
+    for i in 0..files {
+        remove(&mut fs, &mut tree, &format!("b{i}"));
+    }
+    for _ in 0..3 {
+        fs.checkpoint().unwrap();
+    }
+    let second = fs.store.discard_queue();
+    let taken_and_free: BTreeSet<u64> = (taken.iter().copied())
+        .filter(|&s| fs.store.segs().is_free(s))
+        .collect();
+    assert!(!taken_and_free.is_empty());
+    assert!(
+        second.is_superset(&taken_and_free),
+        "{second:?} lacks some of {taken_and_free:?}"
+    );
+    fs.clock().set_secs(t0 + 2 * DISCARD_BATCH_SECS - 1);
+    fs.tick().unwrap();
+    assert!(discarded.lock().unwrap().is_empty(), "discarded early");
+    fs.clock().set_secs(t0 + 2 * DISCARD_BATCH_SECS);
+    fs.tick().unwrap();
+    let ranges = std::mem::take(&mut *discarded.lock().unwrap());
+    assert_eq!(discarded_segments(&fs, &ranges), second);
+    assert!(read_tree(&mut fs) == tree, "the live tree differs");
+    fs.unmount().unwrap();
+    drop(fs);
+    assert_clean(&fsck_bytes(dev.bytes()), "after discards");
+}
+
 /// The discards of segments the cleaner freed are counted as its
 /// (`DiscardStats::cleaned_segments`, the DELETEs `lsfs gc stats` gives
 /// the cleaner on an object store); those of segments that emptied by

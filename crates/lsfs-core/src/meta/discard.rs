@@ -23,10 +23,19 @@
 //!
 //! **Modes** ([`DiscardMode`]): `off` discards nothing by itself (FITRIM
 //! still does); `on` discards each checkpoint's freed segments right after
-//! it; `batched` queues them and discards the queue as sorted runs of
-//! adjacent segments once it holds [`DISCARD_BATCH_SEGMENTS`], when the
-//! oldest has waited [`DISCARD_BATCH_SECS`], and at unmount. A queued
-//! segment the writer took meanwhile is not free any more and is skipped.
+//! it; `batched` queues them and discards, as sorted runs of adjacent
+//! segments, those that have stayed free for [`DISCARD_BATCH_SECS`], and
+//! the whole queue at unmount. A queued segment the writer took meanwhile
+//! is not free any more and is skipped.
+//!
+//! **Why wait.** A discard of a segment the writer takes again soon buys
+//! nothing and costs: the FTL of an SSD gains little from dropping pages
+//! that are about to be written anyway, and the backing file of a loop
+//! device gets a hole punched that the host must allocate again, with a
+//! journal commit at the next flush into it. Under sustained overwrites
+//! the cleaner frees segments that the writer takes again within seconds;
+//! those are never discarded. Space freed and then left alone (deletes,
+//! an idle mount) goes back to the device half a minute later.
 //!
 //! **FITRIM** ([`Store::trim`]) discards every free segment in a byte range,
 //! whatever the mode, in runs of at least `minlen` bytes.
@@ -34,7 +43,7 @@
 use crate::error::{Error, Result};
 use crate::layout::BLOCK_BYTES;
 use crate::meta::store::Store;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 /// What the file system discards by itself.
@@ -74,9 +83,8 @@ impl DiscardMode {
     }
 }
 
-/// Queued segments that make a batch: 64 (128 MiB of 2 MiB segments).
-pub const DISCARD_BATCH_SEGMENTS: usize = 64;
-/// The longest a queued segment waits for its batch, in seconds.
+/// How long a freed segment must stay free before `batched` discards it,
+/// in seconds.
 pub const DISCARD_BATCH_SECS: u64 = 30;
 
 /// Counters of the discards the file system asked for (`lsfs stats`).
@@ -88,7 +96,7 @@ pub struct DiscardStats {
     pub segments: u64,
     pub bytes: u64,
     pub requests: u64,
-    /// Batches run (`batched` mode).
+    /// Batches that discarded anything (`batched` mode).
     pub batches: u64,
     /// Segments freed and waiting for their batch.
     pub queued_segments: u64,
@@ -105,10 +113,9 @@ pub struct DiscardStats {
 /// The discard queue of a store.
 #[derive(Debug, Default)]
 pub struct Discards {
-    /// Segments durable as free and not yet discarded (`batched`).
-    queued: BTreeSet<u64>,
-    /// When the queue last went from empty to not empty (`Clock::mono`).
-    queued_since: Duration,
+    /// Segments durable as free and not yet discarded (`batched`), with
+    /// when each was freed (`Clock::mono`).
+    queued: BTreeMap<u64, Duration>,
     /// Segments the cleaner freed that are not discarded yet (nor taken
     /// by the writer, nor left alone with discard off).
     cleaned: BTreeSet<u64>,
@@ -141,6 +148,11 @@ impl Store {
             queued_segments: self.discards.queued.len() as u64,
             ..self.discards.stats.clone()
         }
+    }
+
+    /// The segments waiting to be discarded (`batched`), in order.
+    pub fn discard_queue(&self) -> BTreeSet<u64> {
+        self.discards.queued.keys().copied().collect()
     }
 
     /// The cleaner freed segment `seg` (it becomes free at a checkpoint):
@@ -180,45 +192,53 @@ impl Store {
             }
             DiscardMode::On => self.discard_segments(freed).map(|_| ()),
             DiscardMode::Batched => {
-                if self.discards.queued.is_empty() {
-                    self.discards.queued_since = self.clock().mono();
-                }
-                self.discards.queued.extend(freed);
-                if self.discards.queued.len() >= DISCARD_BATCH_SEGMENTS {
-                    self.discard_batch()?;
-                }
+                let now = self.clock().mono();
+                self.discards.queued.extend(freed.into_iter().map(|s| (s, now)));
                 Ok(())
             }
         }
     }
 
-    /// Run the batch if its oldest segment has waited long enough (the
-    /// mount's periodic work calls this).
+    /// Discard the queued segments that have stayed free for
+    /// [`DISCARD_BATCH_SECS`], and forget those the writer took meanwhile
+    /// (the mount's periodic work calls this).
     pub fn discard_batch_if_due(&mut self) -> Result<()> {
-        let waited = self
-            .clock()
-            .mono()
-            .saturating_sub(self.discards.queued_since);
-        if !self.discards.queued.is_empty() && waited >= Duration::from_secs(DISCARD_BATCH_SECS) {
-            self.discard_batch()?;
-        }
-        Ok(())
+        let now = self.clock().mono();
+        let settled = Duration::from_secs(DISCARD_BATCH_SECS);
+        self.discard_queued(|freed_at| now.saturating_sub(freed_at) >= settled)
+            .map(|_| ())
     }
 
-    /// Discard every queued segment still free. Returns the bytes.
+    /// Discard every queued segment still free (at unmount). Returns the
+    /// bytes.
     pub fn discard_batch(&mut self) -> Result<u64> {
-        if self.discards.queued.is_empty() {
-            return Ok(0);
+        self.discard_queued(|_| true)
+    }
+
+    /// Discard the queued segments still free whose time of freeing
+    /// `due` accepts; drop the ones the writer took. Returns the bytes.
+    fn discard_queued(&mut self, due: impl Fn(Duration) -> bool) -> Result<u64> {
+        let mut taken = Vec::new();
+        let mut ripe = BTreeSet::new();
+        for (&s, &at) in &self.discards.queued {
+            if !self.segs.is_free(s) {
+                taken.push(s);
+            } else if due(at) {
+                ripe.insert(s);
+            }
         }
-        let queued = std::mem::take(&mut self.discards.queued);
-        let (free, taken): (BTreeSet<u64>, BTreeSet<u64>) =
-            queued.into_iter().partition(|&s| self.segs.is_free(s));
         self.discards.stats.skipped_reused += taken.len() as u64;
+        for s in taken.iter().chain(&ripe) {
+            self.discards.queued.remove(s);
+        }
         for s in &taken {
             self.discards.cleaned.remove(s);
         }
+        if ripe.is_empty() {
+            return Ok(0);
+        }
         self.discards.stats.batches += 1;
-        self.discard_segments(free)
+        self.discard_segments(ripe)
     }
 
     /// Discard the whole segments `segs` (each free), adjacent ones as one
