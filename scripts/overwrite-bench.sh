@@ -32,12 +32,12 @@
 # image, lsfs's live share after the fill, its default policy cost-benefit) for device WA ÷
 # simulator WA.
 #
-# End to end on flash (unless --no-ftl): the loop device's completed write requests during step
-# 3 are captured (blktrace when the kernel allows it; else the same kernel event,
+# End to end on flash (unless --no-ftl): the loop device's completed write and discard requests
+# during step 3 are captured (blktrace when the kernel allows it; else the same kernel event,
 # block:block_rq_complete, through a private tracefs instance: kernels locked down refuse
 # blktrace's debugfs files), and replayed by `lsfs sim ftl` (page-level and FAST, 4 KiB pages,
 # 512 KiB erase blocks, 7 % and 28 % over-provisioning) on a device of the loop device's size
-# filled sequentially first; end-to-end WA = file-system WA × FTL WAF. Traces live in the work
+# filled sequentially first, a discard dropping the pages it covers; end-to-end WA = file-system WA × FTL WAF. Traces live in the work
 # directory under /var/tmp and are deleted at exit (--keep-traces moves them to /var/tmp).
 #
 # Results: DIR/results.json and DIR/results.md (bench/overwrite_report.py), raw tool outputs in

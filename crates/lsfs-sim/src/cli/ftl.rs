@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::cache::parse_trace;
-use crate::ftl::block_trace::{self, BlockTraceFormat};
+use crate::ftl::block_trace::{self, BlockTraceFormat, PageOp};
 use crate::ftl::synthetic::BlockUtilizationTrace;
 use crate::ftl::{build, FtlGeometry, FtlKind};
 use crate::plot::{line_chart, Chart, Series};
@@ -53,9 +53,14 @@ pub struct FtlArgs {
     /// The trace's format: pages (lines `R|W PAGE [COUNT]`, in --page-bytes pages), blkparse
     /// (blkparse's default output of a blktrace capture) or ftrace (the kernel's
     /// block_rq_complete events as tracefs prints them). For the last two, completed write
-    /// requests count, rounded out to whole pages; reads, discards and flushes do not.
+    /// requests count, rounded out to whole pages, and completed discards drop the whole
+    /// pages they cover; reads and flushes do not count.
     #[arg(long, value_enum, default_value = "pages")]
     pub trace_format: TraceFormat,
+    /// Replay a blkparse or ftrace trace's writes only, as if the device ignored its
+    /// discards (to see what they spare the FTL).
+    #[arg(long)]
+    pub ignore_discards: bool,
     /// WAF against block utilization, as SVG.
     #[arg(long)]
     pub plot: Option<PathBuf>,
@@ -78,6 +83,8 @@ pub struct FtlRow {
     pub host_pages: u64,
     pub copied_pages: u64,
     pub erases: u64,
+    /// Pages the trace's discards dropped while valid (0 for other traces).
+    pub trimmed_pages: u64,
     pub waf: f64,
 }
 
@@ -186,6 +193,7 @@ pub fn figure_2_1_point(
         host_pages: s.host_pages,
         copied_pages: s.copied_pages,
         erases: s.erases,
+        trimmed_pages: s.trimmed_pages,
         waf: s.write_amplification(),
     }
 }
@@ -244,23 +252,27 @@ fn replay(args: &FtlArgs, path: &PathBuf) -> Result<Vec<FtlRow>, Box<dyn Error>>
         let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
         Ok(std::io::BufReader::new(file))
     };
-    let block = |format| -> Result<Vec<u64>, Box<dyn Error>> {
-        let writes = block_trace::read_writes(open()?, format)
+    let block = |format| -> Result<Vec<PageOp>, Box<dyn Error>> {
+        let requests = block_trace::read_requests(open()?, format)
             .map_err(|e| format!("{}: {e}", path.display()))?;
-        Ok(block_trace::pages(&writes, g.page_bytes))
+        let mut ops = block_trace::page_ops(&requests, g.page_bytes);
+        if args.ignore_discards {
+            ops.retain(|op| matches!(op, PageOp::Write(_)));
+        }
+        Ok(ops)
     };
-    let writes: Vec<u64> = match args.trace_format {
+    let ops: Vec<PageOp> = match args.trace_format {
         TraceFormat::Pages => parse_trace(&std::fs::read_to_string(path)?)?
             .into_iter()
             .filter(|r| r.write)
-            .map(|r| r.page)
+            .map(|r| PageOp::Write(r.page))
             .collect(),
         TraceFormat::Blkparse => block(BlockTraceFormat::Blkparse)?,
         TraceFormat::Ftrace => block(BlockTraceFormat::Ftrace)?,
     };
     let mut rows = Vec::new();
     for kind in args.kinds()? {
-        let stats = replay_writes(kind, &g, &writes)?;
+        let stats = replay_ops(kind, &g, &ops)?;
         rows.push(FtlRow {
             ftl: kind.name().into(),
             range_mib: 0,
@@ -268,6 +280,7 @@ fn replay(args: &FtlArgs, path: &PathBuf) -> Result<Vec<FtlRow>, Box<dyn Error>>
             host_pages: stats.host_pages,
             copied_pages: stats.copied_pages,
             erases: stats.erases,
+            trimmed_pages: stats.trimmed_pages,
             waf: stats.write_amplification(),
         });
     }
@@ -281,8 +294,22 @@ pub fn replay_writes(
     g: &FtlGeometry,
     writes: &[u64],
 ) -> Result<crate::ftl::FtlStats, Box<dyn Error>> {
+    let ops: Vec<PageOp> = writes.iter().map(|&p| PageOp::Write(p)).collect();
+    replay_ops(kind, g, &ops)
+}
+
+/// Fill the device sequentially (an aged device), then write and trim as `ops` say; counters
+/// cover only the replay.
+pub fn replay_ops(
+    kind: FtlKind,
+    g: &FtlGeometry,
+    ops: &[PageOp],
+) -> Result<crate::ftl::FtlStats, Box<dyn Error>> {
     let pages = g.logical_pages();
-    if let Some(&max) = writes.iter().max() {
+    let page = |op: &PageOp| match *op {
+        PageOp::Write(p) | PageOp::Trim(p) => p,
+    };
+    if let Some(max) = ops.iter().map(page).max() {
         if max >= pages {
             return Err(format!("trace page {max} beyond the {pages}-page device").into());
         }
@@ -292,8 +319,11 @@ pub fn replay_writes(
         ftl.write(lpn);
     }
     ftl.reset_stats();
-    for &lpn in writes {
-        ftl.write(lpn);
+    for op in ops {
+        match *op {
+            PageOp::Write(lpn) => ftl.write(lpn),
+            PageOp::Trim(lpn) => ftl.trim(lpn),
+        }
     }
     Ok(ftl.stats().clone())
 }

@@ -202,6 +202,13 @@ impl Ftl for FastFtl {
             self.close_sequential();
         }
     }
+    /// A trimmed page is no longer copied by merges; the data and log
+    /// blocks stay where they are (FAST maps blocks, not pages).
+    fn trim(&mut self, lpn: u64) {
+        if self.map.invalidate(lpn).is_some() {
+            self.stats.trimmed_pages += 1;
+        }
+    }
     fn stats(&self) -> &FtlStats {
         &self.stats
     }

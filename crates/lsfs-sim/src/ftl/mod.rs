@@ -82,6 +82,8 @@ pub struct FtlStats {
     pub host_pages: u64,
     pub copied_pages: u64,
     pub erases: u64,
+    /// Pages the host discarded (TRIM) while they held valid data.
+    pub trimmed_pages: u64,
 }
 
 impl FtlStats {
@@ -94,6 +96,9 @@ impl FtlStats {
 pub trait Ftl {
     /// The host writes logical page `lpn`.
     fn write(&mut self, lpn: u64);
+    /// The host discards logical page `lpn` (TRIM): its valid copy, if any,
+    /// is dropped, so garbage collection need not copy it.
+    fn trim(&mut self, lpn: u64);
     fn stats(&self) -> &FtlStats;
     /// Zero the counters (after preconditioning).
     fn reset_stats(&mut self);

@@ -100,6 +100,12 @@ impl Ftl for PageLevelFtl {
         self.program(lpn, false);
         self.stats.host_pages += 1;
     }
+    fn trim(&mut self, lpn: u64) {
+        if self.map.is_mapped(lpn) {
+            self.invalidate(lpn);
+            self.stats.trimmed_pages += 1;
+        }
+    }
     fn stats(&self) -> &FtlStats {
         &self.stats
     }

@@ -148,3 +148,40 @@ fn mappings_stay_consistent_under_mixed_writes() {
     assert_eq!(page.mapped_pages(), written.len());
     assert_eq!(fast.mapped_pages(), written.len());
 }
+
+/// A trimmed page is never copied: random writes over a full device cost both FTLs copies
+/// of the pages they did not write (page-level in its victims, FAST in its merges), and fewer
+/// once the host has trimmed every other page (a file system that discards what it freed).
+/// Trimming a page that holds nothing counts nothing.
+#[test]
+fn trimmed_pages_are_not_copied() {
+    let g = small();
+    let pages = g.logical_pages();
+    for kind in [FtlKind::PageLevel, FtlKind::Fast] {
+        let replay = |trim: bool| {
+            let mut ftl = preconditioned(kind, &g);
+            if trim {
+                for lpn in (1..pages).step_by(2) {
+                    ftl.trim(lpn);
+                }
+                assert_eq!(ftl.stats().trimmed_pages, pages / 2, "{}", kind.name());
+                ftl.trim(1);
+                assert_eq!(ftl.stats().trimmed_pages, pages / 2, "{}", kind.name());
+            }
+            let trace = BlockUtilizationTrace::new(pages, g.pages_per_block, 0.25, 11);
+            for lpn in trace.take(pages as usize) {
+                ftl.write(lpn);
+            }
+            ftl.stats().clone()
+        };
+        let (kept, trimmed) = (replay(false), replay(true));
+        assert_eq!(kept.host_pages, trimmed.host_pages);
+        assert!(
+            trimmed.copied_pages < kept.copied_pages,
+            "{}: {} copies with the trim, {} without",
+            kind.name(),
+            trimmed.copied_pages,
+            kept.copied_pages
+        );
+    }
+}
