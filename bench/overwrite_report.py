@@ -501,10 +501,10 @@ def markdown(meta, large, small, summary, fss, fills):
 
     if summary["ftl"]:
         w("## End to end on flash\n")
-        w(f"The loop device's completed writes during the rewrite, captured with {meta.get('tracer', '?')}"
+        w(f"The loop device's completed writes and discards during the rewrite, captured with {meta.get('tracer', '?')}"
           f"{' (' + meta['tracer_note'] + ')' if meta.get('tracer_note') else ''}, replayed by "
           f"`lsfs sim ftl --trace … --capacity-mib {dev_mb}` (4 KiB pages, 128-page erase blocks, the device "
-          f"filled sequentially first, no TRIM). End-to-end WA = device WA × FTL WAF; e2e / ext4 "
+          f"filled sequentially first; a discard drops the valid copies of the pages it covers). End-to-end WA = device WA × FTL WAF; e2e / ext4 "
           f"below 1 means fewer flash writes than ext4. Trace coverage: traced write sectors ÷ the "
           f"loop device's written sectors (write-zeroes requests, which the loop device counts as "
           f"written and the replay skips, shown apart).\n")
@@ -523,6 +523,7 @@ def markdown(meta, large, small, summary, fss, fills):
                 cov = median([(r["trace"] or {}).get("coverage") for r in rs])
                 zero = median([(r["trace"] or {}).get("zeroes_share") for r in rs])
                 lost = sum(((r["trace"] or {}).get("lost_events") or 0) for r in rs)
+                discarded = median([(r["trace"] or {}).get("discard_bytes") for r in rs])
                 failed = [r for r in rs if r["status"] != "ok"]
                 cells = []
                 for k in keys:
@@ -532,6 +533,8 @@ def markdown(meta, large, small, summary, fss, fills):
                 notes = []
                 if zero:
                     notes.append(f"+ {fmt(zero, 3)} write-zeroes")
+                if discarded:
+                    notes.append(f"{discarded / 2**20:,.0f} MiB discarded")
                 if lost:
                     notes.append(f"{lost:.0f} events lost")
                 if failed:
