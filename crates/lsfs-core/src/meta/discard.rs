@@ -193,7 +193,9 @@ impl Store {
             DiscardMode::On => self.discard_segments(freed).map(|_| ()),
             DiscardMode::Batched => {
                 let now = self.clock().mono();
-                self.discards.queued.extend(freed.into_iter().map(|s| (s, now)));
+                self.discards
+                    .queued
+                    .extend(freed.into_iter().map(|s| (s, now)));
                 Ok(())
             }
         }

@@ -101,9 +101,11 @@ pub fn parse_line(line: &str, format: BlockTraceFormat) -> Result<Option<BlockRe
         }
     };
     let (op, sector, sectors) = parsed;
-    Ok(op
-        .filter(|_| sectors > 0)
-        .map(|op| BlockRequest { op, sector, sectors }))
+    Ok(op.filter(|_| sectors > 0).map(|op| BlockRequest {
+        op,
+        sector,
+        sectors,
+    }))
 }
 
 /// Every completed write and discard of a trace, in trace order.
