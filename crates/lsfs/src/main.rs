@@ -279,7 +279,9 @@ struct MountArgs {
     /// Microseconds the FUSE server keeps polling for the next request
     /// after one (0..=100000; default 1000; 0 never polls). Polling saves a
     /// cross-CPU wake-up per request while requests come fast and costs up
-    /// to one CPU meanwhile; never on battery power. See docs/PERFORMANCE.md.
+    /// to one CPU meanwhile; never on battery power, nor for half a second
+    /// once other threads were found waiting for a CPU (the kernel's CPU
+    /// pressure). See docs/PERFORMANCE.md.
     #[arg(long, value_parser = clap::value_parser!(u32).range(0..=100_000))]
     spin_us: Option<u32>,
     /// Serve FUSE requests through io_uring (Linux 6.14+, root): off (the
