@@ -24,9 +24,9 @@
 //! **Modes** ([`DiscardMode`]): `off` discards nothing by itself (FITRIM
 //! still does); `on` discards each checkpoint's freed segments right after
 //! it; `batched` queues them and discards, as sorted runs of adjacent
-//! segments, those that have stayed free for [`DISCARD_BATCH_SECS`], and
-//! the whole queue at unmount. A queued segment the writer took meanwhile
-//! is not free any more and is skipped.
+//! segments, those that have waited [`DISCARD_BATCH_SECS`] since they were
+//! freed, and the whole queue at unmount. A queued segment the writer took
+//! meanwhile is not free any more and is skipped.
 //!
 //! **Why wait.** A discard of a segment the writer takes again soon buys
 //! nothing and costs: the FTL of an SSD gains little from dropping pages
@@ -43,7 +43,7 @@
 use crate::error::{Error, Result};
 use crate::layout::BLOCK_BYTES;
 use crate::meta::store::Store;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 /// What the file system discards by itself.
@@ -116,6 +116,11 @@ pub struct Discards {
     /// Segments durable as free and not yet discarded (`batched`), with
     /// when each was freed (`Clock::mono`).
     queued: BTreeMap<u64, Duration>,
+    /// The same, in the order they were freed, so that a tick looks only
+    /// at those due (a large device may queue many). An entry whose time
+    /// is not `queued`'s is stale: its segment was trimmed, or taken and
+    /// freed again since.
+    order: VecDeque<(Duration, u64)>,
     /// Segments the cleaner freed that are not discarded yet (nor taken
     /// by the writer, nor left alone with discard off).
     cleaned: BTreeSet<u64>,
@@ -193,9 +198,10 @@ impl Store {
             DiscardMode::On => self.discard_segments(freed).map(|_| ()),
             DiscardMode::Batched => {
                 let now = self.clock().mono();
-                self.discards
-                    .queued
-                    .extend(freed.into_iter().map(|s| (s, now)));
+                for s in freed {
+                    self.discards.queued.insert(s, now);
+                    self.discards.order.push_back((now, s));
+                }
                 Ok(())
             }
         }
@@ -205,37 +211,42 @@ impl Store {
     /// [`DISCARD_BATCH_SECS`], and forget those the writer took meanwhile
     /// (the mount's periodic work calls this).
     pub fn discard_batch_if_due(&mut self) -> Result<()> {
-        let now = self.clock().mono();
-        let settled = Duration::from_secs(DISCARD_BATCH_SECS);
-        self.discard_queued(|freed_at| now.saturating_sub(freed_at) >= settled)
-            .map(|_| ())
+        self.discard_queued(false).map(|_| ())
     }
 
     /// Discard every queued segment still free (at unmount). Returns the
     /// bytes.
     pub fn discard_batch(&mut self) -> Result<u64> {
-        self.discard_queued(|_| true)
+        self.discard_queued(true)
     }
 
-    /// Discard the queued segments still free whose time of freeing
-    /// `due` accepts; drop the ones the writer took. Returns the bytes.
-    fn discard_queued(&mut self, due: impl Fn(Duration) -> bool) -> Result<u64> {
-        let mut taken = Vec::new();
+    /// Discard the queued segments still free that have waited
+    /// [`DISCARD_BATCH_SECS`] (`all`: every one); drop those the writer
+    /// took. Returns the bytes.
+    fn discard_queued(&mut self, all: bool) -> Result<u64> {
+        let now = self.clock().mono();
+        let settled = Duration::from_secs(DISCARD_BATCH_SECS);
         let mut ripe = BTreeSet::new();
-        for (&s, &at) in &self.discards.queued {
-            if !self.segs.is_free(s) {
-                taken.push(s);
-            } else if due(at) {
+        while let Some(&(at, s)) = self.discards.order.front() {
+            if !all && now.saturating_sub(at) < settled {
+                break;
+            }
+            self.discards.order.pop_front();
+            if self.discards.queued.get(&s) != Some(&at) {
+                continue;
+            }
+            self.discards.queued.remove(&s);
+            if self.segs.is_free(s) {
                 ripe.insert(s);
+            } else {
+                self.discards.stats.skipped_reused += 1;
+                self.discards.cleaned.remove(&s);
             }
         }
-        self.discards.stats.skipped_reused += taken.len() as u64;
-        for s in taken.iter().chain(&ripe) {
-            self.discards.queued.remove(s);
-        }
-        for s in &taken {
-            self.discards.cleaned.remove(s);
-        }
+        assert!(
+            !all || self.discards.queued.is_empty(),
+            "queued segments missing from the order of freeing"
+        );
         if ripe.is_empty() {
             return Ok(0);
         }
