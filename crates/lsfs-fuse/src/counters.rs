@@ -149,6 +149,10 @@ pub struct RequestCounters {
     /// Requests that came through io_uring rather than `/dev/fuse`, of
     /// those counted by opcode.
     ring: AtomicU64,
+    /// Spells of polling `/dev/fuse`, and holds of it because the CPUs
+    /// were contended (spin.rs).
+    polling_spells: AtomicU64,
+    polling_holds: AtomicU64,
 }
 
 impl Default for RequestCounters {
@@ -157,6 +161,8 @@ impl Default for RequestCounters {
             by_op: std::array::from_fn(|_| AtomicU64::new(0)),
             getxattr_security_capability: AtomicU64::new(0),
             ring: AtomicU64::new(0),
+            polling_spells: AtomicU64::new(0),
+            polling_holds: AtomicU64::new(0),
         }
     }
 }
@@ -177,6 +183,24 @@ impl RequestCounters {
 
     pub(crate) fn count_ring(&self) {
         self.ring.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_polling_spell(&self) {
+        self.polling_spells.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_polling_hold(&self) {
+        self.polling_holds.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Spells of polling `/dev/fuse` (`MountOptions::spin`).
+    pub fn polling_spells(&self) -> u64 {
+        self.polling_spells.load(Ordering::Relaxed)
+    }
+
+    /// Times polling was held off because the CPUs were contended.
+    pub fn polling_holds(&self) -> u64 {
+        self.polling_holds.load(Ordering::Relaxed)
     }
 
     /// How many requests came through io_uring (`MountOptions::uring`).

@@ -314,7 +314,8 @@ fn start<V: Vfs + 'static>(
         let adapter = FuseAdapter::new(ops.clone(), uring_start);
         if !opts.spin.is_zero() {
             // Without a spinner the mount works as before: log and go on.
-            match dev.try_clone().and_then(|d| Spinner::start(d, opts.spin)) {
+            let counters = opts.counters.clone();
+            match (dev.try_clone()).and_then(|d| Spinner::start(d, opts.spin, counters)) {
                 Ok(s) => {
                     let _ = spinner.set(s);
                 }

@@ -33,13 +33,15 @@
 //! contention lasts (up to [`CONTENDED_HOLD_MAX`]). One process making
 //! requests one at a time (an untar: 4 % of the time, against 39 % for
 //! the four jobs) polls as before, but for a short hold when a burst of
-//! the kernel's own threads (writeback) contends for long enough. Without pressure accounting (a kernel built without it, or
-//! booted with `psi=0`) it polls as before too.
+//! the kernel's own threads (writeback) contends for long enough. Without
+//! pressure accounting (a kernel built without it, or booted with
+//! `psi=0`) it polls as before too.
 //!
 //! `O_NONBLOCK` is a flag of the open file description, so the governor
 //! sets it through its own duplicate of the session's descriptor (never a
 //! number that could be closed and reused under it).
 
+use crate::counters::RequestCounters;
 use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::FileExt;
@@ -121,25 +123,28 @@ pub struct Spinner {
     state: Mutex<bool>,
     wake: Condvar,
     stop: AtomicBool,
-    /// Times spinning was turned on, for `lsfs stats`.
-    starts: AtomicU64,
+    /// Where spells of spinning and holds are counted (`lsfs stats`).
+    counters: Arc<RequestCounters>,
     /// No spinning before this (ns since `epoch`): the CPUs were contended.
     hold_until: AtomicU64,
-    /// Times the CPUs were found contended while spinning.
-    contended: AtomicU64,
     pressure: Option<CpuPressure>,
 }
 
 impl Spinner {
     /// A spinner over `fd` (a duplicate of the session's descriptor), and
     /// its governor thread, which ends after [`Spinner::stop`].
-    pub fn start(fd: OwnedFd, window: Duration) -> std::io::Result<Arc<Spinner>> {
-        Self::start_with(fd, window, CpuPressure::open())
+    pub fn start(
+        fd: OwnedFd,
+        window: Duration,
+        counters: Arc<RequestCounters>,
+    ) -> std::io::Result<Arc<Spinner>> {
+        Self::start_with(fd, window, counters, CpuPressure::open())
     }
 
     fn start_with(
         fd: OwnedFd,
         window: Duration,
+        counters: Arc<RequestCounters>,
         pressure: Option<CpuPressure>,
     ) -> std::io::Result<Arc<Spinner>> {
         let s = Arc::new(Spinner {
@@ -151,9 +156,8 @@ impl Spinner {
             state: Mutex::new(false),
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
-            starts: AtomicU64::new(0),
+            counters,
             hold_until: AtomicU64::new(0),
-            contended: AtomicU64::new(0),
             pressure,
         });
         let g = s.clone();
@@ -179,15 +183,9 @@ impl Spinner {
             self.set_nonblocking(true);
             *on = true;
             self.spinning.store(true, Ordering::Relaxed);
-            self.starts.fetch_add(1, Ordering::Relaxed);
+            self.counters.count_polling_spell();
             self.wake.notify_one();
         }
-    }
-
-    /// Times spinning started since the mount.
-    #[cfg(test)]
-    fn starts(&self) -> u64 {
-        self.starts.load(Ordering::Relaxed)
     }
 
     /// Stop spinning for good and let the governor end (at unmount).
@@ -242,8 +240,8 @@ impl Spinner {
     }
 
     /// Whether the CPUs were contended over the pressure sample that ends
-    /// now (false until one has run for [`PRESSURE_SAMPLE`]); if so, hold
-    /// spinning off for a hold.
+    /// now (false until one has run for [`PRESSURE_SAMPLE`]); if so,
+    /// spinning stays off until `hold_until`.
     fn contended(&self, now: u64, sample: &mut Option<Sample>) -> bool {
         // Read the file only once a sample is over: the kernel adds up the
         // stall of each read's interval weighted by whole ticks of busy
@@ -288,7 +286,7 @@ impl Spinner {
         };
         sample.hold = hold;
         sample.over = 0;
-        self.contended.fetch_add(1, Ordering::Relaxed);
+        self.counters.count_polling_hold();
         self.hold_until.store(now + hold, Ordering::Relaxed);
         tracing::debug!(
             "CPUs contended ({:.0} % stalled): not polling for {} ms",
@@ -370,10 +368,10 @@ mod tests {
         let stall = Arc::new(AtomicU64::new(0));
         let window = Duration::from_millis(50);
         let pressure = Some(CpuPressure::Fake(stall.clone()));
-        let s = Spinner::start_with(r, window, pressure).unwrap();
+        let s = Spinner::start_with(r, window, Arc::default(), pressure).unwrap();
         requests(&s, &stall, 0.1, 200);
         assert!(nonblocking(&probe), "a light stall stopped polling");
-        assert_eq!(s.contended.load(Ordering::Relaxed), 0);
+        assert_eq!(s.counters.polling_holds(), 0);
         let start = Instant::now();
         while nonblocking(&probe) {
             assert!(
@@ -382,7 +380,7 @@ mod tests {
             );
             requests(&s, &stall, 0.6, 1);
         }
-        assert_eq!(s.contended.load(Ordering::Relaxed), 1);
+        assert_eq!(s.counters.polling_holds(), 1);
         let held = s.hold_until.load(Ordering::Relaxed);
         while s.now() + 5_000_000 < held {
             s.on_request();
@@ -404,7 +402,7 @@ mod tests {
     fn spins_while_requests_come_and_sleeps_after() {
         let (r, _w) = pipe();
         let probe = r.try_clone().unwrap();
-        let s = Spinner::start_with(r, Duration::from_millis(20), None).unwrap();
+        let s = Spinner::start_with(r, Duration::from_millis(20), Arc::default(), None).unwrap();
         assert!(!nonblocking(&probe));
         s.on_request();
         assert!(nonblocking(&probe), "a request starts polling");
@@ -417,7 +415,7 @@ mod tests {
         assert!(!nonblocking(&probe), "a quiet window ends it");
         s.on_request();
         assert!(nonblocking(&probe));
-        assert_eq!(s.starts(), 2);
+        assert_eq!(s.counters.polling_spells(), 2);
         s.stop();
         assert!(!nonblocking(&probe), "stop leaves it blocking");
         s.on_request();

@@ -327,8 +327,8 @@ pub fn stats(fs: &Lsfs) -> Value {
 }
 
 /// The FUSE requests the mount served, by opcode (only those that came),
-/// how many of them came through io_uring, and how many GETXATTRs were
-/// the kernel's `security.capability` probe.
+/// how many of them came through io_uring, how many GETXATTRs were the
+/// kernel's `security.capability` probe, and how the server polled.
 pub fn fuse_stats(counters: &RequestCounters) -> Value {
     let by_op: serde_json::Map<String, Value> = counters
         .snapshot()
@@ -341,6 +341,10 @@ pub fn fuse_stats(counters: &RequestCounters) -> Value {
         "total": counters.total(),
         "through_io_uring": counters.ring_requests(),
         "getxattr_security_capability": counters.capability_probes(),
+        // Spells of polling /dev/fuse, and holds of it while the CPUs
+        // were contended (lsfs-fuse's spin.rs).
+        "polling_spells": counters.polling_spells(),
+        "polling_holds": counters.polling_holds(),
     })
 }
 

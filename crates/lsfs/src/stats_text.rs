@@ -326,6 +326,9 @@ pub fn stats_text(s: &Value) -> String {
                 "security.capability probes",
                 u(&f["getxattr_security_capability"]).to_string(),
             ),
+            row("polling spells", u(&f["polling_spells"]).to_string()),
+            // Held off because other threads waited for a CPU (spin.rs).
+            row("polling held off", u(&f["polling_holds"]).to_string()),
         ];
         for (op, n) in f["requests"].as_object().into_iter().flatten() {
             fuse.push(row(op, u(n).to_string()));
@@ -377,7 +380,8 @@ mod tests {
             "io": { "deferred": true, "limit_bytes": 67108864 },
             "store": { "blocks_written": 7, "stream_writes": { "meta": 4 } },
             "memory": { "bytes": 0, "bound_bytes": 0, "items": [] },
-            "fuse": { "total": 2, "through_io_uring": 1, "getxattr_security_capability": 0, "requests": { "LOOKUP": 2 } },
+            "fuse": { "total": 2, "through_io_uring": 1, "getxattr_security_capability": 0,
+                      "polling_spells": 5, "polling_holds": 1, "requests": { "LOOKUP": 2 } },
             "readers": { "held": { "7": 2 }, "promoted": [7], "promotions": 1, "demotions": 0,
                          "last_round_secs": 1, "last_error": null },
             "object_store": { "gets": 3, "get_bytes": 6291456, "disk_cache_revalidated": 4,
@@ -410,6 +414,8 @@ mod tests {
             "  mode:      batched\n",
             "  trims:     1 (2.0 MiB)\n",
             "  LOOKUP:                     2\n",
+            "  polling spells:             5\n",
+            "  polling held off:           1\n",
             "  shown:   2 (this mount is a view of it)\n",
             "  being freed:         1 files, 4096 blocks (16.0 MiB)\n",
             "  freed in background: 1 of 2 files queued, 512 blocks (2.0 MiB)\n",
