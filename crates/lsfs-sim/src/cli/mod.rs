@@ -11,7 +11,7 @@ use std::error::Error;
 
 pub use cache::{CacheArgs, CacheRow};
 pub use cleaner_report::CleanerReportArgs;
-pub use ftl::{figure_2_1_point, replay_writes, FtlArgs, FtlRow};
+pub use ftl::{figure_2_1_point, replay_ops, replay_writes, FtlArgs, FtlRow};
 pub use gc::GcArgs;
 pub use workload::{WorkloadArgs, WorkloadKind};
 
