@@ -101,7 +101,7 @@ fn parse_some_total(text: &str) -> Option<u64> {
 
 /// Where the current pressure sample started (ns since the epoch, and the
 /// stall time then), how many samples before it in a row were over the
-/// mark, and the hold that ended last, if it was contended (ns).
+/// mark, and the hold this sample spans (ns; 0 when it spans none).
 #[derive(Clone, Copy)]
 struct Sample {
     at: u64,
@@ -203,8 +203,8 @@ impl Spinner {
     fn govern(&self) {
         let mut on = self.state.lock().unwrap();
         let mut sample: Option<Sample> = None;
-        // Whether spinning last stopped for contention, and when it stopped.
-        let (mut held, mut stopped) = (false, 0);
+        // When spinning last stopped.
+        let mut stopped = 0;
         loop {
             if self.stop.load(Ordering::Relaxed) {
                 return;
@@ -217,6 +217,7 @@ impl Spinner {
                 // hold (the pressure during it decides the next); after a
                 // longer quiet spell the next is judged on its own.
                 let slept = self.now().saturating_sub(stopped);
+                let held = sample.is_some_and(|s| s.hold > 0);
                 if *on && !held && slept >= PRESSURE_SAMPLE.as_nanos() as u64 {
                     sample = None;
                 }
@@ -228,9 +229,9 @@ impl Spinner {
                 continue;
             }
             let now = self.now();
-            let quiet = now.saturating_sub(self.last.load(Ordering::Relaxed));
-            held = quiet < self.window.as_nanos() as u64 && self.contended(now, &mut sample);
-            if held || quiet >= self.window.as_nanos() as u64 {
+            let since_last = now.saturating_sub(self.last.load(Ordering::Relaxed));
+            let quiet = since_last >= self.window.as_nanos() as u64;
+            if quiet || self.contended(now, &mut sample) {
                 self.set_nonblocking(false);
                 *on = false;
                 self.spinning.store(false, Ordering::Relaxed);
