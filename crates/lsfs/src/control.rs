@@ -44,12 +44,45 @@ pub struct FuseSide {
     pub readers: Option<Arc<Mutex<lsfs_object::readers::HoldsStatus>>>,
 }
 
-/// Serve requests until the process ends. Returns the socket path.
-pub fn serve(fs: Arc<Mutex<Lsfs>>, fuse: FuseSide) -> std::io::Result<PathBuf> {
-    let path = socket_path(&fuse.mountpoint);
-    let _ = std::fs::remove_file(&path);
-    let listener = UnixListener::bind(&path)?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+/// The socket file a mount bound, to remove when it ends.
+pub struct SocketFile {
+    path: PathBuf,
+    /// Its device and inode numbers: a mount made on the same mount point
+    /// just after this one was unmounted binds a new file at the same
+    /// path, which this one must not remove on its way out.
+    id: (u64, u64),
+}
+
+impl SocketFile {
+    /// Bind a listener at `path` (for its owner only), replacing what was
+    /// there.
+    fn bind(path: PathBuf) -> std::io::Result<(UnixListener, SocketFile)> {
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        let id = Self::id_of(&path)
+            .ok_or_else(|| std::io::Error::other(format!("{} vanished", path.display())))?;
+        Ok((listener, SocketFile { path, id }))
+    }
+
+    fn id_of(path: &Path) -> Option<(u64, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::symlink_metadata(path)
+            .ok()
+            .map(|m| (m.dev(), m.ino()))
+    }
+
+    /// Remove the file, if it is still the one this mount bound.
+    pub fn remove(self) {
+        if Self::id_of(&self.path) == Some(self.id) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Serve requests until the process ends.
+pub fn serve(fs: Arc<Mutex<Lsfs>>, fuse: FuseSide) -> std::io::Result<SocketFile> {
+    let (listener, file) = SocketFile::bind(socket_path(&fuse.mountpoint))?;
     // SAFETY: geteuid has no preconditions and cannot fail.
     let owner = unsafe { libc::geteuid() };
     std::thread::Builder::new()
@@ -61,7 +94,7 @@ pub fn serve(fs: Arc<Mutex<Lsfs>>, fuse: FuseSide) -> std::io::Result<PathBuf> {
                 }
             }
         })?;
-    Ok(path)
+    Ok(file)
 }
 
 fn peer_uid(s: &UnixStream) -> Option<u32> {
@@ -423,5 +456,26 @@ mod tests {
         assert!(err.contains("mode"), "{err}");
         let status = gc_status(&fs);
         assert_eq!(status["config"]["threaded_logging"], "off");
+    }
+
+    /// A mount made on the same mount point right after an unmount binds
+    /// its socket before the old server is gone: the old one must leave
+    /// the new file alone on its way out.
+    #[test]
+    fn a_server_removes_only_its_own_socket_file() {
+        let dir = std::env::temp_dir().join(format!("lsfs-sock-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(".mnt.lsfs.sock");
+        let (_old_listener, old) = SocketFile::bind(path.clone()).unwrap();
+        let (_new_listener, new) = SocketFile::bind(path.clone()).unwrap();
+        old.remove();
+        assert!(
+            path.exists(),
+            "the old server removed the new server's socket"
+        );
+        UnixStream::connect(&path).expect("the new socket still answers");
+        new.remove();
+        assert!(!path.exists(), "a server's own socket is removed");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

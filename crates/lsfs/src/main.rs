@@ -964,7 +964,7 @@ fn mount(a: MountArgs) -> Result<(), String> {
     drop(holds);
     // The view stays where it is from here on.
     drop(follower);
-    let _ = std::fs::remove_file(&sock);
+    sock.remove();
     let closed = fs.lock().unwrap_or_else(|p| p.into_inner()).unmount();
     served.map_err(err)?;
     closed.map_err(|e| format!("final checkpoint failed: {e}"))?;
