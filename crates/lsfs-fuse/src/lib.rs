@@ -31,6 +31,7 @@ mod adapter;
 mod atomic_ioctl;
 mod background_writes;
 mod cache_policy;
+mod contention;
 mod convert;
 mod counters;
 mod fsync_workers;

@@ -15,6 +15,7 @@ use signal_hook::iterator::Signals;
 
 use crate::adapter::FuseAdapter;
 use crate::cache_policy::CachePolicy;
+use crate::contention::Contention;
 use crate::counters::RequestCounters;
 use crate::kernel_cache::KernelCache;
 use crate::kernel_mount;
@@ -265,6 +266,9 @@ fn start<V: Vfs + 'static>(
     let read_only = opts.read_only || vfs.lock().map(|v| v.read_only()).unwrap_or(true);
     let config = config(opts, read_only);
     let spinner: Arc<OnceLock<Arc<Spinner>>> = Arc::default();
+    // Both pollers, `/dev/fuse`'s and the ring's, stop while the CPUs are
+    // contended.
+    let contention = Contention::new(opts.counters.clone());
     let ops = Arc::new(Ops::new(
         vfs,
         // Nothing is written on a read-only mount: no cache to write back,
@@ -303,6 +307,7 @@ fn start<V: Vfs + 'static>(
                     ops.clone(),
                     rings.clone(),
                     opts.ring_spin,
+                    contention.clone(),
                 )),
                 Err(e) => {
                     let _ = kernel_mount::unmount(mountpoint);
@@ -314,8 +319,8 @@ fn start<V: Vfs + 'static>(
         let adapter = FuseAdapter::new(ops.clone(), uring_start);
         if !opts.spin.is_zero() {
             // Without a spinner the mount works as before: log and go on.
-            let counters = opts.counters.clone();
-            match (dev.try_clone()).and_then(|d| Spinner::start(d, opts.spin, counters)) {
+            let c = contention.clone();
+            match (dev.try_clone()).and_then(|d| Spinner::start(d, opts.spin, c)) {
                 Ok(s) => {
                     let _ = spinner.set(s);
                 }

@@ -19,96 +19,20 @@
 //! or two windows after the last. The front end passes a window of 0
 //! (never spin) on battery power.
 //!
-//! **Not while the CPUs are contended.** Polling spends a CPU to spare an
-//! idle one a wake-up. When other threads are waiting for a CPU (several
-//! processes fsyncing at once on two cores: fio's four jobs, the fsync
-//! workers and the polling thread), it takes the CPU they need instead:
-//! four jobs of 4 KiB random writes with an fsync each ran at 5,700–6,200
-//! IOPS polling and 7,500–7,900 not. The governor watches the kernel's CPU
-//! pressure (`/proc/pressure/cpu`, the time some runnable task waited for
-//! a CPU): when, while polling, that was more than [`CONTENDED`] of
-//! [`CONTENDED_SAMPLES`] samples of [`PRESSURE_SAMPLE`] in a row, it stops
-//! polling and does not start again for a hold of [`CONTENDED_HOLD`]; the
-//! pressure during the hold decides the next, which doubles while the
-//! contention lasts (up to [`CONTENDED_HOLD_MAX`]). One process making
-//! requests one at a time (an untar: 4 % of the time, against 39 % for
-//! the four jobs) polls as before, but for a short hold when a burst of
-//! the kernel's own threads (writeback) contends for long enough. Without
-//! pressure accounting (a kernel built without it, or booted with
-//! `psi=0`) it polls as before too.
+//! **Not while the CPUs are contended** (`contention.rs`): the governor
+//! stops polling when other threads wait for a CPU, and a hold keeps it
+//! off while requests come.
 //!
 //! `O_NONBLOCK` is a flag of the open file description, so the governor
 //! sets it through its own duplicate of the session's descriptor (never a
 //! number that could be closed and reused under it).
 
-use crate::counters::RequestCounters;
-use std::fs::File;
+use crate::contention::Contention;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
-
-/// The share of a sample of time in which some runnable task waited for a
-/// CPU above which polling stops.
-pub const CONTENDED: f64 = 0.25;
-/// How long the CPU pressure is measured before it is judged.
-pub const PRESSURE_SAMPLE: Duration = Duration::from_millis(20);
-/// Short samples in a row over [`CONTENDED`] that make contention.
-pub const CONTENDED_SAMPLES: u32 = 3;
-/// How long polling stays off once the CPUs were found contended; each
-/// hold found contended too doubles the next, up to [`CONTENDED_HOLD_MAX`].
-pub const CONTENDED_HOLD: Duration = Duration::from_millis(100);
-pub const CONTENDED_HOLD_MAX: Duration = Duration::from_millis(1600);
-
-/// The kernel's cumulative CPU stall time (`/proc/pressure/cpu`, the
-/// `total=` microseconds of its `some` line).
-enum CpuPressure {
-    File(File),
-    /// A counter the tests advance.
-    #[cfg(test)]
-    Fake(Arc<AtomicU64>),
-}
-
-impl CpuPressure {
-    fn open() -> Option<CpuPressure> {
-        let p = CpuPressure::File(File::open("/proc/pressure/cpu").ok()?);
-        p.stall_us().map(|_| p)
-    }
-
-    fn stall_us(&self) -> Option<u64> {
-        match self {
-            CpuPressure::File(f) => {
-                let mut buf = [0u8; 256];
-                let n = f.read_at(&mut buf, 0).ok()?;
-                parse_some_total(std::str::from_utf8(&buf[..n]).ok()?)
-            }
-            #[cfg(test)]
-            CpuPressure::Fake(us) => Some(us.load(Ordering::Relaxed)),
-        }
-    }
-}
-
-/// `total=` of the `some` line of a pressure file.
-fn parse_some_total(text: &str) -> Option<u64> {
-    let line = text.lines().find(|l| l.starts_with("some "))?;
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix("total="))?
-        .parse()
-        .ok()
-}
-
-/// Where the current pressure sample started (ns since the epoch, and the
-/// stall time then), how many samples before it in a row were over the
-/// mark, and the hold this sample spans (ns; 0 when it spans none).
-#[derive(Clone, Copy)]
-struct Sample {
-    at: u64,
-    stall_us: u64,
-    over: u32,
-    hold: u64,
-}
 
 /// Spins the server while requests arrive within `window` of each other.
 pub struct Spinner {
@@ -123,11 +47,8 @@ pub struct Spinner {
     state: Mutex<bool>,
     wake: Condvar,
     stop: AtomicBool,
-    /// Where spells of spinning and holds are counted (`lsfs stats`).
-    counters: Arc<RequestCounters>,
-    /// No spinning before this (ns since `epoch`): the CPUs were contended.
-    hold_until: AtomicU64,
-    pressure: Option<CpuPressure>,
+    /// Whether the CPUs are contended (shared with the ring's queues).
+    contention: Arc<Contention>,
 }
 
 impl Spinner {
@@ -136,16 +57,7 @@ impl Spinner {
     pub fn start(
         fd: OwnedFd,
         window: Duration,
-        counters: Arc<RequestCounters>,
-    ) -> std::io::Result<Arc<Spinner>> {
-        Self::start_with(fd, window, counters, CpuPressure::open())
-    }
-
-    fn start_with(
-        fd: OwnedFd,
-        window: Duration,
-        counters: Arc<RequestCounters>,
-        pressure: Option<CpuPressure>,
+        contention: Arc<Contention>,
     ) -> std::io::Result<Arc<Spinner>> {
         let s = Arc::new(Spinner {
             fd,
@@ -156,9 +68,7 @@ impl Spinner {
             state: Mutex::new(false),
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
-            counters,
-            hold_until: AtomicU64::new(0),
-            pressure,
+            contention,
         });
         let g = s.clone();
         thread::Builder::new()
@@ -175,7 +85,7 @@ impl Spinner {
     pub fn on_request(&self) {
         let now = self.now();
         self.last.store(now, Ordering::Relaxed);
-        if self.spinning.load(Ordering::Relaxed) || now < self.hold_until.load(Ordering::Relaxed) {
+        if self.spinning.load(Ordering::Relaxed) || self.contention.holding() {
             return;
         }
         let mut on = self.state.lock().unwrap();
@@ -183,7 +93,7 @@ impl Spinner {
             self.set_nonblocking(true);
             *on = true;
             self.spinning.store(true, Ordering::Relaxed);
-            self.counters.count_polling_spell();
+            self.contention.started();
             self.wake.notify_one();
         }
     }
@@ -202,25 +112,12 @@ impl Spinner {
 
     fn govern(&self) {
         let mut on = self.state.lock().unwrap();
-        let mut sample: Option<Sample> = None;
-        // When spinning last stopped.
-        let mut stopped = 0;
         loop {
             if self.stop.load(Ordering::Relaxed) {
                 return;
             }
             if !*on {
                 on = self.wake.wait(on).unwrap();
-                // The sample runs on across short spells of sleeping (under
-                // contention requests still come in spells shorter than a
-                // sample, each ended by a wait for the device) and across a
-                // hold (the pressure during it decides the next); after a
-                // longer quiet spell the next is judged on its own.
-                let slept = self.now().saturating_sub(stopped);
-                let held = sample.is_some_and(|s| s.hold > 0);
-                if *on && !held && slept >= PRESSURE_SAMPLE.as_nanos() as u64 {
-                    sample = None;
-                }
                 continue;
             }
             let (g, _) = self.wake.wait_timeout(on, self.window).unwrap();
@@ -228,73 +125,14 @@ impl Spinner {
             if !*on {
                 continue;
             }
-            let now = self.now();
-            let since_last = now.saturating_sub(self.last.load(Ordering::Relaxed));
+            let since_last = self.now().saturating_sub(self.last.load(Ordering::Relaxed));
             let quiet = since_last >= self.window.as_nanos() as u64;
-            if quiet || self.contended(now, &mut sample) {
+            if quiet || self.contention.contended() {
                 self.set_nonblocking(false);
                 *on = false;
                 self.spinning.store(false, Ordering::Relaxed);
-                stopped = now;
             }
         }
-    }
-
-    /// Whether the CPUs were contended over the pressure sample that ends
-    /// now (false until one has run for [`PRESSURE_SAMPLE`]); if so,
-    /// spinning stays off until `hold_until`.
-    fn contended(&self, now: u64, sample: &mut Option<Sample>) -> bool {
-        // Read the file only once a sample is over: the kernel adds up the
-        // stall of each read's interval weighted by whole ticks of busy
-        // time, so reads a millisecond apart would count (for every reader
-        // of the file) nearly none of it.
-        if sample.is_some_and(|s| now.saturating_sub(s.at) < PRESSURE_SAMPLE.as_nanos() as u64) {
-            return false;
-        }
-        let Some(stall_us) = self.pressure.as_ref().and_then(|p| p.stall_us()) else {
-            return false;
-        };
-        let Some(sample) = sample else {
-            *sample = Some(Sample {
-                at: now,
-                stall_us,
-                over: 0,
-                hold: 0,
-            });
-            return false;
-        };
-        let elapsed_us = now.saturating_sub(sample.at) / 1000;
-        let share = stall_us.saturating_sub(sample.stall_us) as f64 / elapsed_us as f64;
-        (sample.at, sample.stall_us) = (now, stall_us);
-        // Short samples over the mark may be a burst of the kernel's own
-        // threads (writeback under an untar): a few in a row, or one that
-        // spans a hold just ended, are contention.
-        let spans_hold = sample.hold > 0 && elapsed_us * 1000 >= sample.hold;
-        sample.over = if share > CONTENDED {
-            sample.over + 1
-        } else {
-            0
-        };
-        if sample.over < CONTENDED_SAMPLES && !(spans_hold && sample.over > 0) {
-            sample.hold = 0;
-            return false;
-        }
-        let max = CONTENDED_HOLD_MAX.as_nanos() as u64;
-        let hold = if spans_hold {
-            (sample.hold * 2).min(max)
-        } else {
-            CONTENDED_HOLD.as_nanos() as u64
-        };
-        sample.hold = hold;
-        sample.over = 0;
-        self.counters.count_polling_hold();
-        self.hold_until.store(now + hold, Ordering::Relaxed);
-        tracing::debug!(
-            "CPUs contended ({:.0} % stalled): not polling for {} ms",
-            share * 100.0,
-            hold / 1_000_000
-        );
-        true
     }
 
     fn set_nonblocking(&self, on: bool) {
@@ -319,6 +157,7 @@ impl Spinner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::counters::RequestCounters;
     use std::os::fd::FromRawFd;
 
     fn nonblocking(fd: &OwnedFd) -> bool {
@@ -333,15 +172,6 @@ mod tests {
         assert_eq!(rc, 0);
         // SAFETY: the two descriptors are new and owned by nothing else.
         unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
-    }
-
-    #[test]
-    fn the_stall_total_is_read_from_the_some_line() {
-        let text = "some avg10=5.93 avg60=11.60 avg300=8.72 total=796075799\n\
-                    full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n";
-        assert_eq!(parse_some_total(text), Some(796075799));
-        assert_eq!(parse_some_total("full avg10=0.00 total=5\n"), None);
-        assert_eq!(parse_some_total("some avg10=0.00 total=x\n"), None);
     }
 
     /// Requests every millisecond for `ms` milliseconds while the stall
@@ -366,13 +196,11 @@ mod tests {
     fn contended_cpus_stop_polling_for_a_while() {
         let (r, _w) = pipe();
         let probe = r.try_clone().unwrap();
-        let stall = Arc::new(AtomicU64::new(0));
-        let window = Duration::from_millis(50);
-        let pressure = Some(CpuPressure::Fake(stall.clone()));
-        let s = Spinner::start_with(r, window, Arc::default(), pressure).unwrap();
+        let (contention, stall) = crate::contention::tests::fake();
+        let s = Spinner::start(r, Duration::from_millis(50), contention.clone()).unwrap();
         requests(&s, &stall, 0.1, 200);
         assert!(nonblocking(&probe), "a light stall stopped polling");
-        assert_eq!(s.counters.polling_holds(), 0);
+        assert!(!contention.holding());
         let start = Instant::now();
         while nonblocking(&probe) {
             assert!(
@@ -381,9 +209,8 @@ mod tests {
             );
             requests(&s, &stall, 0.6, 1);
         }
-        assert_eq!(s.counters.polling_holds(), 1);
-        let held = s.hold_until.load(Ordering::Relaxed);
-        while s.now() + 5_000_000 < held {
+        assert!(contention.holding());
+        while contention.hold_left() > Duration::from_millis(5) {
             s.on_request();
             assert!(!nonblocking(&probe), "polling came back during the hold");
             thread::sleep(Duration::from_millis(1));
@@ -403,7 +230,9 @@ mod tests {
     fn spins_while_requests_come_and_sleeps_after() {
         let (r, _w) = pipe();
         let probe = r.try_clone().unwrap();
-        let s = Spinner::start_with(r, Duration::from_millis(20), Arc::default(), None).unwrap();
+        let counters = Arc::new(RequestCounters::default());
+        let contention = Contention::with_pressure(counters.clone(), None);
+        let s = Spinner::start(r, Duration::from_millis(20), contention).unwrap();
         assert!(!nonblocking(&probe));
         s.on_request();
         assert!(nonblocking(&probe), "a request starts polling");
@@ -416,7 +245,7 @@ mod tests {
         assert!(!nonblocking(&probe), "a quiet window ends it");
         s.on_request();
         assert!(nonblocking(&probe));
-        assert_eq!(s.counters.polling_spells(), 2);
+        assert_eq!(counters.polling_spells(), 2);
         s.stop();
         assert!(!nonblocking(&probe), "stop leaves it blocking");
         s.on_request();

@@ -33,7 +33,9 @@ use std::time::Duration;
 use fuser::KernelConfig;
 use lsfs_vfs::Vfs;
 
+use crate::contention::Contention;
 use crate::ops::Ops;
+use poll::Poll;
 use queue::{QueueHandle, Shared};
 
 /// Whether a mount serves FUSE requests through io_uring.
@@ -131,6 +133,8 @@ pub(crate) struct UringStart<V: Vfs> {
     rings: Arc<Mutex<Option<Rings>>>,
     /// How long a queue thread polls after a request (`poll.rs`).
     spin: Duration,
+    /// Polling stops while the CPUs are contended.
+    contention: Arc<Contention>,
 }
 
 impl<V: Vfs + 'static> UringStart<V> {
@@ -142,6 +146,7 @@ impl<V: Vfs + 'static> UringStart<V> {
         ops: Arc<Ops<V>>,
         rings: Arc<Mutex<Option<Rings>>>,
         spin: Duration,
+        contention: Arc<Contention>,
     ) -> Self {
         UringStart {
             mode,
@@ -149,6 +154,7 @@ impl<V: Vfs + 'static> UringStart<V> {
             ops,
             rings,
             spin,
+            contention,
         }
     }
 
@@ -171,7 +177,12 @@ impl<V: Vfs + 'static> UringStart<V> {
         if let Err(nearest) = config.set_max_write(PAYLOAD as u32) {
             return refuse(format!("max_write {PAYLOAD} refused (nearest {nearest})"));
         }
-        match Rings::start(self.dev, self.ops.clone(), self.spin) {
+        match Rings::start(
+            self.dev,
+            self.ops.clone(),
+            self.spin,
+            self.contention.clone(),
+        ) {
             Ok(rings) => {
                 tracing::info!("FUSE over io_uring: {} queues", rings.queues.len());
                 *self.rings.lock().unwrap() = Some(rings);
@@ -193,6 +204,7 @@ impl Rings {
         dev: OwnedFd,
         ops: Arc<Ops<V>>,
         spin: Duration,
+        contention: Arc<Contention>,
     ) -> io::Result<Rings> {
         let n = possible_cpus()?;
         let dev = Arc::new(dev);
@@ -211,7 +223,7 @@ impl Rings {
                 PAYLOAD,
                 ops.clone(),
                 shared.clone(),
-                spin,
+                Poll::new(spin, Some(contention.clone())),
             );
             match q {
                 Ok(q) => rings.queues.push(q),

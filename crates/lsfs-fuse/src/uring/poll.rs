@@ -8,9 +8,7 @@
 //! (`--ring-spin-us`; 0 never polls, and the front end passes 0 on
 //! battery power), the thread submits without waiting and polls; once no
 //! request came for a whole window it sleeps in the kernel again, so an
-//! idle mount costs nothing. The window is 0 unless asked for: polling
-//! won on an idle machine and lost next to busy tasks, where the ring is
-//! meant to be used.
+//! idle mount costs nothing.
 //!
 //! What polling must do to see a request: the kernel does not write the
 //! CQE by itself. FUSE's command completes through task work queued on
@@ -39,7 +37,11 @@
 use std::io;
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use io_uring::{cqueue, squeue, IoUring};
+
+use crate::contention::Contention;
 
 /// A yield that took longer than this gave the CPU to another task for
 /// about a scheduler slice (0.75 ms times 1 + log2 of the CPUs by
@@ -56,15 +58,19 @@ pub struct Poll {
     last: Option<Instant>,
     /// No polling before this: the CPU was busy with other tasks.
     back_off_until: Option<Instant>,
+    /// The mount's judge of CPU contention (none: never contended).
+    contention: Option<Arc<Contention>>,
 }
 
 impl Poll {
-    /// Poll for `window` after each request; zero never polls.
-    pub fn new(window: Duration) -> Poll {
+    /// Poll for `window` after each request, unless `contention` says
+    /// the CPUs are contended; zero never polls.
+    pub fn new(window: Duration, contention: Option<Arc<Contention>>) -> Poll {
         Poll {
             window,
             last: None,
             back_off_until: None,
+            contention,
         }
     }
 
@@ -78,7 +84,28 @@ impl Poll {
             return;
         }
         self.back_off_until = None;
+        if let Some(c) = &self.contention {
+            if c.holding() {
+                return;
+            }
+            if self.last.is_none() {
+                c.started();
+            }
+        }
         self.last = Some(now);
+    }
+
+    /// Called on the queue's own thread: its waits for the CPU, while it
+    /// yields to its caller, are of its own making, not contention.
+    pub fn register_thread(&self) {
+        if let Some(c) = self.contention.as_ref().filter(|_| !self.window.is_zero()) {
+            c.register_current_thread();
+        }
+    }
+
+    /// Whether the mount's pollers should stop: the CPUs are contended.
+    fn contended(&self) -> bool {
+        self.contention.as_ref().is_some_and(|c| c.contended())
     }
 
     /// A yield took `took`: whether to go on polling. A long one means
@@ -114,7 +141,7 @@ impl Poll {
                 let t = Instant::now();
                 // SAFETY: sched_yield takes nothing.
                 unsafe { libc::sched_yield() };
-                if !self.yielded(t.elapsed()) {
+                if !self.yielded(t.elapsed()) || self.contended() {
                     break;
                 }
             }
@@ -147,7 +174,7 @@ mod tests {
     #[test]
     fn polls_within_the_window_and_sleeps_after() {
         let Some(mut ring) = ring() else { return };
-        let mut p = Poll::new(Duration::from_millis(20));
+        let mut p = Poll::new(Duration::from_millis(20), None);
         assert!(!p.polling(), "no request yet");
         p.on_request();
         assert!(p.polling());
@@ -165,7 +192,7 @@ mod tests {
     /// until the back-off is over.
     #[test]
     fn a_long_yield_backs_off() {
-        let mut p = Poll::new(Duration::from_secs(10));
+        let mut p = Poll::new(Duration::from_secs(10), None);
         p.on_request();
         assert!(p.yielded(Duration::from_micros(5)), "a short yield");
         assert!(!p.yielded(LONG_YIELD * 2), "a long yield");
@@ -179,8 +206,42 @@ mod tests {
 
     #[test]
     fn a_zero_window_never_polls() {
-        let mut p = Poll::new(Duration::ZERO);
+        let mut p = Poll::new(Duration::ZERO, None);
         p.on_request();
         assert!(!p.polling());
+    }
+
+    /// Contention stops polling and keeps it off while its hold lasts,
+    /// for every queue of the mount.
+    #[test]
+    fn contention_stops_every_queue() {
+        let Some(mut ring) = ring() else { return };
+        let (c, stall) = crate::contention::tests::fake();
+        let mut a = Poll::new(Duration::from_secs(10), Some(c.clone()));
+        let mut b = Poll::new(Duration::from_secs(10), Some(c.clone()));
+        a.on_request();
+        assert!(a.polling());
+        // Every look of the pressure finds the CPUs stalled all the time.
+        let start = Instant::now();
+        while !c.holding() {
+            assert!(start.elapsed() < Duration::from_secs(2), "no hold");
+            std::thread::sleep(Duration::from_millis(1));
+            stall.fetch_add(2_000, std::sync::atomic::Ordering::Relaxed);
+            c.contended();
+        }
+        // Polling ends at the next look, and the wait sleeps in the kernel
+        // until the completion comes.
+        let ts = io_uring::types::Timespec::new().nsec(30_000_000);
+        let sqe = opcode::Timeout::new(&ts).build().user_data(9).into();
+        // SAFETY: `ts` outlives the wait for the timeout's completion.
+        unsafe { ring.submission().push(&sqe).unwrap() };
+        a.submit_and_wait(&mut ring).unwrap();
+        assert!(!a.polling(), "a contended poller kept polling");
+        assert_eq!(ring.completion().count(), 1);
+        b.on_request();
+        assert!(
+            !b.polling(),
+            "another queue started polling during the hold"
+        );
     }
 }

@@ -123,15 +123,15 @@ struct Queue<V: Vfs> {
 }
 
 /// Start queue `qid`'s thread, serving `dev` (the connection's
-/// `/dev/fuse`) with buffers of `payload_size` bytes, polling for `spin`
-/// after each request.
+/// `/dev/fuse`) with buffers of `payload_size` bytes, polling as `poll`
+/// says between requests.
 pub fn spawn<V: Vfs + 'static>(
     qid: u16,
     dev: Arc<OwnedFd>,
     payload_size: usize,
     ops: Arc<Ops<V>>,
     shared: Arc<Shared>,
-    spin: Duration,
+    poll: Poll,
 ) -> io::Result<QueueHandle> {
     // SAFETY: eventfd takes flags and returns a new descriptor or -1.
     let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
@@ -149,6 +149,7 @@ pub fn spawn<V: Vfs + 'static>(
             // The kernel routes by the caller's CPU; the queue's thread
             // runs there, so serving needs no cross-CPU wake-up.
             pin_to_cpu(qid as usize);
+            poll.register_thread();
             let mut q = Queue {
                 qid,
                 dev: dev.as_raw_fd(),
@@ -160,7 +161,7 @@ pub fn spawn<V: Vfs + 'static>(
                 later_tx,
                 later_rx,
                 wake_buf: Box::new([0; 8]),
-                poll: Poll::new(spin),
+                poll,
             };
             if let Err(e) = q.run() {
                 tracing::error!("FUSE ring queue {qid} failed: {e}");
