@@ -74,9 +74,9 @@ pub struct MountOptions {
     /// per CPU, each request served on its caller's CPU. Off by default.
     pub uring: UringMode,
     /// How long a ring queue thread keeps polling its completion queue
-    /// after a request (`uring/poll.rs`); zero, the default, never polls:
-    /// it wins on an idle machine and loses next to busy tasks
-    /// (docs/PERFORMANCE.md).
+    /// after a request (`uring/poll.rs`), by the rules of `spin` (not
+    /// while the CPUs are contended); zero never polls. The default is
+    /// `DEFAULT_SPIN`'s, measured in docs/PERFORMANCE.md.
     pub ring_spin: Duration,
     /// The kernel's readahead for the mount, in KiB, set through
     /// `/sys/class/bdi` once FUSE_INIT is done (root mounts only; the
@@ -108,7 +108,7 @@ impl Default for MountOptions {
             kernel_flags: 0,
             atomic_writes: true,
             uring: UringMode::Off,
-            ring_spin: Duration::ZERO,
+            ring_spin: DEFAULT_SPIN,
             read_ahead_kb: DEFAULT_READ_AHEAD_KB,
             cache_forever: None,
             moves_on: false,

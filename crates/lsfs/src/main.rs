@@ -279,9 +279,9 @@ struct MountArgs {
     /// Microseconds the FUSE server keeps polling for the next request
     /// after one (0..=100000; default 1000; 0 never polls). Polling saves a
     /// cross-CPU wake-up per request while requests come fast and costs up
-    /// to one CPU meanwhile; never on battery power, nor for half a second
-    /// once other threads were found waiting for a CPU (the kernel's CPU
-    /// pressure). See docs/PERFORMANCE.md.
+    /// to one CPU meanwhile; never on battery power, nor while other
+    /// threads wait for a CPU (the kernel's CPU pressure: off for 0.1 s,
+    /// doubling up to 1.6 s while it lasts). See docs/PERFORMANCE.md.
     #[arg(long, value_parser = clap::value_parser!(u32).range(0..=100_000))]
     spin_us: Option<u32>,
     /// Serve FUSE requests through io_uring (Linux 6.14+, root): off (the
@@ -291,9 +291,9 @@ struct MountArgs {
     #[arg(long)]
     uring: Option<lsfs_fuse::UringMode>,
     /// With --uring: microseconds each ring queue thread keeps polling for
-    /// the next request after one (0..=100000; default 0, never). Faster
-    /// on an idle machine, slower next to busy tasks; never on battery
-    /// power. See docs/PERFORMANCE.md.
+    /// the next request after one (0..=100000; default 1000; 0 never
+    /// polls). By the same rules as --spin-us: never on battery power, nor
+    /// while other threads wait for a CPU. See docs/PERFORMANCE.md.
     #[arg(long, value_parser = clap::value_parser!(u32).range(0..=100_000))]
     ring_spin_us: Option<u32>,
     /// Block cache size (1M..=64G).
@@ -746,7 +746,8 @@ fn mount(a: MountArgs) -> Result<(), String> {
     let threads = flag_or_option("threads", a.threads, o.threads)?.unwrap_or(1);
     let spin_us = flag_or_option("spin_us", a.spin_us, o.spin_us)?.unwrap_or(1000);
     let uring = flag_or_option("uring", a.uring, o.uring)?;
-    let ring_spin_us = flag_or_option("ring_spin_us", a.ring_spin_us, o.ring_spin_us)?.unwrap_or(0);
+    let ring_spin_us =
+        flag_or_option("ring_spin_us", a.ring_spin_us, o.ring_spin_us)?.unwrap_or(1000);
     let cache_size = flag_or_option("cache_size", a.cache_size, o.cache_size)?;
     let config = flag_or_option("config", a.config.clone(), o.config.clone())?;
     if a.background {
