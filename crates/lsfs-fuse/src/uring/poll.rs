@@ -35,9 +35,8 @@
 //! 200 µs (ten requests' worth in an untar) stops polling for 50 ms.
 
 use std::io;
-use std::time::{Duration, Instant};
-
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, squeue, IoUring};
 
@@ -88,7 +87,7 @@ impl Poll {
             if c.holding() {
                 return;
             }
-            if self.last.is_none() {
+            if !self.polling() {
                 c.started();
             }
         }
