@@ -32,7 +32,10 @@
 //! of stalled time (3.2–3.3 s with holds against 2.7–2.8 s polling
 //! throughout). Such pollers register their threads, and the time they
 //! waited for a CPU (`/proc/thread-self/schedstat`) is taken off the
-//! stall before it is judged.
+//! stall before it is judged. Their sum may take off more than their share
+//! when both CPUs are busy (the kernel's figure averages the busy CPUs);
+//! taking the largest instead measured the same (no holds either way with
+//! four fsyncing jobs through the ring, whose fsyncs block the queues).
 
 use crate::counters::RequestCounters;
 use std::fs::File;

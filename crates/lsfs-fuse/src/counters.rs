@@ -149,8 +149,8 @@ pub struct RequestCounters {
     /// Requests that came through io_uring rather than `/dev/fuse`, of
     /// those counted by opcode.
     ring: AtomicU64,
-    /// Spells of polling `/dev/fuse`, and holds of it because the CPUs
-    /// were contended (spin.rs).
+    /// Spells of polling (`/dev/fuse`'s or the ring's), and holds of it
+    /// because the CPUs were contended (contention.rs).
     polling_spells: AtomicU64,
     polling_holds: AtomicU64,
 }
@@ -193,7 +193,8 @@ impl RequestCounters {
         self.polling_holds.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Spells of polling `/dev/fuse` (`MountOptions::spin`).
+    /// Spells of polling `/dev/fuse` or the ring's queues
+    /// (`MountOptions::spin`, `MountOptions::ring_spin`).
     pub fn polling_spells(&self) -> u64 {
         self.polling_spells.load(Ordering::Relaxed)
     }

@@ -374,8 +374,8 @@ pub fn fuse_stats(counters: &RequestCounters) -> Value {
         "total": counters.total(),
         "through_io_uring": counters.ring_requests(),
         "getxattr_security_capability": counters.capability_probes(),
-        // Spells of polling /dev/fuse, and holds of it while the CPUs
-        // were contended (lsfs-fuse's spin.rs).
+        // Spells of polling (/dev/fuse's or the ring's), and holds of it
+        // while the CPUs were contended (lsfs-fuse's contention.rs).
         "polling_spells": counters.polling_spells(),
         "polling_holds": counters.polling_holds(),
     })

@@ -327,7 +327,8 @@ pub fn stats_text(s: &Value) -> String {
                 u(&f["getxattr_security_capability"]).to_string(),
             ),
             row("polling spells", u(&f["polling_spells"]).to_string()),
-            // Held off because other threads waited for a CPU (spin.rs).
+            // Held off because other threads waited for a CPU
+            // (lsfs-fuse's contention.rs).
             row("polling held off", u(&f["polling_holds"]).to_string()),
         ];
         for (op, n) in f["requests"].as_object().into_iter().flatten() {

@@ -799,7 +799,7 @@ impl IoQueue {
                     if i >= merged_upto {
                         let (end, merged) = Self::merge_writes(batch, i, last_flush);
                         let r = match &merged {
-                            Some(buf) => self.dev.write_at(*offset, buf),
+                            Some((buf, _)) => self.dev.write_at(*offset, buf),
                             None => self.dev.write_at(*offset, data),
                         };
                         if let Err(e) = r {
@@ -807,11 +807,7 @@ impl IoQueue {
                         }
                         merged_upto = end;
                         self.counters.writes.fetch_add(1, Ordering::Relaxed);
-                        if end > i + 1 {
-                            let n = batch[i + 1..end]
-                                .iter()
-                                .filter(|(_, op)| matches!(op, Op::Write { .. }))
-                                .count();
+                        if let Some((_, n)) = merged {
                             self.counters
                                 .writes_merged
                                 .fetch_add(n as u64, Ordering::Relaxed);
@@ -871,7 +867,8 @@ impl IoQueue {
     }
 
     /// The writes of the batch from `i` on that go to the device as one
-    /// (the index after the last, and their bytes if more than one):
+    /// (the index after the last and, if there are more than one, their
+    /// bytes and how many joined the first):
     /// each starts where the one before ended, with nothing between them
     /// but durability flushes this batch skips (not its last flush). The
     /// records of fsyncs that met in one batch lie end to end in the log,
@@ -881,7 +878,7 @@ impl IoQueue {
         batch: &[(Ticket, Op)],
         i: usize,
         last_flush: Option<usize>,
-    ) -> (usize, Option<Vec<u8>>) {
+    ) -> (usize, Option<(Vec<u8>, usize)>) {
         let Op::Write { offset, data } = &batch[i].1 else {
             unreachable!("a merge starts at a write");
         };
@@ -911,7 +908,7 @@ impl IoQueue {
                 buf.extend_from_slice(data);
             }
         }
-        (end, Some(buf))
+        (end, Some((buf, parts.len() - 1)))
     }
 
     /// Read `buf.len()` bytes at `offset`: the device, with the queued
