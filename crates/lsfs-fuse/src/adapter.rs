@@ -33,7 +33,6 @@ use lsfs_vfs::{Ctx, Errno, FileKind, SetAttr, Vfs};
 
 use crate::convert::{errno, file_attr, file_type, system_time_opt, time_set};
 use crate::counters::Op;
-use crate::fsync_workers::{self, FsyncWorkers};
 use crate::ops::{Cached, Lookup, OpResult, Ops, Xattr};
 use crate::uring::UringStart;
 
@@ -42,17 +41,11 @@ pub(crate) struct FuseAdapter<V: Vfs> {
     /// Starts the io_uring queues once FUSE_INIT agreed on them; `None`
     /// when the mount serves through `/dev/fuse` alone.
     uring: Option<UringStart<V>>,
-    /// Where fsyncs run, so that they overlap (`fsync_workers`).
-    fsyncs: FsyncWorkers,
 }
 
 impl<V: Vfs> FuseAdapter<V> {
     pub(crate) fn new(ops: Arc<Ops<V>>, uring: Option<UringStart<V>>) -> Self {
-        FuseAdapter {
-            ops,
-            uring,
-            fsyncs: FsyncWorkers::start(fsync_workers::WORKERS),
-        }
+        FuseAdapter { ops, uring }
     }
 }
 
@@ -455,7 +448,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         reply: ReplyEmpty,
     ) {
         let ops = self.ops.clone();
-        self.fsyncs.run_for(req.pid(), move || {
+        self.ops.fsyncs().run_for(req.pid(), move || {
             empty(reply, ops.fsync(Op::Fsync, ino.0, datasync))
         });
     }
@@ -549,7 +542,7 @@ impl<V: Vfs + 'static> Filesystem for FuseAdapter<V> {
         reply: ReplyEmpty,
     ) {
         let ops = self.ops.clone();
-        self.fsyncs.run_for(req.pid(), move || {
+        self.ops.fsyncs().run_for(req.pid(), move || {
             empty(reply, ops.fsync(Op::Fsyncdir, ino.0, datasync))
         });
     }

@@ -99,16 +99,21 @@ impl FsyncWorkers {
     /// Run `job`, an fsync by thread `caller`: on a worker while fsyncs
     /// come from several callers, else here (see the module comment).
     pub(crate) fn run_for(&self, caller: u32, job: impl FnOnce() + Send + 'static) {
-        let pooled = self
-            .recent
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pooled(caller, Instant::now());
-        if pooled {
+        if self.pooled(caller) {
             self.run(job)
         } else {
             job()
         }
+    }
+
+    /// Note an fsync by thread `caller`; whether it should go to a worker
+    /// (for a transport that answers in place more cheaply than through a
+    /// job, as the ring does).
+    pub(crate) fn pooled(&self, caller: u32) -> bool {
+        self.recent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pooled(caller, Instant::now())
     }
 
     /// Run `job` on a worker, or here if there is none.
@@ -141,10 +146,17 @@ fn serve(rx: &Mutex<Receiver<Job>>) {
 impl Drop for FsyncWorkers {
     /// Let the workers finish what was handed to them (each job ends in a
     /// reply), then stop.
+    ///
+    /// The pool lives in the mount's `Ops`, which a job holds: when a job
+    /// drops the last reference, the pool is dropped on that worker, which
+    /// must not wait for itself (it ends once its job returns).
     fn drop(&mut self) {
         self.jobs = None;
+        let me = std::thread::current().id();
         for t in self.threads.drain(..) {
-            let _ = t.join();
+            if t.thread().id() != me {
+                let _ = t.join();
+            }
         }
     }
 }

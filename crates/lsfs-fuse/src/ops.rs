@@ -11,8 +11,9 @@
 //! lsfs's writes and flushes) is finished after the lock is let go and
 //! before the reply: an fsync's flush, which takes milliseconds, holds up
 //! no other request, and fsyncs that arrive while it runs share the next
-//! flush (group commit). On `/dev/fuse` the adapter runs fsyncs on worker
-//! threads (`fsync_workers`), so that they do arrive while one runs.
+//! flush (group commit). Both transports run fsyncs on the mount's worker
+//! threads while several callers fsync (`fsync_workers`), so that they do
+//! arrive while one runs.
 //! A panic inside the `Vfs` is caught and reported as EIO; it poisons the
 //! mutex, and every later request also gets EIO, because the file system's
 //! state can no longer be trusted.
@@ -29,6 +30,7 @@ use crate::background_writes::BackgroundWrites;
 use crate::cache_policy::CachePolicy;
 use crate::convert::xattr_list;
 use crate::counters::{Op, RequestCounters};
+use crate::fsync_workers::{self, FsyncWorkers};
 use crate::ioctl::{self, Ioctl};
 use crate::kernel_cache::KernelCache;
 use crate::privs;
@@ -88,6 +90,9 @@ pub(crate) struct Ops<V: Vfs> {
     /// Finishes the device work of requests that promise no durability,
     /// under the writeback cache (`background_writes.rs`).
     background: Option<BackgroundWrites>,
+    /// Where fsyncs run while several callers fsync, so that they overlap
+    /// (`fsync_workers`); one pool for both transports.
+    fsyncs: FsyncWorkers,
 }
 
 impl<V: Vfs> Ops<V> {
@@ -111,7 +116,13 @@ impl<V: Vfs> Ops<V> {
             counters,
             policy,
             spinner,
+            fsyncs: FsyncWorkers::start(fsync_workers::WORKERS),
         }
+    }
+
+    /// The mount's fsync workers.
+    pub(crate) fn fsyncs(&self) -> &FsyncWorkers {
+        &self.fsyncs
     }
 
     pub(crate) fn counters(&self) -> &RequestCounters {

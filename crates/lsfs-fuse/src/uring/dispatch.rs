@@ -4,24 +4,37 @@
 //! answer into the payload. Opcodes lsfs does not serve answer ENOSYS, as
 //! fuser does.
 
+use std::sync::Arc;
+
 use lsfs_vfs::{Ctx, Errno, SetAttr, TimeSet, Timespec, Vfs};
 
 use super::abi::{fattr, op, InHeader, Reader, FSYNC_FDATASYNC, IOCTL_OUT_SZ, WRITE_KILL_SUIDGID};
 use super::reply::{self, Out};
-use crate::atomic_ioctl::IoctlDone;
 use crate::counters::Op;
-use crate::ops::{Lookup, OpResult, Ops, Xattr};
+use crate::ops::{IoctlOut, Lookup, OpResult, Ops, Xattr};
 
 /// What became of a request.
 pub enum Answer {
     /// The reply is in the payload: `len` bytes, or the errno.
     Now(Result<usize, Errno>),
-    /// Answered later through the `IoctlDone` (an atomic-write ioctl that
-    /// waits for the kernel to write pages back first).
+    /// Answered later, from another thread, through the [`LateDone`]: an
+    /// atomic-write ioctl that waits for the kernel to write pages back
+    /// first, or an fsync that runs on a worker while others' fsyncs
+    /// overlap it (`fsync_workers`).
     Later,
     /// An opcode lsfs does not know: answer ENOSYS; not counted.
     Unknown,
 }
+
+/// An answer given from another thread.
+pub enum Late {
+    Ioctl(IoctlOut),
+    /// An fsync's: no payload.
+    Empty(OpResult<()>),
+}
+
+/// Where a request answered later sends its answer.
+pub type LateDone = Box<dyn FnOnce(Late) + Send>;
 
 /// The name at the start of `b` (up to its NUL) and what follows it.
 fn name(b: &[u8]) -> Result<(&[u8], &[u8]), Errno> {
@@ -86,14 +99,15 @@ fn ctx(h: &InHeader, umask: u32) -> Ctx {
 
 /// Serve one request. `op_in` is the header's argument struct, `payload`
 /// the payload buffer, of which the request filled `in_len` bytes; the
-/// reply overwrites it. `later` makes the answer path of an ioctl.
+/// reply overwrites it. `later` makes the answer path of a request
+/// answered later.
 pub fn serve<V: Vfs + 'static>(
-    ops: &Ops<V>,
+    ops: &Arc<Ops<V>>,
     h: &InHeader,
     op_in: &[u8],
     payload: &mut [u8],
     in_len: usize,
-    later: impl FnOnce() -> IoctlDone,
+    later: impl FnOnce() -> LateDone,
 ) -> Answer {
     let a = Reader(op_in);
     let ino = h.nodeid;
@@ -171,6 +185,16 @@ pub fn serve<V: Vfs + 'static>(
                 Op::Fsyncdir
             };
             let datasync = a.u32(8) & FSYNC_FDATASYNC != 0;
+            // Served in place it would hold this queue, and every fsync
+            // that comes meanwhile waits for it instead of sharing its
+            // flush; one caller alone is served in place, a hand-over
+            // costing more than it saves.
+            if ops.fsyncs().pooled(h.pid) {
+                let (o, done) = (Arc::clone(ops), later());
+                ops.fsyncs()
+                    .run(move || done(Late::Empty(o.fsync(which, ino, datasync))));
+                return Answer::Later;
+            }
             ops.fsync(which, ino, datasync).map(|()| 0)
         }
         op::SETXATTR => {
@@ -217,7 +241,9 @@ pub fn serve<V: Vfs + 'static>(
             let (cmd, in_size) = (a.u32(12), a.u32(24) as usize);
             match input.get(..in_size) {
                 Some(data) => {
-                    ops.ioctl(h.uid, h.pid, ino, cmd, data, later());
+                    let done = later();
+                    let done = Box::new(move |r| done(Late::Ioctl(r)));
+                    ops.ioctl(h.uid, h.pid, ino, cmd, data, done);
                     return Answer::Later;
                 }
                 None => Err(Errno::INVAL),

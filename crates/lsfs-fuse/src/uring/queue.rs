@@ -19,11 +19,13 @@
 //! At unmount the kernel completes every entry's command with ENOTCONN;
 //! the thread ends when none is left, or when told to stop.
 //!
-//! An ioctl answered from another thread (`atomic_ioctl.rs`) sends its
+//! A request answered from another thread (an atomic-write ioctl,
+//! `atomic_ioctl.rs`; an fsync on a worker, `fsync_workers.rs`) sends its
 //! answer through a channel and wakes the thread through an eventfd the
 //! ring polls; the entry stays with that request until then, so a queue
-//! has several entries: the pages such an ioctl writes back come as
-//! requests on some queue while it waits.
+//! has several entries: the pages such an ioctl writes back, and the
+//! fsyncs that share a flush, come as requests on some queue while it
+//! waits.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -37,13 +39,12 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use lsfs_vfs::{Errno, Vfs};
 
 use super::abi::{self, InHeader, ReqHeader, CMD_COMMIT_AND_FETCH, CMD_REGISTER};
-use super::dispatch::{self, Answer};
+use super::dispatch::{self, Answer, Late, LateDone};
 use super::poll::Poll;
-use crate::atomic_ioctl::IoctlDone;
-use crate::ops::{IoctlOut, Ops};
+use crate::ops::Ops;
 
 /// Entries per queue: one for the request being served, the rest for
-/// requests the kernel may copy in meanwhile and for ioctls answered
+/// requests the kernel may copy in meanwhile and for requests answered
 /// later.
 pub const DEPTH: usize = 4;
 /// The user data of the eventfd poll (entries are 0..DEPTH).
@@ -115,8 +116,8 @@ struct Queue<V: Vfs> {
     shared: Arc<Shared>,
     wake: Arc<OwnedFd>,
     /// Answers given later, by entry.
-    later_tx: Sender<(usize, IoctlOut)>,
-    later_rx: Receiver<(usize, IoctlOut)>,
+    later_tx: Sender<(usize, Late)>,
+    later_rx: Receiver<(usize, Late)>,
     wake_buf: Box<[u8; 8]>,
     /// Whether to poll or sleep for the next completion.
     poll: Poll,
@@ -365,7 +366,10 @@ impl<V: Vfs + 'static> Queue<V> {
         while let Ok((i, r)) = self.later_rx.try_recv() {
             let e = &mut self.entries[i];
             let unique = InHeader::parse(&e.header.in_out[..abi::IN_HEADER_SZ]).unique;
-            let r = dispatch::ioctl_reply(&mut e.payload, r);
+            let r = match r {
+                Late::Ioctl(r) => dispatch::ioctl_reply(&mut e.payload, r),
+                Late::Empty(r) => r.map(|()| 0),
+            };
             self.reply(i, unique, r)?;
         }
         Ok(())
@@ -392,13 +396,13 @@ fn set_len(sqe: &mut squeue::Entry128, len: u32) {
 /// The answer path of a request answered from another thread.
 struct Later {
     entry: usize,
-    tx: Sender<(usize, IoctlOut)>,
+    tx: Sender<(usize, Late)>,
     wake: Arc<OwnedFd>,
     sent: bool,
 }
 
 impl Later {
-    fn done(entry: usize, tx: Sender<(usize, IoctlOut)>, wake: Arc<OwnedFd>) -> IoctlDone {
+    fn done(entry: usize, tx: Sender<(usize, Late)>, wake: Arc<OwnedFd>) -> LateDone {
         let mut l = Later {
             entry,
             tx,
@@ -408,7 +412,7 @@ impl Later {
         Box::new(move |r| l.send(r))
     }
 
-    fn send(&mut self, r: IoctlOut) {
+    fn send(&mut self, r: Late) {
         self.sent = true;
         if self.tx.send((self.entry, r)).is_ok() {
             wake(&self.wake);
@@ -421,7 +425,7 @@ impl Drop for Later {
     /// rather than holding its entry for ever.
     fn drop(&mut self) {
         if !self.sent {
-            self.send(Err(Errno::IO));
+            self.send(Late::Empty(Err(Errno::IO)));
         }
     }
 }
