@@ -8,7 +8,10 @@
 //! their writes queued behind each. Here the FUSE thread hands each fsync
 //! to a small pool and goes on reading requests; fsyncs that arrive while a
 //! flush runs write their records, and the device queue runs one flush for
-//! all of them (group commit, `lsfs_core::device::io_queue`).
+//! all of them (group commit, `lsfs_core::device::io_queue`). The pool is
+//! the mount's (`Ops` holds it): a ring queue thread (`uring/`) hands its
+//! fsyncs over the same way, since one served in place would hold the
+//! queue of its caller's CPU for the flush.
 //!
 //! The kernel holds the file's inode lock for the whole FSYNC, so the
 //! requests that may run beside it are those of other files or of the
