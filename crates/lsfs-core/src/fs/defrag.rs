@@ -110,7 +110,7 @@ impl Lsfs {
                 offset: fb,
                 kind: BlockKind::Data,
             };
-            self.store.vmove(v, e, owner, e.pblock)?;
+            self.store.vmove(v, e, owner, e.pblock, None)?;
             self.store.kill_live(seg, false, now)?;
             moved += 1;
         }

@@ -7,6 +7,7 @@
 pub mod census;
 pub mod plug;
 pub mod relocate;
+pub mod victim_reads;
 
 use crate::meta::store::Store;
 pub use lsfs_policy::gc::{PolicyKind, SegmentUsage, SelectionPolicy};

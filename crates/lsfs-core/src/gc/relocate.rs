@@ -11,6 +11,7 @@
 use crate::btree::Node;
 use crate::cache::Owner;
 use crate::error::{Error, Result};
+use crate::gc::victim_reads::VictimReads;
 use crate::log::record::{holds_file_data, BlockKind};
 use crate::meta::dat_entry::{DatEntry, CNO_MAX, DAT_PER_BLOCK};
 use crate::meta::store::Store;
@@ -138,6 +139,9 @@ pub struct RelocationPlan {
     /// blocks, in slots dead or not, must stay too, so the victim is
     /// never plugged (threaded logging would write over the frame).
     pub holds_frames: bool,
+    /// The victim's records as read to plan: the copies take their
+    /// blocks from them (`gc/victim_reads.rs`).
+    reads: VictimReads,
 }
 
 impl RelocationPlan {
@@ -263,9 +267,10 @@ impl Store {
         seg: u64,
         keep: KeepCheckpoints,
     ) -> Result<RelocationPlan> {
-        let entries = self.segment_entries(seg, true)?;
+        let (entries, reads) = self.segment_entries_read(seg)?;
         let horizon = self.keep_horizon(keep);
         let mut plan = RelocationPlan {
+            reads,
             segno: seg,
             nblocks: self.segs().usage[seg as usize].nblocks,
             ..Default::default()
@@ -419,10 +424,13 @@ impl Store {
         };
         let mut dat_nodes_here = Vec::new();
         self.note_move_record_wait(&plan, &mut rep);
+        let reads = plan.reads;
+        let bb = self.geo().block_bytes;
         for action in plan.actions {
             match action {
                 Action::MoveLive(v, e, owner, pos) => {
-                    self.with_dat_cause("cleaner move", |s| s.vmove(v, e, owner, pos))?;
+                    let read = reads.get(pos, bb);
+                    self.with_dat_cause("cleaner move", |s| s.vmove(v, e, owner, pos, read))?;
                     self.note_moved(v, &e, true);
                     rep.file_data_copied += holds_file_data(owner.kind, owner.ino) as u32;
                     self.kill_live(seg, false, now)?;
@@ -430,7 +438,8 @@ impl Store {
                     rep.moved.push(v);
                 }
                 Action::MoveProtected(v, e, owner, pos) => {
-                    self.with_dat_cause("cleaner move", |s| s.vmove(v, e, owner, pos))?;
+                    let read = reads.get(pos, bb);
+                    self.with_dat_cause("cleaner move", |s| s.vmove(v, e, owner, pos, read))?;
                     self.note_moved(v, &e, false);
                     rep.file_data_copied += holds_file_data(owner.kind, owner.ino) as u32;
                     if self.snapshot_counted(v, e.start, e.end) {

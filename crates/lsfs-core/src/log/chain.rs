@@ -63,6 +63,17 @@ pub fn read_record(
     block: u64,
     seq: Option<u64>,
 ) -> Result<Option<FoundRecord>> {
+    Ok(read_record_span(dev, geo, fs_id, block, seq)?.map(|(r, _)| r))
+}
+
+/// [`read_record`], with the record's blocks as read (its whole span).
+pub fn read_record_span(
+    dev: &mut dyn BlockDevice,
+    geo: &Geometry,
+    fs_id: u64,
+    block: u64,
+    seq: Option<u64>,
+) -> Result<Option<(FoundRecord, Vec<u8>)>> {
     let Some(seg) = geo.segment_of(block) else {
         return Ok(None);
     };
@@ -87,7 +98,7 @@ pub fn read_record(
     let mut buf = vec![0; nblocks as usize * geo.block_bytes];
     dev.read_at(geo.byte_offset(block), &mut buf)?;
     match RecordHeader::decode(&buf, &format!("block {block}")) {
-        Ok(header) if header.segno == seg => Ok(Some(FoundRecord { block, header })),
+        Ok(header) if header.segno == seg => Ok(Some((FoundRecord { block, header }, buf))),
         // A torn or stale record is the end of the log, not an error.
         _ => Ok(None),
     }
@@ -102,19 +113,35 @@ pub fn segment_records(
     fs_id: u64,
     seg: u64,
 ) -> Result<Vec<FoundRecord>> {
+    Ok(segment_record_spans(dev, geo, fs_id, seg)?
+        .into_iter()
+        .map(|(r, _)| r)
+        .collect())
+}
+
+/// [`segment_records`], each with its blocks as read (its whole span).
+pub fn segment_record_spans(
+    dev: &mut dyn BlockDevice,
+    geo: &Geometry,
+    fs_id: u64,
+    seg: u64,
+) -> Result<Vec<(FoundRecord, Vec<u8>)>> {
     let start = geo.segment_start(seg);
     let end = start + geo.segment_blocks as u64;
-    let mut out: Vec<FoundRecord> = Vec::new();
+    let mut out: Vec<(FoundRecord, Vec<u8>)> = Vec::new();
     let mut block = start;
     while block < end {
-        let Some(r) = read_record(dev, geo, fs_id, block, None)? else {
+        let Some((r, span)) = read_record_span(dev, geo, fs_id, block, None)? else {
             break;
         };
-        if out.last().is_some_and(|p| p.header.seq >= r.header.seq) {
+        if out
+            .last()
+            .is_some_and(|(p, _)| p.header.seq >= r.header.seq)
+        {
             break;
         }
         block = r.end_block();
-        out.push(r);
+        out.push((r, span));
     }
     Ok(out)
 }

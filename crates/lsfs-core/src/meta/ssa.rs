@@ -16,8 +16,9 @@
 use crate::cache::Owner;
 use crate::codec::{Reader, Writer};
 use crate::error::Result;
+use crate::gc::victim_reads::VictimReads;
 use crate::layout::{BLOCK_BYTES, SSA_INO};
-use crate::log::chain::{segment_records, segment_summaries};
+use crate::log::chain::{segment_record_spans, segment_summaries, FoundRecord};
 use crate::log::record::{BlockKind, SummaryEntry, ENTRY_BYTES};
 use crate::meta::store::Store;
 use crate::meta::sufile::SU_PLUGGED;
@@ -55,31 +56,37 @@ impl Store {
     /// every entry against the DAT before acting on it). Entries may be
     /// stale (a block superseded since); callers ask the DAT.
     pub fn segment_entries(&mut self, seg: u64, verify: bool) -> Result<Vec<(u64, SummaryEntry)>> {
+        if verify || self.segment_is_plugged(seg) {
+            return Ok(self.segment_entries_read(seg)?.0);
+        }
+        let fs_id = self.sb.fs_id;
+        let records = segment_summaries(&mut *self.dev, &self.geo, fs_id, seg)?;
+        Ok(entries_of(records.iter()))
+    }
+
+    /// [`Store::segment_entries`] verified, with the bytes of the records
+    /// read to verify them (none for a plugged segment, whose entries come
+    /// from the SSA): a relocation copies blocks from them
+    /// (`gc/victim_reads.rs`).
+    pub fn segment_entries_read(
+        &mut self,
+        seg: u64,
+    ) -> Result<(Vec<(u64, SummaryEntry)>, VictimReads)> {
         if self.segment_is_plugged(seg) {
             let start = self.geo.segment_start(seg);
-            return Ok(self
+            let entries = self
                 .ssa_read(seg)?
                 .into_iter()
                 .enumerate()
                 .filter_map(|(i, e)| e.map(|e| (start + i as u64, e)))
-                .collect());
+                .collect();
+            return Ok((entries, VictimReads::default()));
         }
         let fs_id = self.sb.fs_id;
-        let records = if verify {
-            segment_records(&mut *self.dev, &self.geo, fs_id, seg)?
-        } else {
-            segment_summaries(&mut *self.dev, &self.geo, fs_id, seg)?
-        };
-        Ok(records
-            .iter()
-            .flat_map(|r| {
-                r.header
-                    .entries
-                    .iter()
-                    .enumerate()
-                    .map(move |(i, e)| (r.payload_block(i), *e))
-            })
-            .collect())
+        let spans = segment_record_spans(&mut *self.dev, &self.geo, fs_id, seg)?;
+        let entries = entries_of(spans.iter().map(|(r, _)| r));
+        let runs = spans.into_iter().map(|(r, span)| (r.block, span)).collect();
+        Ok((entries, VictimReads::from_runs(runs)))
     }
 
     /// The SSA's entries for every slot of `seg` (`None`: a hole).
@@ -176,4 +183,17 @@ impl Store {
             (0..self.geo.segment_blocks).map(|s| (s, None)).collect();
         self.ssa_set(seg, &all)
     }
+}
+
+/// Each summary entry of `records`, with the block it describes.
+fn entries_of<'a>(records: impl Iterator<Item = &'a FoundRecord>) -> Vec<(u64, SummaryEntry)> {
+    records
+        .flat_map(|r| {
+            r.header
+                .entries
+                .iter()
+                .enumerate()
+                .map(move |(i, e)| (r.payload_block(i), *e))
+        })
+        .collect()
 }

@@ -1307,11 +1307,23 @@ impl Store {
     /// contents become a dirty block of the cache and its entry loses its
     /// place, so that the next checkpoint (or the cleaner's write ahead)
     /// places it again.
-    pub(crate) fn vmove(&mut self, v: u64, e: DatEntry, owner: Owner, pos: u64) -> Result<()> {
-        let data = match self.cache.get(vkey(v)) {
-            Some(b) => b.to_vec(),
+    ///
+    /// `read`: the block's bytes at `pos`, if the caller read them already
+    /// (a relocation keeps its victim's records from planning,
+    /// `gc/victim_reads.rs`).
+    pub(crate) fn vmove(
+        &mut self,
+        v: u64,
+        e: DatEntry,
+        owner: Owner,
+        pos: u64,
+        read: Option<&[u8]>,
+    ) -> Result<()> {
+        let data = match (self.cache.get(vkey(v)), read) {
+            (Some(b), _) => b.to_vec(),
+            (None, Some(b)) if e.frame == 0 => b.to_vec(),
             // Through its frame if compressed: the cache holds it whole.
-            None => self.read_stored(pos, e.frame, &format!("virtual block {v}"))?,
+            (None, _) => self.read_stored(pos, e.frame, &format!("virtual block {v}"))?,
         };
         self.dat_set(v, e.unplaced())?;
         self.cache.put_dirty(vkey(v), data, owner);
